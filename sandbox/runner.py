@@ -299,6 +299,7 @@ def run_command(body, fs_paths):
             extra_groups=[],
             process_group=0,
             close_fds=True,
+            restore_signals=True,  # SIGPIPE and SIGXFSZ back at their defaults in the command
             preexec_fn=_child_setup(memory_limit) if memory_limit else None,
         )
     except OSError as exc:
@@ -657,7 +658,10 @@ def main():
     # No supplementary groups: file operations under SandboxIdentity must carry the sandbox
     # user's credentials only (group 0 would open root-group-readable files).
     os.setgroups([])
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # A command that exits without reading all of its stdin closes the pipe under our writes: that
+    # must be an EPIPE we handle, never a SIGPIPE that kills the supervisor (and masks the call).
+    # Children get SIGPIPE back at its default (subprocess restores it before exec).
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     fs_paths = [p for p in os.environ.get("GYM_FS_PATHS", "/workspace:/tmp").split(":") if p]
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
     write_frame(stdout, {"id": 0, "ok": True, "body": {"hello": "gym-runner", "version": PROTOCOL_VERSION}})
