@@ -22,7 +22,10 @@ class FailureKind(str, enum.Enum):
     SANDBOX_DENIED = "sandbox_denied"  # policy refused: cwd/path outside the allowlist
     PARSE_ERROR = "parse_error"  # model output not a valid Harmony turn or tool call
     TOOL_ERROR = "tool_error"  # unknown tool, bad arguments
-    INFRA_ERROR = "infra_error"  # the sandbox's own failure: never a reward of 0, always masked
+    # The call's own processes took the workspace down (its runner or container died while the engine
+    # stayed healthy): the candidate's failure, scored, never masked (see sandbox.workspace.Workspace._blame).
+    WORKSPACE_LOST = "workspace_lost"
+    INFRA_ERROR = "infra_error"  # the engine's, daemon's or host's failure: never a reward of 0, always masked
 
 
 class Verdict(str, enum.Enum):

@@ -56,6 +56,10 @@ class Denied(Exception):
     """A path or cwd outside the allowlist."""
 
 
+class HostGone(Exception):
+    """The host's end of the stream is closed."""
+
+
 # ---------------------------------------------------------------- framing
 
 
@@ -75,8 +79,13 @@ def read_frame(fd):
     if header is None:
         return None
     (size,) = HEADER.unpack(header)
-    if size > MAX_FRAME:
-        raise ValueError("frame of %d bytes exceeds the limit" % size)
+    if size > MAX_FRAME:  # skip it whole so the stream stays in step, then say why
+        while size:
+            chunk = os.read(fd, min(size, 1 << 20))
+            if not chunk:
+                return None
+            size -= len(chunk)
+        raise ValueError("frame exceeds the limit of %d bytes" % MAX_FRAME)
     body = read_exact(fd, size)
     return None if body is None else json.loads(body)
 
@@ -257,6 +266,32 @@ def remove_ipc():
     return removed
 
 
+OOM_SCORE_ADJ = "/proc/self/oom_score_adj"
+
+
+def _set_oom_score_adj(value):
+    """Raising one's own score needs no privilege; lowering it back to 0 (the minimum) neither."""
+    try:
+        with open(OOM_SCORE_ADJ, "w") as handle:
+            handle.write(str(value))
+    except OSError:
+        pass
+
+
+def reap():
+    """Reap every exited child: a ``clone(CLONE_PARENT)`` child of a command is ours, and a zombie
+    left unreaped holds a pid of the budget until the pids limit is hit. Returns how many were reaped."""
+    reaped = 0
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return reaped
+        if pid == 0:
+            return reaped
+        reaped += 1
+
+
 def _child_setup(memory_limit):
     def setup():
         import resource
@@ -286,6 +321,10 @@ def run_command(body, fs_paths):
     stdin_data = base64.b64decode(body.get("stdin") or "")
     before = counters(fs_paths)
     started = time.monotonic()
+    # The command (and all it forks) inherits an OOM score of 1000: when the container runs out of
+    # memory the kernel kills the candidate's processes, not this supervisor. The command runs under
+    # another uid, non-dumpable, so it cannot write its score back down.
+    _set_oom_score_adj(1000)
     try:
         proc = subprocess.Popen(
             body["argv"],
@@ -304,10 +343,13 @@ def run_command(body, fs_paths):
         )
     except OSError as exc:
         return _result(exit_code=127, failure="nonzero_exit", detail="cannot start %r: %s" % (body["argv"][0], exc))
+    finally:
+        _set_oom_score_adj(0)
 
     out, err, timed_out, truncated, status, rusage = _supervise(proc, stdin_data, timeout, limit, started)
     wall = time.monotonic() - started
     survivors = sweep()
+    reap()
     remove_ipc()
     after = counters(fs_paths)
     exit_code = os.waitstatus_to_exitcode(status)
@@ -463,18 +505,20 @@ def _result(**fields):
 # ---------------------------------------------------------------- operations
 
 
-def op_exec(body, fs_paths):
+def op_exec(body, fs_paths, emit):
     return run_command(body, fs_paths)
 
 
-def op_exec_batch(body, fs_paths):
-    results = []
-    for item in body["items"]:
+def op_exec_batch(body, fs_paths, emit):
+    """Run the items one after another; each item's result goes out in a frame of its own as soon as
+    it is known, so the host holds every finished result even if a later item takes the runner down,
+    and bounds each item by its own deadline rather than the sum of all."""
+    for index, item in enumerate(body["items"]):
         result = run_command(dict(item, allow=body["allow"]), fs_paths)
-        results.append(result)
+        emit({"item": index, "result": result})
         if body.get("stop_on_failure") and result["failure"] != "ok":
             break
-    return {"results": results}
+    return {"results": []}
 
 
 def _file_result(failure="ok", detail="", **fields):
@@ -482,7 +526,7 @@ def _file_result(failure="ok", detail="", **fields):
     return fields
 
 
-def op_read_file(body, fs_paths):
+def op_read_file(body, fs_paths, emit):
     limit = int(body["max_bytes"])
     try:
         with SandboxIdentity():
@@ -497,7 +541,7 @@ def op_read_file(body, fs_paths):
     return _file_result("output_truncated" if truncated else "ok", data=b64(data[:limit]), truncated=truncated)
 
 
-def op_write_file(body, fs_paths):
+def op_write_file(body, fs_paths, emit):
     data = base64.b64decode(body["data"])
     try:
         with SandboxIdentity():
@@ -518,7 +562,7 @@ def op_write_file(body, fs_paths):
     return _file_result(bytes_written=len(data))
 
 
-def op_list_dir(body, fs_paths):
+def op_list_dir(body, fs_paths, emit):
     try:
         with SandboxIdentity():
             path = resolve(body["path"], body["allow"])
@@ -536,7 +580,7 @@ def op_list_dir(body, fs_paths):
     return _file_result(entries=entries)
 
 
-def op_put_archive(body, fs_paths):
+def op_put_archive(body, fs_paths, emit):
     """Extract a tar into ``dest`` as the sandbox user: regular files and directories only."""
     import tarfile
 
@@ -612,7 +656,7 @@ def tree_size(path, limit):
     return total
 
 
-def op_get_archive(body, fs_paths):
+def op_get_archive(body, fs_paths, emit):
     import tarfile
 
     limit = int(body["max_bytes"])
@@ -637,7 +681,7 @@ def op_get_archive(body, fs_paths):
     return _file_result(tar=b64(buffer.getbuffer()))
 
 
-def op_ping(body, fs_paths):
+def op_ping(body, fs_paths, emit):
     return {"pid": os.getpid(), "processes": len(live_processes())}
 
 
@@ -653,6 +697,49 @@ OPS = {
 }
 
 
+def failed_op(exc):
+    """The reply body of an operation that raised (the workspace's content made it fail, e.g. a
+    directory tree too deep to archive): the candidate's ``tool_error``, after the same sweep as any
+    call so nothing it started outlives it."""
+    sweep()
+    reap()
+    remove_ipc()
+    return {"failure": "tool_error", "detail": ("%s: %s" % (type(exc).__name__, exc))[:2000]}
+
+
+def serve(stdin, stdout):
+    """Answer requests until the host closes the stream. Nothing a request or the workspace's content
+    does may end this loop: every failure becomes a reply."""
+    fs_paths = [p for p in os.environ.get("GYM_FS_PATHS", "/workspace:/tmp").split(":") if p]
+    while True:
+        try:
+            request = read_frame(stdin)
+        except ValueError as exc:  # JSON the host never sends: answer it, the stream stays in step
+            write_frame(stdout, {"id": None, "ok": False, "error": "bad frame: %s" % exc})
+            continue
+        if request is None:
+            return 0
+        request_id = request.get("id") if isinstance(request, dict) else None
+        op = OPS.get(request.get("op")) if isinstance(request, dict) else None
+        if op is None:
+            write_frame(stdout, {"id": request_id, "ok": False, "error": "unknown op in %.200r" % (request,)})
+            continue
+
+        def emit(body, request_id=request_id):
+            try:
+                write_frame(stdout, {"id": request_id, "ok": True, "partial": True, "body": body})
+            except OSError as exc:
+                raise HostGone(exc) from exc
+
+        try:
+            body = op(request.get("body") or {}, fs_paths, emit)
+        except HostGone:
+            raise
+        except Exception as exc:  # RecursionError, MemoryError, OSError from the workspace's content
+            body = failed_op(exc)
+        write_frame(stdout, {"id": request_id, "ok": True, "body": body})
+
+
 def main():
     drop_bounding_set()
     # No supplementary groups: file operations under SandboxIdentity must carry the sandbox
@@ -662,21 +749,12 @@ def main():
     # must be an EPIPE we handle, never a SIGPIPE that kills the supervisor (and masks the call).
     # Children get SIGPIPE back at its default (subprocess restores it before exec).
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    fs_paths = [p for p in os.environ.get("GYM_FS_PATHS", "/workspace:/tmp").split(":") if p]
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
     write_frame(stdout, {"id": 0, "ok": True, "body": {"hello": "gym-runner", "version": PROTOCOL_VERSION}})
-    while True:
-        request = read_frame(stdin)
-        if request is None:
-            return 0
-        op = OPS.get(request.get("op"))
-        try:
-            if op is None:
-                raise ValueError("unknown op %r" % request.get("op"))
-            reply = {"id": request.get("id"), "ok": True, "body": op(request.get("body") or {}, fs_paths)}
-        except Exception as exc:  # a malformed request must not kill the supervisor
-            reply = {"id": request.get("id"), "ok": False, "error": "%s: %s" % (type(exc).__name__, exc)}
-        write_frame(stdout, reply)
+    try:
+        return serve(stdin, stdout)
+    except (HostGone, OSError):  # the host closed the stream: nothing left to answer
+        return 0
 
 
 if __name__ == "__main__":

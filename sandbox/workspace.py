@@ -18,11 +18,14 @@ import time
 from pathlib import Path
 from typing import Any, TypeVar
 
+from collections.abc import Callable, Sequence
+
+import docker
 import trio
 from pydantic import BaseModel
 
 from sandbox.config import SandboxConfig
-from sandbox.engine import AttachedStream
+from sandbox.engine import AttachedStream, Engine
 from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from sandbox.protocol import (
@@ -47,13 +50,30 @@ from sandbox.protocol import (
 log = logging.getLogger(__name__)
 R = TypeVar("R", bound=BaseModel)
 FILE_OP_TIMEOUT_S = 30.0
+# The runner's sweep after a command may take up to its own deadline (3 s, a fork bomb fighting it) plus
+# the IPC clean-up: the host waits that long past a command's deadline and grace before it gives up.
+SWEEP_ALLOWANCE_S = 4.0
+# How long a lost runner's container may take to be seen as exited by the engine.
+LOSS_SETTLE_S = 3.0
+KILLED_FROM_OUTSIDE = (128 + 9, 128 + 15)  # SIGKILL / SIGTERM: sandboxed code cannot signal the runner
+
+
+class RunnerLost(InfraError):
+    """The runner's stream closed, or it gave no answer within the call's backstop."""
+
+    def __init__(self, message: str, *, answered: bool = True):
+        super().__init__(message)
+        self.answered = answered
 
 
 class Workspace:
     """A live workspace. Obtain one from ``WorkspacePool.acquire``; never reused across tasks."""
 
-    def __init__(self, container_id: str, stream: AttachedStream, config: SandboxConfig, owner: str):
+    def __init__(self, container_id: str, stream: AttachedStream, config: SandboxConfig, owner: str,
+                 engine: Engine | None = None):
         self.id = container_id
+        self._engine = engine  # to tell whose failure a lost runner is (see _blame)
+        self._lost: tuple[FailureKind, str] | None = None
         self.owner = owner
         self.config = config
         self._stream = stream
@@ -87,44 +107,79 @@ class Workspace:
             self._frames.extend(self._decoder.feed(chunk))
         return self._frames.pop(0)
 
-    async def _roundtrip(self, op: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    async def _roundtrip(
+        self, op: str, body: dict[str, Any], timeouts: Sequence[float],
+        on_partial: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Send one request and read its frames: ``timeouts[i]`` bounds the wait for the i-th frame
+        (an exec_batch streams one partial frame per item before its reply; the last bound repeats).
+        A runner that stops answering or whose stream closes raises ``RunnerLost``."""
         if self.closed:
             raise InfraError(f"workspace {self.id[:12]} is released")
         if self.broken:
             raise InfraError(f"workspace {self.id[:12]} is unusable: {self.broken}")
         request_id = self._next_id
         self._next_id += 1
+        frames = 0
         try:
-            with trio.move_on_after(timeout) as scope:
-                await self._stream.send(encode_frame({"id": request_id, "op": op, "body": body}))
-                frame = await self._next_frame()
+            await self._stream.send(encode_frame({"id": request_id, "op": op, "body": body}))
+            while True:
+                timeout = timeouts[min(frames, len(timeouts) - 1)]
+                with trio.move_on_after(timeout) as scope:
+                    frame = await self._next_frame()
+                if scope.cancelled_caught:
+                    self.broken = f"runner gave no answer to {op!r} within {timeout:.1f}s"
+                    raise RunnerLost(self.broken, answered=False)
+                if frame is None:
+                    self.broken = "runner stream closed (runner or container died)"
+                    raise RunnerLost(self.broken)
+                frames += 1
+                if frame.get("id") != request_id:
+                    self.broken = f"runner answered request {frame.get('id')} to request {request_id}"
+                    raise InfraError(self.broken)
+                if not frame.get("ok"):
+                    raise InfraError(f"runner refused {op!r}: {frame.get('error')}")
+                if not frame.get("partial"):
+                    return frame["body"]
+                if on_partial is not None:
+                    on_partial(frame["body"])
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ValueError) as exc:
             self.broken = f"runner stream failed: {exc!r}"
-            raise InfraError(self.broken) from exc
-        if scope.cancelled_caught:
-            self.broken = f"runner gave no answer to {op!r} within {timeout:.1f}s"
-            raise InfraError(self.broken)
-        if frame is None:
-            self.broken = "runner stream closed (runner or container died)"
-            raise InfraError(self.broken)
-        if frame.get("id") != request_id:
-            self.broken = f"runner answered request {frame.get('id')} to request {request_id}"
-            raise InfraError(self.broken)
-        if not frame.get("ok"):
-            raise InfraError(f"runner refused {op!r}: {frame.get('error')}")
-        return frame["body"]
+            raise RunnerLost(self.broken) from exc
 
-    async def _call(self, op: str, request: BaseModel, timeout: float, extra: dict[str, Any] | None = None) -> Any:
+    async def _call(self, op: str, request: BaseModel, timeouts: Sequence[float],
+                    on_partial: Callable[[dict[str, Any]], None] | None = None) -> Any:
         result_model = OPERATIONS[op][1]
         body = json.loads(request.model_dump_json())
         body["allow"] = self.config.allowlist
-        body.update(extra or {})
         async with self._lock:
             started = time.monotonic()
-            reply = await self._roundtrip(op, body, timeout)
+            reply = await self._roundtrip(op, body, timeouts, on_partial)
             result = result_model.model_validate_json(json.dumps(reply))
         self.log.append({"op": op, "wall_s": round(time.monotonic() - started, 4), **_summary(request, result)})
         return result
+
+    async def _blame(self, exc: InfraError) -> tuple[FailureKind, str]:
+        """Whose failure a lost runner is: ``(kind, detail)``.
+
+        Only the engine, the daemon or the host mask a call (``infra_error``). When the engine answers
+        and the container died of its own (out of memory, the runner crashed) or the runner overran its
+        deadline while the container kept running, the call's own processes did it: they share the
+        runner's memory, pids and CPU, and nothing outside the container touched it. That is the
+        candidate's failure, scored: a policy must not learn that taking its runner down hides a
+        penalty. A container that was killed from outside (SIGKILL/SIGTERM with no OOM) or removed,
+        and a stream that closed while the container still runs, are infrastructure.
+        """
+        if self._lost is not None:
+            kind, why = self._lost
+            return kind, f"{why} (workspace lost earlier: {exc})"
+        if not isinstance(exc, RunnerLost) or self._engine is None:
+            return FailureKind.INFRA_ERROR, str(exc)
+        kind, why = await diagnose(self._engine, self.id, answered=exc.answered)
+        self._lost = (kind, f"{exc}; {why}")
+        if kind != FailureKind.INFRA_ERROR:
+            log.info("workspace %s lost by its own call: %s (%s)", self.id[:12], kind.value, why)
+        return self._lost
 
     # ------------------------------------------------------------ budgets
 
@@ -164,24 +219,55 @@ class Workspace:
         self.calls += 1
         request = self._resolve_exec(request)
         try:
-            return await self._call("exec", request, request.timeout_s + self.config.calls.grace_s)
+            return await self._call("exec", request, [self._backstop(request)])
         except InfraError as exc:
-            return ExecResult(failure=FailureKind.INFRA_ERROR, detail=str(exc))
+            kind, detail = await self._blame(exc)
+            return ExecResult(failure=kind, detail=detail)
 
     async def exec_batch(self, request: BatchExecRequest) -> BatchExecResult:
-        """Run several commands in one round trip (one tool call of the budget)."""
+        """Run several commands in one round trip (one tool call of the budget).
+
+        Each item's result streams back on its own and is bounded by its own deadline; when the runner
+        is lost at item k, items before k keep their results and k and the rest carry the loss."""
         refusal = self._budget_refusal()
         if refusal:
             return BatchExecResult(results=[ExecResult(failure=refusal[0], detail=refusal[1])] * len(request.items))
         self.calls += 1
         items = [self._resolve_exec(item) for item in request.items]
         request = request.model_copy(update={"items": items})
-        timeout = sum(item.timeout_s for item in items) + self.config.calls.grace_s * (1 + len(items) / 10)
+        done: list[ExecResult] = []
+
+        def take(body: dict[str, Any]) -> None:
+            done.append(ExecResult.model_validate_json(json.dumps(body["result"])))
+
+        timeouts = [self._backstop(item) for item in items] + [self.config.calls.grace_s + SWEEP_ALLOWANCE_S]
         try:
-            return await self._call("exec_batch", request, timeout)
+            reply = await self._call_batch(request, timeouts, take)
         except InfraError as exc:
-            failed = ExecResult(failure=FailureKind.INFRA_ERROR, detail=str(exc))
-            return BatchExecResult(results=[failed] * len(items))
+            kind, detail = await self._blame(exc)
+            return BatchExecResult(results=done + [ExecResult(failure=kind, detail=detail)] * (len(items) - len(done)))
+        if reply is not None:  # the runner failed between items: the rest did not run
+            done += [ExecResult(failure=FailureKind.TOOL_ERROR, detail=reply)] * (len(items) - len(done))
+        elif len(done) < len(items) and not request.stop_on_failure:
+            raise InfraError(f"runner streamed {len(done)} results for {len(items)} items")
+        return BatchExecResult(results=done)
+
+    async def _call_batch(self, request: BatchExecRequest, timeouts: list[float],
+                          take: Callable[[dict[str, Any]], None]) -> str | None:
+        """The streamed exec_batch round trip; returns the runner's failure detail if it failed between items."""
+        body = json.loads(request.model_dump_json())
+        body["allow"] = self.config.allowlist
+        async with self._lock:
+            started = time.monotonic()
+            reply = await self._roundtrip("exec_batch", body, timeouts, take)
+        failure = reply.get("failure")
+        self.log.append({"op": "exec_batch", "wall_s": round(time.monotonic() - started, 4),
+                         "failure": failure or "ok", "items": len(request.items)})
+        return reply.get("detail", failure) if failure else None
+
+    def _backstop(self, request: ExecRequest) -> float:
+        """How long the host waits for a command's result: its deadline, the grace, and the sweep after it."""
+        return (request.timeout_s or self.config.calls.timeout_s) + self.config.calls.grace_s + SWEEP_ALLOWANCE_S
 
     async def read_file(self, path: str, max_bytes: int = 1 << 20) -> ReadFileResult:
         return await self._file_op("read_file", ReadFileRequest(path=self.path(path), max_bytes=max_bytes))
@@ -217,11 +303,12 @@ class Workspace:
                 return result_model(failure=refusal[0], detail=refusal[1])
             self.calls += 1
         try:
-            return await self._call(op, request, FILE_OP_TIMEOUT_S)
+            return await self._call(op, request, [FILE_OP_TIMEOUT_S])
         except InfraError as exc:
-            if op == "get_archive":
-                raise
-            return result_model(failure=FailureKind.INFRA_ERROR, detail=str(exc))
+            kind, detail = await self._blame(exc)
+            if op == "get_archive" and kind == FailureKind.INFRA_ERROR:
+                raise InfraError(detail) from exc
+            return result_model(failure=kind, detail=detail)
 
     async def save_artifacts(self, directory: Path) -> None:
         """Copy the workspace tree and the call log out (before the container is removed)."""
@@ -238,6 +325,41 @@ class Workspace:
         if not self.closed:
             self.closed = True
             await self._stream.aclose()
+
+
+async def diagnose(engine: Engine, container_id: str, *, answered: bool) -> tuple[FailureKind, str]:
+    """``(kind, why)`` of a container whose runner was lost, from what the engine says of it."""
+    deadline = time.monotonic() + LOSS_SETTLE_S
+    while True:
+        try:
+            info = await engine.call("inspect", engine.client.api.inspect_container, container_id)
+        except docker.errors.NotFound:
+            return FailureKind.INFRA_ERROR, "the container was removed from outside"
+        except InfraError as exc:
+            return FailureKind.INFRA_ERROR, f"the engine is not healthy: {exc}"
+        kind, why = classify_loss(info.get("State") or {}, answered=answered)
+        if kind is not None:
+            return kind, why
+        if time.monotonic() > deadline:
+            return FailureKind.INFRA_ERROR, "the stream closed while the container still runs (attach connection lost)"
+        await trio.sleep(0.1)
+
+
+def classify_loss(state: dict[str, Any], *, answered: bool) -> tuple[FailureKind | None, str]:
+    """Whose failure a lost runner is, from the container's engine state (None: not settled yet).
+
+    See ``Workspace._blame`` for the rule; this is its pure part.
+    """
+    code = state.get("ExitCode")
+    if state.get("OOMKilled"):
+        return FailureKind.OOM, f"the container ran out of memory and its OOM killer took the runner (exit {code})"
+    if state.get("Running"):
+        if not answered:
+            return FailureKind.TIMEOUT, "the runner overran the call's deadline under the call's own load"
+        return None, "still running"
+    if code in KILLED_FROM_OUTSIDE:
+        return FailureKind.INFRA_ERROR, f"the container was killed from outside (exit {code}, no OOM)"
+    return FailureKind.WORKSPACE_LOST, f"the runner died during the call (exit {code})"
 
 
 def tar_of(files: dict[str, bytes]) -> bytes:
