@@ -7,7 +7,7 @@
 - ``format`` in [0, 1]: the share of sampled turns that were not valid Harmony
   (parse errors).
 - ``tool_hygiene`` in [0, 1]: the share of tool calls that ended in one of the
-  configured failure kinds (by default ``tool_error`` and ``sandbox_denied``:
+  configured failure kinds (by default ``tool_error``, ``sandbox_denied`` and ``workspace_lost``:
   calls the policy should not have made; a program that exits non-zero is not
   one of them).
 - ``length`` in [0, 1]: how far the sampled tokens went past ``free_tokens``,
@@ -51,7 +51,8 @@ class ToolHygieneTerm(_Term):
 
     weight: float = Field(0.1, ge=0, description="Multiplier of the share of tool calls that failed as below.")
     kinds: tuple[FailureKind, ...] = Field(
-        (FailureKind.TOOL_ERROR, FailureKind.SANDBOX_DENIED), description="Failure kinds that count as a bad call."
+        (FailureKind.TOOL_ERROR, FailureKind.SANDBOX_DENIED, FailureKind.WORKSPACE_LOST),
+        description="Failure kinds that count as a bad call.",
     )
 
 

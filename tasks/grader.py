@@ -273,7 +273,7 @@ class Grader:
                     break
         if len(outcomes) < len(plans) and not self.config.early_stop:
             raise RuntimeError(f"runner returned {len(outcomes)} results for {len(plans)} tests")
-        results = [judge(result) for (_, judge), result in zip(plans, outcomes)]
+        results = [_judged(i, judge, result) for i, ((_, judge), result) in enumerate(zip(plans, outcomes))]
         results += [TestResult(index=i, verdict=NOT_RUN, detail="early stop") for i in range(len(outcomes), len(plans))]
         return results
 
@@ -292,6 +292,18 @@ class Grader:
             for i, (task, submission) in enumerate(pairs):
                 nursery.start_soon(one, i, task, submission)
         return [r for r in results if r is not None]
+
+
+def _judged(index: int, judge: Judge, result: ExecResult) -> TestResult:
+    """The judge's verdict; a judge that cannot read the candidate's output (an integer past Python's
+    digit limit, nesting past the recursion limit, ...) is the candidate's wrong answer, never a crash
+    of the grader that would mask the sample."""
+    try:
+        return judge(result)
+    except Exception as err:  # anything the candidate's bytes can make a host-side parser raise
+        log.info("judge of test %d could not read the output: %r", index, err)
+        return TestResult(index=index, verdict=Verdict.WRONG_ANSWER, wall_s=round(result.wall_s, 4),
+                          detail=f"output the judge cannot read: {type(err).__name__}: {err}"[:200])
 
 
 def pair_submissions(

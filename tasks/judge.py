@@ -30,7 +30,11 @@ from tasks.task import CallTest, StdinTest
 
 NOT_RUN = "not_run"
 
-_INFRA = {FailureKind.INFRA_ERROR, FailureKind.SANDBOX_DENIED, FailureKind.TOOL_ERROR, FailureKind.PARSE_ERROR}
+# Masked verdicts: the engine failed (infra_error) or the grader's own budget refused the call
+# (sandbox_denied: the grader chose every cwd and limit). Everything else a test's process met, a runner
+# that failed serving it (tool_error) or a workspace it took down (workspace_lost) included, is the
+# candidate's doing and is scored.
+_INFRA = {FailureKind.INFRA_ERROR, FailureKind.SANDBOX_DENIED}
 _HEAD = 200
 
 

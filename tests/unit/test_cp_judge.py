@@ -31,7 +31,8 @@ def result(failure=FailureKind.OK, stdout=b"", stderr=b"", exit_code=0, signal=N
         (FailureKind.OUTPUT_TRUNCATED, b"", Verdict.WRONG_ANSWER),
         (FailureKind.INFRA_ERROR, b"", Verdict.INFRA_ERROR),
         (FailureKind.SANDBOX_DENIED, b"", Verdict.INFRA_ERROR),
-        (FailureKind.TOOL_ERROR, b"", Verdict.INFRA_ERROR),
+        (FailureKind.TOOL_ERROR, b"", Verdict.RUNTIME_ERROR),  # the runner failed serving the test's process
+        (FailureKind.WORKSPACE_LOST, b"", Verdict.RUNTIME_ERROR),  # the test's process took the runner down
     ],
 )
 def test_failure_kinds_map_to_verdicts(failure, stderr, verdict):

@@ -69,6 +69,28 @@ def test_episode_seeds_are_reproducible_and_distinct():
     assert len({episode_seed(0, p, m) for p in range(50) for m in range(8)}) == 400
 
 
+def test_masked_episodes_always_leave_a_bundle(env, tmp_path):
+    """A masked episode is exactly the one to look at later: failures on means it is bundled, even at rate 0."""
+    quiet = make_env(task_pool=env.config.task_pool.model_dump(mode="json"), replay={"rate": 0.0, "failures": True})
+    pool = FakePool()
+
+    async def main():
+        return await collect_async(quiet, load_scripted("reference", quiet), pool, 2, 2, 0,
+                                   grader=FakeGrader(quiet, pool, infra=True), bundle_dir=tmp_path)
+
+    trajectories, workers = trio.run(main)
+    assert len(trajectories) == 4 and all(t.masked for t in trajectories)
+    bundles = [read_bundle(p) for p in workers.bundles]
+    assert len(bundles) == 4 and all(b.reason == "failure" and b.trajectory.masked for b in bundles)
+
+
+def test_the_main_job_bundles_every_failure():
+    from trainer.config import TrainConfig
+
+    config = TrainConfig.load(SAMPLES.parents[1] / "configs" / "cp_grpo_tiny.yaml")
+    assert config.env.replay.failures
+
+
 def test_bundles_for_failures_always_and_a_deterministic_share(env, tmp_path):
     never = make_env(task_pool=env.config.task_pool.model_dump(mode="json"), replay={"rate": 0.0})
     _, workers, _ = run_workers(never, load_scripted("reference", never), groups=3, group_size=1,
