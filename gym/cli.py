@@ -12,6 +12,8 @@ import importlib
 import logging
 import sys
 
+from sandbox.errors import ImageMissing
+
 DESCRIPTION = (
     "Sandboxed agentic code-RL gym: hardened Docker workspaces, graders nobody can fool, "
     "token-exact trajectories, GRPO on an RDEP MoE policy."
@@ -26,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "grade": ("gym.commands.grade", "grade solutions against CP tasks (one fresh sandbox per task)"),
     "tasks": ("gym.commands.tasks", "build the shipped SWE instances (build-swe) or derive their test ids"),
     "killtest": ("gym.commands.killtest", "run the sandbox kill-test: attack catalog, host checks, posture; exit 0 only if all contained"),
+    "soak": ("gym.commands.soak", "hammer real workspaces with a seeded mix of benign calls; exit 0 only if no infra error, runner death or leak"),
     "tokenizer": ("gym.commands.tokenizer", "train the default BPE tokenizer, or describe a tokenizer spec"),
     "rollout": ("gym.commands.rollout", "run episodes of an environment with a policy; write trajectories and replay bundles"),
     "replay": ("gym.commands.replay", "re-execute replay bundles in fresh workspaces and report any difference"),
@@ -73,4 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _configure_logging(args.verbose)
     module = importlib.import_module(COMMANDS[args.command][0])
-    return int(module.run(args) or 0)
+    missing: list[BaseException] = []
+    try:
+        code = int(module.run(args) or 0)
+    except* ImageMissing as group:  # a set-up fault: its message says what to run, a traceback adds nothing
+        missing += group.exceptions
+    if missing:
+        while isinstance(missing[0], BaseExceptionGroup):
+            missing = list(missing[0].exceptions)
+        logging.getLogger("gym").error("%s", missing[0])
+        return 1
+    return code

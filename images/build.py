@@ -2,13 +2,12 @@
 
 The base root filesystem comes from Debian packages with mmdebstrap (or
 debootstrap), using this machine's configured apt sources and release. Every
-image carries a label with the hash of its inputs; a build whose inputs are
-unchanged is skipped.
+image carries a label with the hash of its inputs, and the gym's own images are
+tagged with it (``images.inputs``); a build whose inputs are unchanged is skipped.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import shutil
 import subprocess
@@ -19,18 +18,20 @@ from pathlib import Path
 
 import docker
 
-from sandbox.config import RUNNER_IMAGE
+from images.inputs import (
+    BASE_PACKAGES,
+    BASE_REPOSITORY,
+    RUNNER_DOCKERFILE,
+    RUNNER_SOURCE,
+    ImageBuildError,
+    base_inputs,
+    host_release,
+    runner_inputs,
+    runner_tag,
+)
 
 log = logging.getLogger(__name__)
-ROOT = Path(__file__).resolve().parent.parent
 INPUTS_LABEL = "gym.inputs"
-BASE_REPOSITORY = "gym-base"
-# Debian packages of the base image: python3 for the runner and graders; pip/venv/git/patch for SWE images.
-BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "git", "procps", "patch", "ca-certificates")
-
-
-class ImageBuildError(RuntimeError):
-    """An image could not be built; the message names the step and the cause."""
 
 
 @dataclass(frozen=True)
@@ -39,21 +40,6 @@ class BuiltImage:
     inputs: str
     built: bool  # False when the cache was used
     seconds: float
-
-
-def host_release() -> str:
-    for line in Path("/etc/os-release").read_text().splitlines():
-        if line.startswith("VERSION_CODENAME="):
-            return line.split("=", 1)[1].strip().strip('"')
-    raise ImageBuildError("cannot tell this machine's Debian release from /etc/os-release (VERSION_CODENAME)")
-
-
-def digest(*parts: bytes | str) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(part.encode() if isinstance(part, str) else part)
-        h.update(b"\0")
-    return h.hexdigest()[:16]
 
 
 def cached(client: docker.DockerClient, tag: str, inputs: str) -> bool:
@@ -92,7 +78,7 @@ def _debootstrap(release: str, include: str, out: Path) -> None:
 
 def build_base(client: docker.DockerClient, force: bool = False) -> BuiltImage:
     release = host_release()
-    inputs = digest("base", release, *BASE_PACKAGES)
+    inputs = base_inputs(release)
     tag = f"{BASE_REPOSITORY}:{inputs}"
     started = time.monotonic()
     if not force and cached(client, tag, inputs):
@@ -127,14 +113,15 @@ def build_dockerfile(
 
 
 def build_runner(client: docker.DockerClient, base: BuiltImage, force: bool = False) -> BuiltImage:
-    dockerfile = (ROOT / "images/runner/Dockerfile").read_bytes()
-    runner = (ROOT / "sandbox/runner.py").read_bytes()
-    inputs = digest("runner", base.inputs, dockerfile, runner)
+    """``gym-runner:<inputs>``: the tag ``images.inputs.runner_image()`` names for this checkout."""
+    dockerfile = RUNNER_DOCKERFILE.read_bytes()
+    runner = RUNNER_SOURCE.read_bytes()
+    inputs = runner_inputs(base.inputs, dockerfile, runner)
     with tempfile.TemporaryDirectory() as tmp:
         context = Path(tmp)
         (context / "Dockerfile").write_bytes(dockerfile)
         (context / "runner.py").write_bytes(runner)
-        return build_dockerfile(client, context, RUNNER_IMAGE, inputs, {"BASE": base.tag}, force or base.built)
+        return build_dockerfile(client, context, runner_tag(inputs), inputs, {"BASE": base.tag}, force or base.built)
 
 
 def build_all(client: docker.DockerClient, force: bool = False) -> list[BuiltImage]:

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import docker
 
-from images.build import ROOT, BuiltImage, ImageBuildError, build_all, build_dockerfile, cached, digest
-from sandbox.config import RUNNER_IMAGE
+from images.build import BuiltImage, build_all, build_dockerfile, cached
+from images.inputs import ROOT, ImageBuildError, digest
 from tasks.errors import TaskError
 from tasks.swe import repository
 from tasks.swe.instance import SdistSource, SweInstance, load_instances
@@ -78,7 +78,7 @@ def build_swe_base(client: docker.DockerClient, force: bool = False) -> BuiltIma
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "Dockerfile").write_bytes(dockerfile)
         return build_dockerfile(
-            client, Path(tmp), f"gym-swe-base:{inputs}", inputs, {"BASE": RUNNER_IMAGE}, force or runner.built
+            client, Path(tmp), f"gym-swe-base:{inputs}", inputs, {"BASE": runner.tag}, force or runner.built
         )
 
 

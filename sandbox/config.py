@@ -11,7 +11,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-RUNNER_IMAGE = "gym-runner:latest"
+from images.inputs import runner_image
 
 
 class _Config(BaseModel):
@@ -90,7 +90,11 @@ class EngineConfig(_Config):
 class SandboxConfig(_Config):
     """Everything a workspace pool needs."""
 
-    image: str = Field(RUNNER_IMAGE, description="image of workspace containers (built by `python -m gym images build`)")
+    image: str = Field(
+        default_factory=runner_image,
+        description="image of workspace containers; default: this checkout's runner image, gym-runner:<hash of "
+        "its inputs> (built by `python -m gym images build`)",
+    )
     workdir: str = Field("/workspace", description="workspace root inside the container (a tmpfs)")
     allowlist: list[str] = Field(
         default_factory=lambda: ["/workspace"],

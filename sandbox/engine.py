@@ -23,7 +23,7 @@ import trio
 from docker.types import LogConfig, Ulimit
 
 from sandbox.config import SandboxConfig
-from sandbox.errors import InfraError
+from sandbox.errors import ImageMissing, InfraError
 from sandbox.labels import Labels
 from sandbox.seccomp import security_opt
 
@@ -75,6 +75,27 @@ class Engine:
             raise
         except (docker.errors.DockerException, OSError, ValueError) as exc:
             raise InfraError(f"Docker engine call {what!r} failed: {exc}") from exc
+
+    def image_missing(self) -> ImageMissing:
+        return ImageMissing(
+            f"image {self.config.image} is not on the Docker engine at {self.url}: build it with "
+            "`python -m gym images build` (`bin/setup` runs it; SWE instance images need `--swe FILE`)"
+        )
+
+    async def require_image(self) -> None:
+        """Raise ImageMissing unless the configured image is on the engine."""
+        try:
+            await self.call("inspect image", self.client.api.inspect_image, self.config.image)
+        except docker.errors.NotFound:
+            raise self.image_missing() from None
+
+    async def create(self, spec: dict[str, Any]) -> str:
+        """Create a container from ``container_spec`` output; returns its id."""
+        try:
+            created = await self.call("create", self.client.api.create_container, **spec)
+        except docker.errors.ImageNotFound:
+            raise self.image_missing() from None
+        return created["Id"]
 
     def container_spec(self, labels: Labels, name: str) -> dict[str, Any]:
         """Keyword arguments of ``APIClient.create_container`` for one hardened workspace."""

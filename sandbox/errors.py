@@ -9,6 +9,10 @@ class InfraError(SandboxError):
     """The sandbox itself failed (engine down or slow, runner lost). Never a reward of 0."""
 
 
+class ImageMissing(InfraError):
+    """The workspace image is not on the engine: a set-up fault, named with the command that builds it."""
+
+
 class BudgetExceeded(SandboxError):
     """An episode budget (wall clock, number of calls) is spent; the call was not run."""
 

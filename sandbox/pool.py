@@ -70,6 +70,11 @@ class WorkspacePool:
 
     @asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:
+        if self.size > 0:
+            # A warm pool starts containers at once: a missing image fails here, with the command that
+            # builds it, not as a refill crash. A pool without warming (graders of per-instance images)
+            # meets it per acquire instead, as an ImageMissing infra error of that task alone.
+            await self.engine.require_image()
         if self._gc_at_start:
             removed = await collect(self.engine)
             if removed:
@@ -211,8 +216,7 @@ class WorkspacePool:
             # Shielded: a create abandoned by cancellation still lands in the engine, and a
             # container we never learned the id of would leak until gc.
             with trio.CancelScope(shield=True):
-                created = await self.engine.call("create", api.create_container, **spec)
-                container_id = created["Id"]
+                container_id = await self.engine.create(spec)
                 self._live.add(container_id)
             try:
                 stream = await self.engine.attach(container_id)

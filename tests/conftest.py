@@ -13,14 +13,14 @@ def _engine_problem() -> str | None:
     try:
         import docker
 
+        from images.inputs import runner_image
+
         client = docker.from_env(version="auto", timeout=10)
         client.ping()
-        from sandbox.config import RUNNER_IMAGE
-
-        client.images.get(RUNNER_IMAGE)
+        client.images.get(runner_image())
         client.close()
     except Exception as exc:  # any reason the engine or image is unusable
-        return f"Docker engine or runner image unavailable ({exc}); run `bin/setup`"
+        return f"Docker engine or runner image unavailable ({exc}); run `python -m gym images build` or `bin/setup`"
     return None
 
 

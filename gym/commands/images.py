@@ -1,4 +1,8 @@
-"""`python -m gym images build`: the base rootfs and the sandbox images, cached by input hash."""
+"""`python -m gym images build`: the base rootfs and the sandbox images, cached by input hash.
+
+`python -m gym images tag` prints the runner image's tag for this checkout (what
+``SandboxConfig.image`` defaults to, and what compose.yaml's ``GYM_RUNNER_IMAGE`` wants).
+"""
 
 from __future__ import annotations
 
@@ -15,9 +19,15 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     build.add_argument("--force", action="store_true", help="rebuild even when the input hash is unchanged")
     build.add_argument("--swe", type=Path, default=None, metavar="FILE", help="also the images of an SWE instances file")
     build.add_argument("--repos-dir", type=Path, default=None, metavar="DIR", help="SWE clones as DIR/owner__name")
+    sub.add_parser("tag", help="print this checkout's runner image tag (gym-runner:<hash of its inputs>); no Docker needed")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "tag":
+        from images.inputs import runner_image
+
+        print(runner_image())
+        return 0
     import docker
 
     from images.build import ImageBuildError, build_all

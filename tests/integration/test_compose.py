@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from images.inputs import runner_image
+
 ROOT = Path(__file__).resolve().parents[2]
 SOCKET = "/var/run/docker.sock"
 
@@ -31,7 +33,7 @@ def compose(*args: str, env: dict | None = None, timeout: float = 120) -> subpro
 
 
 def test_compose_file_is_valid_and_only_trusted_services_get_the_socket():
-    done = compose("config", env={"GYM_PYTHON": sys.prefix})
+    done = compose("config", env={"GYM_PYTHON": sys.prefix, "GYM_RUNNER_IMAGE": runner_image()})
     assert done.returncode == 0, done.stderr
     services = yaml.safe_load(done.stdout)["services"]
     assert set(services) == {"policy", "trainer", "gc"}
@@ -44,10 +46,17 @@ def test_compose_file_is_valid_and_only_trusted_services_get_the_socket():
     trainer = services["trainer"]["command"]
     assert trainer[1:4] == ["-m", "gym", "train"] and "http://policy:8000" in trainer
     for service in services.values():  # built here from the local base image, never pulled
-        assert service["image"] == "gym-app:latest" and service["build"]["args"]["BASE"] == "gym-runner:latest"
+        assert service["image"] == "gym-app:latest" and service["build"]["args"]["BASE"] == runner_image()
         assert any(m.startswith(sys.prefix) for m in (v if isinstance(v, str) else v["source"] for v in service["volumes"]))
     dockerfile = (ROOT / "trainer" / "compose.Dockerfile").read_text()
     assert "FROM ${BASE}" in dockerfile
+
+
+def test_compose_names_the_runner_image_or_says_how_to_get_it():
+    env = {key: value for key, value in os.environ.items() if key != "GYM_RUNNER_IMAGE"}
+    done = subprocess.run(["docker-compose", "-f", str(ROOT / "compose.yaml"), "config"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, env={**env, "GYM_PYTHON": sys.prefix})
+    assert done.returncode != 0 and "python -m gym images tag" in done.stderr
 
 
 def test_compose_rejects_a_broken_file(tmp_path):
@@ -64,9 +73,9 @@ def engine_ready() -> str | None:
 
         client = docker.from_env(timeout=10)
         client.ping()
-        client.images.get("gym-runner:latest")
+        client.images.get(runner_image())
     except Exception as exc:  # noqa: BLE001 - any failure means: cannot bring it up here
-        return f"Docker engine or gym-runner image unavailable: {exc}"
+        return f"Docker engine or runner image {runner_image()} unavailable: {exc}"
     return None
 
 
@@ -99,7 +108,8 @@ def test_compose_up_runs_a_training_step():
     run_dir.mkdir(parents=True)
     config = run_dir / "config.yaml"
     config.write_text(yaml.safe_dump({**COMPOSE_RUN, "run_dir": f"runs/{name}/run"}))
-    env = {"GYM_PYTHON": sys.prefix, "GYM_CONFIG": f"runs/{name}/config.yaml", "COMPOSE_PROJECT_NAME": name}
+    env = {"GYM_PYTHON": sys.prefix, "GYM_CONFIG": f"runs/{name}/config.yaml", "COMPOSE_PROJECT_NAME": name,
+           "GYM_RUNNER_IMAGE": runner_image()}
     try:
         done = compose("up", "--build", "--abort-on-container-exit", "--exit-code-from", "trainer", env=env, timeout=900)
         assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]

@@ -15,6 +15,7 @@ import docker
 import pytest
 import trio
 
+from images.inputs import runner_image
 from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from sandbox.labels import Labels, current_owner
@@ -134,7 +135,7 @@ def test_pool_start_collects_orphans_and_expired_containers():
     dead = Labels(owner=f"{socket.gethostname()}:999999:1", created=time.time(), deadline=time.time() + 3600)
     expired = Labels(owner=current_owner(), created=time.time() - 10, deadline=time.time() - 1)
     ids = [
-        client.containers.create("gym-runner:latest", command=["true"], labels=labels.as_dict()).id
+        client.containers.create(runner_image(), command=["true"], labels=labels.as_dict()).id
         for labels in (dead, expired)
     ]
     client.close()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gym.environment import Environment, EnvironmentConfig, EnvironmentConfigError, TaskStream, task_text
+from images.inputs import runner_image
 from tasks.task import StdinTest, Task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +61,7 @@ def test_shipped_smoke_config_loads_every_sample_with_a_reference():
     assert {task.source_format for task in env.tasks.values()} == {
         "nemotron", "taco", "apps", "codecontests", "lcb", "humaneval", "mbpp"}
     resolved = json.loads(env.resolved())
-    assert resolved["name"] == "cp_smoke" and resolved["sandbox"]["image"] == "gym-runner:latest"
+    assert resolved["name"] == "cp_smoke" and resolved["sandbox"]["image"] == runner_image()
     messages = env.prompt(env.tasks["humaneval/GymEval/0"])
     assert [m.role for m in messages] == ["system", "developer", "user"]
     assert "type submit" in messages[1].content and "running_max" in messages[2].content

@@ -1,0 +1,72 @@
+"""What the gym's own images are built from, and the content-addressed tags that follow from it.
+
+An image's tag is ``REPOSITORY:<16-hex digest of its inputs>``, so two checkouts
+of different runner code on one Docker engine (a CI clone beside a dev tree)
+never overwrite each other's image. Computing a tag reads a few files and does
+no Docker I/O; ``runner_image()`` is what ``SandboxConfig.image`` defaults to.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE_REPOSITORY = "gym-base"
+RUNNER_REPOSITORY = "gym-runner"
+RUNNER_DOCKERFILE = ROOT / "images/runner/Dockerfile"
+RUNNER_SOURCE = ROOT / "sandbox/runner.py"
+# Debian packages of the base image: python3 for the runner and graders; pip/venv/git/patch for SWE images.
+BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "git", "procps", "patch", "ca-certificates")
+# Stands in for the release in a tag computed where /etc/os-release names none: such a tag matches
+# no image, and `images build` there fails with the reason.
+UNKNOWN_RELEASE = "unknown-release"
+
+
+class ImageBuildError(RuntimeError):
+    """An image could not be built; the message names the step and the cause."""
+
+
+def digest(*parts: bytes | str) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.encode() if isinstance(part, str) else part)
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def host_release() -> str:
+    for line in Path("/etc/os-release").read_text().splitlines():
+        if line.startswith("VERSION_CODENAME="):
+            return line.split("=", 1)[1].strip().strip('"')
+    raise ImageBuildError("cannot tell this machine's Debian release from /etc/os-release (VERSION_CODENAME)")
+
+
+def base_inputs(release: str) -> str:
+    """Input hash of the base rootfs: the Debian release and the package list."""
+    return digest("base", release, *BASE_PACKAGES)
+
+
+def runner_inputs(base: str, dockerfile: bytes, runner: bytes) -> str:
+    """Input hash of the runner image: the base's inputs, its Dockerfile and the runner's source bytes."""
+    return digest("runner", base, dockerfile, runner)
+
+
+def runner_tag(inputs: str) -> str:
+    return f"{RUNNER_REPOSITORY}:{inputs}"
+
+
+def checkout_runner_inputs() -> tuple[str, bytes, bytes]:
+    """``(base inputs, Dockerfile, runner.py)`` of this checkout on this machine."""
+    try:
+        release = host_release()
+    except (OSError, ImageBuildError):
+        release = UNKNOWN_RELEASE
+    return base_inputs(release), RUNNER_DOCKERFILE.read_bytes(), RUNNER_SOURCE.read_bytes()
+
+
+@functools.cache
+def runner_image() -> str:
+    """The runner image tag of this checkout (files read once per process)."""
+    return runner_tag(runner_inputs(*checkout_runner_inputs()))
