@@ -9,9 +9,12 @@ sandbox's allowlist, and the workspace enforces the call and episode budgets.
 
 Outcomes are data, never exceptions: an unknown tool or arguments that do not
 validate give ``tool_error`` (the message names the field), an allowlist
-refusal gives ``sandbox_denied``, a lost runner gives ``infra_error`` (the
-episode is then masked). Observation text is deterministic (no timings), so a
-replay can compare it byte for byte.
+refusal gives ``sandbox_denied``, a runner lost to the engine gives ``infra_error`` (the
+episode is then masked) and one the call itself took down gives ``oom``, ``timeout`` or
+``workspace_lost`` (scored); arguments the sandbox cannot carry (lone surrogates) give
+``tool_error``. Observation text always encodes as UTF-8 (a file name that is not UTF-8
+shows with replacement characters) and is deterministic (no timings), so a replay can
+compare it byte for byte.
 
 ``apply_patch`` runs GNU ``patch`` inside the workspace (it is in the base
 image), with ``-p1`` when every file header carries the ``a/``/``b/`` prefixes
@@ -33,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gym.message import ToolCall
 from gym.prompt import ToolSpec
+from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from sandbox.protocol import ExecRequest, ExecResult, FileResult, ListDirResult, ReadFileResult
 
@@ -320,4 +324,16 @@ class Toolbox:
                 f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()
             )
             return _refusal(FailureKind.TOOL_ERROR, f"bad arguments for {call.recipient}: {problems}")
-        return await tool.handler(self, ws, args)
+        try:
+            outcome = await tool.handler(self, ws, args)
+        except InfraError as exc:  # the engine failed under the call: masked, as a lost engine is
+            return _refusal(FailureKind.INFRA_ERROR, str(exc))
+        except Exception as exc:  # arguments the sandbox cannot carry (lone surrogates, ...): the call's fault
+            return _refusal(FailureKind.TOOL_ERROR, f"{call.recipient} could not run: {type(exc).__name__}: {exc}"[:500])
+        return outcome.model_copy(update={"output": printable(outcome.output)})
+
+
+def printable(text: str) -> str:
+    """``text`` with lone surrogates (a file name that is not UTF-8, a sampled escape) replaced by ``?``: every
+    observation must encode, or the tokenizer would raise past the episode."""
+    return text.encode("utf-8", errors="replace").decode("utf-8")

@@ -91,7 +91,9 @@ def read_frame(fd):
 
 
 def write_frame(fd, message):
-    body = json.dumps(message, separators=(",", ":")).encode()
+    # Text from the workspace (a file name that is not UTF-8 comes back from the OS with lone surrogates)
+    # is sent as valid UTF-8, lone surrogates as "?": the host refuses JSON that is not.
+    body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8", errors="replace")
     os.write(fd, HEADER.pack(len(body)))
     view = memoryview(body)  # no copies of a large body: its memory is the container's budget
     while view:

@@ -93,3 +93,24 @@ def test_any_text_round_trips_through_write_and_read():
                           call("bash", command="cat", stdin=text)])
     assert [o.failure for o in outcomes] == [FailureKind.OK] * 3
     assert outcomes[1].output == text and outcomes[2].output == f"[exit code 0]\nstdout:\n{text}"
+
+
+def test_sampled_bytes_never_raise_past_the_call():
+    """Names that are not UTF-8 and arguments with lone surrogates, in the real sandbox: outcomes, not crashes."""
+    outcomes = run_calls([
+        call("python", code="open(b'caf\\xe9.txt', 'w').write('x'); import os; os.mkdir(b'd\\xff')"),
+        call("list_dir", path="."),
+        call("bash", command="ls", cwd="d\udcff"),
+        call("python", code="print('\ud800')"),
+        call("read_file", path="caf\udce9.txt"),
+        call("bash", command="echo still here"),
+    ])
+    made, listing, odd_cwd, surrogate, odd_read, after = outcomes
+    assert made.failure == FailureKind.OK, made
+    assert listing.failure == FailureKind.OK and "caf" in listing.output, listing
+    for outcome in outcomes:
+        outcome.output.encode("utf-8")
+    assert surrogate.failure == FailureKind.TOOL_ERROR and odd_cwd.failure in (FailureKind.TOOL_ERROR,
+                                                                               FailureKind.SANDBOX_DENIED)
+    assert odd_read.failure in (FailureKind.TOOL_ERROR, FailureKind.OK), odd_read
+    assert after.failure == FailureKind.OK and "still here" in after.output

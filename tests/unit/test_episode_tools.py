@@ -182,3 +182,32 @@ def test_schemas_render_into_the_developer_message():
     schema = schema_of(SubmitArgs)
     assert "title" not in schema and schema["properties"]["path"] == {
         "description": "File holding the final program (e.g. 'solution.py').", "type": "string"}
+
+
+def test_arguments_the_sandbox_cannot_carry_are_tool_errors_not_exceptions():
+    """A sampled JSON escape can hold a lone surrogate: no tool may raise past the episode on it."""
+    box, ws = Toolbox(), MemoryWorkspace()
+    for bad in (call("python", code="print(1)", stdin="\ud800"), call("bash", command="ls", stdin="x\udcff"),
+                call("write_file", path="a.py", content="\ud83d"), call("apply_patch", patch="--- a\n+++ b\n\udc80")):
+        outcome = run(box, ws, bad)
+        assert outcome.failure == FailureKind.TOOL_ERROR and "UnicodeEncodeError" in outcome.output, outcome
+        outcome.output.encode("utf-8")
+
+
+class _RaisingWorkspace(MemoryWorkspace):
+    async def exec(self, request: ExecRequest) -> ExecResult:
+        from sandbox.errors import InfraError
+
+        raise InfraError("engine went away")
+
+
+def test_an_engine_failure_under_a_tool_is_infra_error_and_anything_else_tool_error():
+    outcome = run(Toolbox(), _RaisingWorkspace(), call("bash", command="true"))
+    assert outcome.failure == FailureKind.INFRA_ERROR and "engine went away" in outcome.output
+
+
+def test_observations_always_encode():
+    ws = MemoryWorkspace({("bash", "-c", "ls"): ExecResult(exit_code=0, stdout=b"ok", detail="")})
+    ws.files["/workspace/caf\udce9.txt"] = b"x"  # a name that was not UTF-8 (os.fsdecode's surrogateescape)
+    outcome = run(Toolbox(), ws, call("list_dir", path="."))
+    assert outcome.failure == FailureKind.OK and outcome.output == "caf?.txt (1 bytes)"
