@@ -1,9 +1,12 @@
 """Comparing a candidate's output with the expected output, on the host.
 
-* stdout (`outputs_match`): whitespace-normalised token compare. Two integer
-  tokens compare exactly (big integers keep every digit); when either token
-  is a decimal/exponent number both are read as floats and compared with the
-  absolute/relative tolerance; anything else compares as text, case-sensitive.
+* stdout (`outputs_match`): whitespace-normalised token compare. An integer
+  expected token needs an integer token, compared exactly as digits (any
+  length: no conversion, so no digit limit; `+7`, `007` and `7` are equal,
+  `-0` and `0` too); `1000000020.0` never passes for `1000000007`. When the
+  expected token is a decimal/exponent number, an integer or decimal answer
+  is read as a float and compared with the absolute/relative tolerance;
+  anything else compares as text, case-sensitive.
 * call results (`values_match`): decoded plain values against the dataset's
   JSON value, with type checks: a bool matches only a bool; an expected int
   needs an int (a float or a bool is wrong); an expected float accepts an int
@@ -41,11 +44,17 @@ class Tolerance(BaseModel):
         return abs(actual - expected) <= max(self.abs_tol, self.rel_tol * abs(expected))
 
 
+def _integer_digits(token: str) -> tuple[bool, str]:
+    """``(negative, digits)`` of an integer token without leading zeros (``-0`` is ``0``)."""
+    digits = token.lstrip("+-").lstrip("0") or "0"
+    return token.startswith("-") and digits != "0", digits
+
+
 def _tokens_match(actual: str, expected: str, tolerance: Tolerance) -> bool:
     if actual == expected:
         return True
-    if _INTEGER.match(actual) and _INTEGER.match(expected):
-        return int(actual) == int(expected)
+    if _INTEGER.match(expected):
+        return bool(_INTEGER.match(actual)) and _integer_digits(actual) == _integer_digits(expected)
     if _DECIMAL.match(actual) and _DECIMAL.match(expected):
         return tolerance.close(float(actual), float(expected))
     return False

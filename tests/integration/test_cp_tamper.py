@@ -293,3 +293,25 @@ def test_files_written_for_the_next_task_are_gone():
     written, read = trio.run(main)
     assert written.passed
     assert read.passed, read.tests[0].output_head  # a fresh container: nothing left from the previous task
+
+
+MODULUS = stdin_task("modulus", [("7\n", "1000000007\n"), ("1\n", "5\n")])
+
+
+def test_output_the_judge_chokes_on_and_floats_for_integers_score_zero_unmasked():
+    """Huge integers crashed the host judge (int-string limit -> grader crash -> masked); a float within
+    the relative tolerance passed for an integer; stdin that the program never reads lost the runner."""
+    attacks = {
+        "huge": "print('9' * 100000)\n",
+        "huge-call": "def solve(x):\n    return int('7' * 4000) ** 3\n",
+        "float": "n = int(input())\nprint(1000000020.0 if n == 7 else 5.0000001)\n",
+        "ignore-stdin": "print(1000000007)\n",
+    }
+    big_input = stdin_task("big-input", [("1\n" * (2 << 20), "1000000007\n"), ("2\n", "1\n")])
+    results = grade((MODULUS, attacks["huge"]), (DOUBLE, attacks["huge-call"]), (MODULUS, attacks["float"]),
+                    (big_input, attacks["ignore-stdin"]))
+    huge, huge_call, floats, ignore = results
+    for result in (huge, huge_call, floats):
+        assert not result.infra_error and result.fraction == 0.0, result
+    assert set(verdicts(huge)) == {Verdict.WRONG_ANSWER} and set(verdicts(floats)) == {Verdict.WRONG_ANSWER}
+    assert not ignore.infra_error and verdicts(ignore) == [Verdict.PASSED, Verdict.WRONG_ANSWER], ignore

@@ -24,13 +24,23 @@ TOL = Tolerance()
         ("yes", "YES", False),  # case-sensitive
         ("1.0000004", "1.0", True),  # within 1e-6 absolute
         ("1.00001", "1.0", False),
-        ("1000000.5", "1000000", True),  # relative 1e-6 of 1e6 is 1
+        ("1000000.5", "1000000.0", True),  # relative 1e-6 of 1e6 is 1
+        ("1000000.5", "1000000", False),  # an integer expected token needs an integer answer
+        ("1000000020.0", "1000000007", False),  # within the relative tolerance as floats: not an answer
+        ("1000000007.0", "1000000007", False),
+        ("+007", "7", True),
+        ("-0", "0", True),
+        ("-7", "7", False),
+        ("1" * 5000, "1" * 5000, True),  # past Python's int-string digit limit: compared as digits
+        ("1" * 5000, "1" * 4999 + "2", False),
+        ("1" * 5001, "5", False),
         ("1.5", "1.500000000", True),
         ("2", "2.0000000001", True),  # an integer token against a decimal compares as floats
         ("12345678901234567891", "12345678901234567890", False),  # big integers compare exactly
         ("-0", "0", True),
         ("nan", "nan", True),  # identical text
-        ("1e-7", "0", True),  # not both integers: compared as floats, within 1e-6
+        ("1e-7", "0", False),  # the expected token is an integer: a float is no answer
+        ("1e-7", "0.0", True),  # a decimal expected token: compared as floats, within 1e-6
         ("1e-5", "0", False),
         ("abc", "abd", False),
         ("", "", True),

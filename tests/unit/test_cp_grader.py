@@ -146,3 +146,14 @@ def test_tests_go_in_one_batch_unless_their_inputs_are_huge():
     assert len(_chunks(small)) == 1
     big = [ExecRequest(argv=["x"], stdin=b"1" * (MAX_BATCH_STDIN_BYTES // 2 + 1)) for _ in range(3)]
     assert [len(c) for c in _chunks(big)] == [1, 1, 1]
+
+
+def test_a_judge_that_cannot_read_the_output_gives_wrong_answer_not_a_grader_crash():
+    from sandbox.protocol import ExecResult
+    from tasks.grader import _judged
+
+    def judge(result):
+        return int(result.stdout)  # Python's int-string limit: ValueError on 5000 digits
+
+    verdict = _judged(3, judge, ExecResult(exit_code=0, stdout=b"9" * 5000))
+    assert verdict.index == 3 and verdict.verdict == Verdict.WRONG_ANSWER and "ValueError" in verdict.detail
