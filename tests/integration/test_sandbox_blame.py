@@ -201,3 +201,31 @@ def test_a_container_removed_from_outside_is_infra_error():
 )
 def test_classify_loss(state, answered, expected):
     assert classify_loss(state, answered=answered)[0] == expected
+
+
+IPC_FLOOD = r"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+counts = []
+for make in (lambda: libc.msgget(0, 0o1600), lambda: libc.shmget(0, 4096, 0o1600), lambda: libc.semget(0, 1, 0o1600)):
+    made = 0
+    while made < 40000 and make() >= 0:
+        made += 1
+    counts.append(made)
+print(*counts)
+"""
+
+
+def test_ipc_floods_are_bounded_so_their_cleanup_stays_short():
+    """IPC objects outlive their process; the runner removes them after the call. Uncapped (32000 of each
+    kind) that clean-up ran far past the call's deadline; the namespace now holds 256 of each."""
+
+    async def go(ws: Workspace):
+        started = time.monotonic()
+        flood = await ws.exec(py(IPC_FLOOD, timeout_s=20))
+        return flood, time.monotonic() - started, await ws.exec(py(IPC_FLOOD, timeout_s=20))
+
+    flood, host_wall, again = in_workspace(go)
+    assert flood.failure == FailureKind.OK and flood.stdout.split() == [b"256", b"256", b"256"], flood
+    assert host_wall < 10, host_wall
+    assert again.stdout == flood.stdout  # the first call's objects were all removed

@@ -237,4 +237,51 @@ while True:
         ("ok", "timeout"),
         timeout_s=3,
     ),
+    _memory_bomb(
+        "runner_oom_parked_shm",
+        "park System V shared memory (it outlives processes, so killing the caller frees nothing) until 1 MiB "
+        "is left, then print 1 MiB the runner must buffer: the OOM killer's next victim is the runner "
+        "(a lost runner once meant infra_error: masked)",
+        """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+def read(names):
+    for name in names:
+        try:
+            return int(open("/sys/fs/cgroup/" + name).read())
+        except (OSError, ValueError):
+            continue
+    return None
+limit = read(("memory/memory.limit_in_bytes", "memory.max"))
+while limit - read(("memory/memory.usage_in_bytes", "memory.current")) > (1 << 20):
+    ident = libc.shmget(0, 8 << 20, 0o1600)
+    if ident < 0:
+        break
+    addr = libc.shmat(ident, None, 0)
+    ctypes.memset(addr, 1, 8 << 20)
+    libc.shmdt(ctypes.c_void_p(addr))
+os.write(1, b"x" * (1 << 20))
+""",
+    ),
+    _resource(
+        "ipc_identifier_flood",
+        "create System V message queues, segments and semaphore sets until refused: their clean-up after "
+        "the call must stay inside the call's bounds",
+        "python",
+        """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+counts = []
+for make in (lambda: libc.msgget(0, 0o1600), lambda: libc.shmget(0, 4096, 0o1600), lambda: libc.semget(0, 1, 0o1600)):
+    made = 0
+    while made < 40000 and make() >= 0:
+        made += 1
+    counts.append(made)
+report("bounded" if max(counts) <= 4096 else "unbounded", "msg/shm/sem identifiers: %s" % counts)
+""",
+        ("bounded",),
+        observe="report",
+        timeout_s=20,
+    ),
 )
