@@ -27,12 +27,13 @@ from pathlib import Path
 import trio
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym.bundle import Bundle, image_digest, read_bundle
+from gym.bundle import Bundle, BundleError, image_digest, read_bundle
 from gym.episode import TaskGrader, WorkspaceSource, submission_for
 from gym.rubric import score, total
 from gym.tokenizer import TokenizerError, load_tokenizer
 from gym.tools import Toolbox
 from gym.trajectory import TrajectoryError, assert_token_exact
+from sandbox.config import Hardening, SandboxConfig
 from sandbox.pool import WorkspacePool
 from tasks.grader import Grader, TaskResult
 from tasks.submission import extract_code
@@ -162,9 +163,30 @@ async def replay(bundle: Bundle, pool: WorkspaceSource, grader: TaskGrader, *, p
                         differences=tuple(differences), notes=tuple(notes))
 
 
-def replay_files(paths: Sequence[Path], concurrency: int = 4) -> list[ReplayReport]:
-    """Replay bundle files (a pool per distinct sandbox configuration); reports in input order."""
+def weakened(sandbox: SandboxConfig) -> list[str]:
+    """What in a bundle's sandbox configuration is weaker than this machine's hardened defaults, or
+    points the replay at another engine: a tampered bundle must not turn a replay into an escape."""
+    problems = [f"hardening.{name} = {value!r} (hardened: {getattr(Hardening(), name)!r})"
+                for name, value in sandbox.hardening if value != getattr(Hardening(), name)]
+    if sandbox.budgets.pids is None:
+        problems.append("budgets.pids = None (no pids limit)")
+    if sandbox.engine.base_url is not None:
+        problems.append(f"engine.base_url = {sandbox.engine.base_url!r} (replays use this machine's engine)")
+    return problems
+
+
+def replay_files(paths: Sequence[Path], concurrency: int = 4, *, trust_sandbox: bool = False) -> list[ReplayReport]:
+    """Replay bundle files (a pool per distinct sandbox configuration); reports in input order.
+
+    A bundle whose sandbox is weakened or names an engine is refused (``BundleError``) unless
+    ``trust_sandbox`` (``gym replay --trust-bundle-sandbox``): replays run hardened, on this machine.
+    """
     bundles = [read_bundle(path) for path in paths]
+    for path, bundle in zip(paths, bundles):
+        problems = weakened(bundle.sandbox)
+        if problems and not trust_sandbox:
+            raise BundleError(f"{path}: refusing to replay under a weakened or remote sandbox: {'; '.join(problems)} "
+                              "(pass --trust-bundle-sandbox if you wrote this bundle)")
     groups: dict[str, list[int]] = {}
     for i, bundle in enumerate(bundles):
         groups.setdefault(bundle.sandbox.model_dump_json(), []).append(i)

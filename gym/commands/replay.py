@@ -20,6 +20,9 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     parser.add_argument("bundles", type=Path, nargs="+", help="bundle files, or folders of them")
     parser.add_argument("--concurrency", type=int, default=4, help="bundles replayed at once")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the reports as JSON")
+    parser.add_argument("--trust-bundle-sandbox", action="store_true",
+                        help="replay a bundle whose sandbox is weakened (network, seccomp, caps, no pids limit) or "
+                             "names another engine; refused otherwise, since a tampered bundle could escape")
 
 
 def bundle_paths(arguments: list[Path]) -> list[Path]:
@@ -37,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     if not paths:
         raise SystemExit(f"no bundles in {', '.join(map(str, args.bundles))}")
     try:
-        reports = replay_files(paths, concurrency=args.concurrency)
+        reports = replay_files(paths, concurrency=args.concurrency, trust_sandbox=args.trust_bundle_sandbox)
     except BundleError as exc:
         raise SystemExit(str(exc)) from None
     for report in reports:

@@ -123,6 +123,28 @@ def test_bundle_round_trip_is_consistent_and_tampering_shows(env, tmp_path):
     assert "token exactness" in [d.what for d in consistency(Bundle.model_validate(data))[0]]
 
 
+@pytest.mark.parametrize("tamper, named", [
+    ({"hardening": {"network": "bridge"}}, "hardening.network"),
+    ({"hardening": {"seccomp": "unconfined", "drop_caps": False}}, "hardening.seccomp"),
+    ({"budgets": {"pids": None}}, "budgets.pids"),
+    ({"engine": {"base_url": "ssh://builder@replay-host.invalid"}}, "engine.base_url"),
+])
+def test_replay_refuses_a_bundle_with_a_weakened_or_remote_sandbox(env, tmp_path, tamper, named):
+    """A tampered bundle must not make `gym replay` run its tool calls with network on or seccomp off:
+    refused before any container starts, unless --trust-bundle-sandbox."""
+    from gym.replay import replay_files, weakened
+
+    _, workers, _ = run_workers(env, load_scripted("reference", env), groups=1, group_size=1)
+    bundle = bundle_of(env, workers.results[0], "sampled", "sha256:x")
+    assert weakened(bundle.sandbox) == []
+    data = json.loads(bundle.model_dump_json())
+    for section, fields in tamper.items():
+        data["sandbox"][section].update(fields)
+    path = write_bundle(tmp_path / "tampered.json", Bundle.model_validate(data))
+    with pytest.raises(BundleError, match=f"refusing to replay.*{named}"):
+        replay_files([path])
+
+
 def test_unreadable_bundles_name_the_field(tmp_path):
     path = tmp_path / "x.json"
     path.write_text(json.dumps({"format_version": 1, "reason": "sampled"}))
