@@ -82,8 +82,8 @@ def load_tasks(path: Path, format: FormatChoice = "auto", reader: Reader = "auto
         except MalformedRow as err:
             errors.append(RowError(index=index, reason=str(err)))
             continue
-        except (ValueError, TypeError) as err:  # pydantic validation of the Task itself
-            errors.append(RowError(index=index, reason=f"{type(err).__name__}: {err}".splitlines()[0]))
+        except (ValueError, TypeError, RecursionError, MemoryError) as err:  # pydantic validation, nesting, size
+            errors.append(RowError(index=index, reason=f"{type(err).__name__}: {err}".splitlines()[0][:500]))
             continue
         if task.task_id in seen:
             errors.append(RowError(index=index, reason=f"duplicate task_id {task.task_id!r}"))

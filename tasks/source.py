@@ -62,8 +62,8 @@ def _jsonl_rows(lines: Iterator[str]) -> Iterator[tuple[int, dict[str, Any] | Ro
         index += 1
         try:
             row = json.loads(line)
-        except json.JSONDecodeError as err:
-            yield index, RowError(index=index, reason=f"invalid JSON: {err}")
+        except (json.JSONDecodeError, RecursionError) as err:  # nesting past the parser's depth: that row only
+            yield index, RowError(index=index, reason=f"invalid JSON: {type(err).__name__}: {err}")
             continue
         if not isinstance(row, dict):
             yield index, RowError(index=index, reason=f"row is a {type(row).__name__}, not a JSON object")
@@ -81,7 +81,7 @@ def _plain_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
         text = handle.read()
     try:
         data = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         # Hubs often publish JSON Lines under a .json name.
         yield from _jsonl_rows(iter(text.splitlines()))
         return

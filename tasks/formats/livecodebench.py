@@ -28,9 +28,22 @@ from tasks.formats import field
 from tasks.task import CallTest, StdinTest, Task
 
 
+# The release's largest private test sets inflate to a few MiB; far above that is a bomb.
+MAX_INFLATED_BYTES = 64 << 20
+
+
 class _PlainUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         raise pickle.UnpicklingError(f"refusing global {module}.{name} in a test-case pickle")
+
+
+def _inflate(data: bytes, path: str) -> bytes:
+    """zlib-decompress at most ``MAX_INFLATED_BYTES``: a crafted row must not inflate without bound."""
+    inflater = zlib.decompressobj()
+    raw = inflater.decompress(data, MAX_INFLATED_BYTES)
+    if inflater.unconsumed_tail:
+        raise MalformedRow(f"{path} decompresses to more than {MAX_INFLATED_BYTES >> 20} MiB")
+    return raw
 
 
 def looks_like(row: dict[str, Any]) -> bool:
@@ -45,7 +58,7 @@ def _cases(value: Any, path: str) -> list[dict[str, Any]]:
             value = json.loads(value)
         except json.JSONDecodeError:
             try:
-                raw = zlib.decompress(base64.b64decode(value.encode(), validate=True))
+                raw = _inflate(base64.b64decode(value.encode(), validate=True), path)
                 value = json.loads(_PlainUnpickler(io.BytesIO(raw)).load())
             except (binascii.Error, zlib.error, pickle.UnpicklingError, EOFError, TypeError, ValueError) as err:
                 raise MalformedRow(f"{path} is neither JSON nor the compressed release encoding: {err}") from err

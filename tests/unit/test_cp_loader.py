@@ -131,6 +131,25 @@ def _write_jsonl(path: Path, rows: list) -> Path:
     return path
 
 
+def test_lcb_decompression_bomb_is_a_skipped_row_not_gigabytes():
+    """0.5 MiB of zlib once inflated to 1.2 GiB in memory: inflation stops at the bound."""
+    bomb = base64.b64encode(zlib.compress(b"\0" * (200 << 20), 9)).decode()
+    assert len(bomb) < 1 << 20
+    row = {"question_content": "q", "public_test_cases": "[]", "private_test_cases": bomb, "question_id": "x"}
+    with pytest.raises(MalformedRow, match="decompresses to more than 64 MiB"):
+        livecodebench.parse(0, row)
+
+
+def test_deeply_nested_rows_are_skipped_and_the_good_rows_kept(tmp_path):
+    good = json.loads(SAMPLE_SETS["nemotron"].tasks_path.read_text().splitlines()[0])
+    deep = "[" * 200000 + "]" * 200000
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(good) + "\n" + deep + "\n" + '{"a": ' * 100000 + "1" + "}" * 100000 + "\n")
+    report = load_tasks(path)
+    assert [t.task_id for t in report.tasks] == ["nemotron-sum-pairs"]
+    assert {e.index for e in report.errors} == {1, 2} and all("RecursionError" in e.reason for e in report.errors)
+
+
 def test_malformed_rows_are_reported_with_index_and_skipped(tmp_path):
     good = json.loads(SAMPLE_SETS["nemotron"].tasks_path.read_text().splitlines()[0])
     mismatched = json.loads(json.dumps(good))
