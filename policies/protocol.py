@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from policies.sampling import SamplingParams
+from policies.sampling import MAX_SEED, SamplingParams
 
 _REQUEST = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
@@ -28,7 +28,8 @@ class _Sampling(BaseModel):
     """0 or -1 (vLLM's spelling) disable top-k."""
     n: int = Field(1, ge=1, le=64)
     """Completions per prompt (seeded ones use seed, seed + 1, ...)."""
-    seed: int | None = Field(None, ge=0)
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    """At most 2**62: a larger seed is this request's 400, never a failure of the batch it would join."""
     stop_token_ids: list[int] = []
     stream: Literal[False] = False
     """Streaming is not supported."""

@@ -12,6 +12,8 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+MAX_SEED = 1 << 62
+
 
 class SamplingParams(BaseModel):
     """How to sample one completion (per prompt)."""
@@ -28,8 +30,9 @@ class SamplingParams(BaseModel):
     """Keep only the k most likely tokens; 0 disables."""
     stop_token_ids: tuple[int, ...] = ()
     """Sampling one of these ends the completion (finish_reason "stop"); the stop token is kept."""
-    seed: int | None = Field(None, ge=0)
-    """Seed of prompt i's generator is seed + i; None draws a fresh seed."""
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    """Seed of prompt i's generator is seed + i; None draws a fresh seed. At most 2**62, so seed + i
+    stays a valid generator seed (torch takes 64 bits)."""
     return_routed_experts: bool = False
     """Return the MoE routes (for routing replay, R3) in `Completion.routed_experts`."""
 

@@ -72,7 +72,13 @@ class ServerOptions(BaseModel):
     max_queued_requests: int = Field(64, ge=1)
     """Requests waiting for the engine beyond this get 503."""
     max_body_bytes: int = Field(1 << 30, ge=1 << 16)
-    """Largest request body (weight uploads as safetensors are the big ones)."""
+    """Largest weight upload (`/update_weights_from_tensors`, safetensors bytes)."""
+    max_json_body_bytes: int = Field(8 << 20, ge=1 << 10)
+    """Largest JSON request body (completions, chat, weight paths): a parsed body costs many times its
+    size in memory, so it is refused (413) before it is read whole."""
+    max_sequences_per_request: int = Field(256, ge=1)
+    """Prompts x n of one request at most (400 above): one request must not become an engine batch far
+    above max_batch_size that its neighbours wait behind."""
     served_model_name: str | None = None
     """Name reported in responses and /v1/models; default: the policy's name."""
 

@@ -76,6 +76,8 @@ async def _json_errors(request: web.Request, handler) -> web.StreamResponse:
         return await handler(request)
     except web.HTTPException:
         raise
+    except _TooLarge as exc:
+        return _error(413, str(exc), "invalid_request_error")
     except Exception as exc:
         log.exception("%s %s failed", request.method, request.path)
         return _error(500, f"{type(exc).__name__}: {exc}", "server_error")
@@ -131,11 +133,11 @@ class PolicyServer:
             params = [p for job in jobs for p in job.params]
             try:
                 results = await asyncio.to_thread(self.engine.generate_batch, prompts, params)
-            except Exception as exc:  # the engine failed: every waiting request learns why
-                log.exception("engine batch of %d sequences failed", len(prompts))
-                for job in jobs:
-                    if not job.done.done():
-                        job.done.set_exception(exc)
+            except Exception:
+                log.exception("engine batch of %d sequences failed; running its %d jobs one by one", len(prompts),
+                              len(jobs))
+                for job in jobs:  # one bad job must not fail its neighbours: each learns only its own outcome
+                    await self._run_alone(job)
                 continue
             start = 0
             for job in jobs:
@@ -143,7 +145,20 @@ class PolicyServer:
                     job.done.set_result(results[start : start + len(job.prompts)])
                 start += len(job.prompts)
 
+    async def _run_alone(self, job: _Job) -> None:
+        try:
+            results = await asyncio.to_thread(self.engine.generate_batch, job.prompts, job.params)
+        except Exception as exc:  # the engine failed on this job itself
+            if not job.done.done():
+                job.done.set_exception(exc)
+            return
+        if not job.done.done():
+            job.done.set_result(results)
+
     async def _run(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
+        if len(prompts) > self.options.max_sequences_per_request:
+            raise BadRequest(f"{len(prompts)} sequences (prompts x n) in one request; at most "
+                             f"{self.options.max_sequences_per_request} (max_sequences_per_request)")
         for prompt, p in zip(prompts, params):
             try:
                 self.engine.check_request(prompt, p)
@@ -156,12 +171,17 @@ class PolicyServer:
         self._arrived.set()
         return await job.done
 
-    @staticmethod
-    async def _parse(request: web.Request, model: type[BaseModel]) -> BaseModel:
+    async def _parse(self, request: web.Request, model: type[BaseModel]) -> BaseModel:
+        limit = self.options.max_json_body_bytes
+        if (request.content_length or 0) > limit:
+            raise _TooLarge(limit)
+        body = await request.content.read(limit + 1)  # bounded even without a Content-Length
+        if len(body) > limit:
+            raise _TooLarge(limit)
         try:
-            data = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BadRequest(f"body is not valid JSON: {exc}") from exc
+            data = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            raise BadRequest(f"body is not valid JSON: {type(exc).__name__}: {exc}") from exc
         try:
             return model.model_validate(data)
         except ValidationError as exc:
@@ -308,6 +328,11 @@ class PolicyServer:
         except (KeyError, ValueError, SafetensorError) as exc:
             return _error(400, f"cannot load the uploaded tensors: {exc}", "invalid_request_error")
         return web.json_response({"weights_version": version})
+
+
+class _TooLarge(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body larger than {limit} bytes (max_json_body_bytes)")
 
 
 class _Overloaded(Exception):

@@ -55,3 +55,50 @@ def test_engine_failure_is_a_500_not_a_hang() -> None:
     results = asyncio.run(_post_many(server, 2, {"prompt": [1], "max_tokens": 1}))
     assert [status for status, _ in results] == [500, 500, 500]
     assert all("engine exploded" in body["error"]["message"] for _, body in results)
+
+
+async def _post_mixed(server: PolicyServer, bodies: list[object], delay_s: float = 0.0) -> list[tuple[int, dict]]:
+    """Bodies posted at once (a dict as JSON, bytes as is); statuses and JSON answers in order."""
+    async with TestServer(server.app(), host="127.0.0.1") as test_server:
+        async with aiohttp.ClientSession() as session:
+            async def one(body: object) -> tuple[int, dict]:
+                kwargs = {"data": body} if isinstance(body, bytes) else {"json": body}
+                async with session.post(test_server.make_url("/v1/completions"), **kwargs) as response:
+                    return response.status, await response.json()
+
+            return list(await asyncio.gather(*(one(b) for b in bodies)))
+
+
+def test_a_seed_past_64_bits_fails_only_its_own_request() -> None:
+    engine = ScriptedEngine(delay_s=0.2, max_batch_size=8)
+    server = PolicyServer(engine, ServerOptions())
+    honest = {"prompt": [1], "max_tokens": 1, "seed": 7}
+    results = asyncio.run(_post_mixed(server, [honest, {"prompt": [1], "max_tokens": 1, "seed": 1 << 70}, honest]))
+    assert [status for status, _ in results] == [200, 400, 200]
+    assert "seed" in results[1][1]["error"]["message"]
+
+
+def test_one_job_the_engine_cannot_run_does_not_fail_its_batch_neighbours() -> None:
+    class Picky(ScriptedEngine):
+        def generate_batch(self, prompts, params):
+            if [3] in prompts:
+                raise RuntimeError("cannot run prompt [3]")
+            return super().generate_batch(prompts, params)
+
+    server = PolicyServer(Picky(delay_s=0.2, max_batch_size=8), ServerOptions())
+    bodies = [{"prompt": [p], "max_tokens": 1} for p in (1, 3, 2)]
+    results = asyncio.run(_post_mixed(server, bodies))
+    assert [status for status, _ in results] == [200, 500, 200], results
+
+
+def test_requests_are_bounded_in_sequences_and_body_size() -> None:
+    server = PolicyServer(ScriptedEngine(max_batch_size=4), ServerOptions(max_sequences_per_request=16,
+                                                                          max_json_body_bytes=64 << 10))
+    many = {"prompt": [[1]] * 8, "n": 4, "max_tokens": 1}
+    huge = b'{"prompt": [' + b"1, " * (40 << 10) + b'1], "max_tokens": 1}'
+    deep = b'{"prompt": ' + b"[" * 20000 + b"]" * 20000 + b"}"  # under the size bound, past the parser's depth
+    results = asyncio.run(_post_mixed(server, [many, huge, deep, {"prompt": [[1]] * 4, "n": 4, "max_tokens": 1}]))
+    statuses = [status for status, _ in results]
+    assert statuses == [400, 413, 400, 200], results
+    assert "max_sequences_per_request" in results[0][1]["error"]["message"]
+    assert "max_json_body_bytes" in results[1][1]["error"]["message"]
