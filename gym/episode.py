@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -36,6 +36,7 @@ from gym.rubric import score, total
 from gym.tools import ToolCallRecord, ToolWorkspace
 from gym.trajectory import Trajectory, TrajectoryBuilder
 from policies.sampling import EngineError, RolloutEngine
+from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from tasks.grader import TaskResult
 from tasks.submission import Submission, extract_code
@@ -197,19 +198,15 @@ async def run_episode(env: Environment, engine: RolloutEngine, pool: WorkspaceSo
     run = _Run(env, task, seed)
     config = env.config.episode
     started = time.monotonic()
-    async with pool.acquire(owner=f"episode:{task.task_id}") as ws:
+    async with AsyncExitStack() as workspace:
+        try:
+            ws = await workspace.enter_async_context(pool.acquire(owner=f"episode:{task.task_id}"))
+        except InfraError as exc:  # no workspace could be started (engine down): nothing was sampled yet
+            ws = None
+            run.end, run.infra = "infra_error", f"workspace: {exc}"
         run.clock.spent["workspace"] += time.monotonic() - started
-        while run.turns < config.max_turns:
-            turn = await run.sample(engine)
-            if turn is None:
-                break
-            if isinstance(turn, ParseError):
-                if config.on_parse_error == "end":
-                    run.end = "parse_error"
-                    break
-                continue
-            if not await run.act(ws, turn):
-                break
+        if ws is not None:
+            await _play(run, engine, ws)
         releasing = time.monotonic()
     run.clock.spent["workspace"] += time.monotonic() - releasing
     grading = await _grade(run, grader)
@@ -234,6 +231,22 @@ async def run_episode(env: Environment, engine: RolloutEngine, pool: WorkspaceSo
     })
     return EpisodeResult(trajectory=trajectory, tool_calls=tuple(run.records), answer=run.answer,
                          answer_source=run.source, grading=grading, turns=run.turns)
+
+
+async def _play(run: _Run, engine: RolloutEngine, ws: ToolWorkspace) -> None:
+    """Sample turns and run their tool calls until the episode ends."""
+    config = run.env.config.episode
+    while run.turns < config.max_turns:
+        turn = await run.sample(engine)
+        if turn is None:
+            return
+        if isinstance(turn, ParseError):
+            if config.on_parse_error == "end":
+                run.end = "parse_error"
+                return
+            continue
+        if not await run.act(ws, turn):
+            return
 
 
 async def _grade(run: _Run, grader: TaskGrader) -> TaskResult | None:

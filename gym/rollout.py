@@ -88,10 +88,11 @@ class RolloutWorkers:
                                        seed=episode_seed(seed, position, member), group_id=f"{seed}-{position}")
         seeds = {**result.trajectory.seeds, "rollout": seed, "position": position, "member": member}
         result = result.model_copy(update={"trajectory": result.trajectory.model_copy(update={"seeds": seeds})})
+        index = len(self.results)  # taken before the await: episodes finishing meanwhile append too
         self.results.append(result)
-        await self._maybe_bundle(result, len(self.results) - 1, f"{seed}:{position}:{member}")
+        await self._maybe_bundle(result, index, f"{seed}:{position}:{member}")
         trajectory = result.trajectory
-        log.info("episode %d done: task %s reward %s end %s%s", len(self.results), task.task_id, trajectory.reward,
+        log.info("episode %d done: task %s reward %s end %s%s", index + 1, task.task_id, trajectory.reward,
                  trajectory.end_reason, " (masked)" if trajectory.masked else "")
         await send.send(trajectory)
 

@@ -85,6 +85,11 @@ class EngineConfig(_Config):
     timeout_s: float = Field(30.0, gt=0, description="deadline of every engine API call")
     api_version: str = Field("1.41", pattern=r"^1\.\d+$", description="engine API version spoken (1.41 = Docker 20.10+)")
     ready_timeout_s: float = Field(30.0, gt=0, description="deadline for a new container's runner to say hello")
+    outage_wait_s: float = Field(
+        30.0, ge=0, description="how long workspace starts wait for an engine that stopped answering (a daemon "
+        "restarting) before they fail as infra_error; counted once per outage, so a dead engine stalls a run this "
+        "long, not this long per episode; 0 = fail at once"
+    )
 
 
 class SandboxConfig(_Config):

@@ -12,6 +12,7 @@ import functools
 import inspect
 import logging
 import os
+import select
 import socket
 import struct
 import time
@@ -75,6 +76,14 @@ class Engine:
             raise
         except (docker.errors.DockerException, OSError, ValueError) as exc:
             raise InfraError(f"Docker engine call {what!r} failed: {exc}") from exc
+
+    async def healthy(self) -> bool:
+        """Whether the engine answers a ping (within 5 s at most: a restarting daemon may accept and not answer)."""
+        try:
+            await self.call("ping", self.client.api.ping, timeout=min(5.0, self.config.engine.timeout_s))
+        except InfraError:
+            return False
+        return True
 
     def image_missing(self) -> ImageMissing:
         return ImageMissing(
@@ -201,6 +210,17 @@ class AttachedStream:
         attached = cls(stream)
         attached._pending += rest.partition(b"\r\n\r\n")[2]
         return attached
+
+    def hung_up(self) -> bool:
+        """Whether an idle stream has anything to read, without blocking.
+
+        A ready runner sends nothing until asked, so anything readable on an idle stream is its end: the
+        runner, its container or the engine's attach connection (a daemon restart) is gone.
+        """
+        if self._pending:
+            return True
+        readable, _, _ = select.select([self._sock.socket.fileno()], [], [], 0)
+        return bool(readable)
 
     async def send(self, data: bytes) -> None:
         await self._sock.send_all(data)

@@ -5,6 +5,9 @@ dead owners, then keeps ``pool.size`` containers started with their runner
 ready. ``async with pool.acquire(owner) as ws`` hands one out (or starts one
 cold when the pool is empty); leaving the block destroys it on every exit path
 (return, exception, cancellation, Ctrl-C). A released workspace is never reused.
+A warm workspace whose stream hung up while it waited is destroyed, not handed
+out. When the engine stops answering (a daemon restart), starts wait for it up
+to ``engine.outage_wait_s`` per outage, then fail as ``InfraError``.
 Backstops for exits trio never sees: an idempotent synchronous cleanup runs at
 interpreter exit and on SIGTERM; after a SIGKILL, ``python -m gym gc`` removes
 what is left (the owner label names a dead process).
@@ -25,8 +28,8 @@ import docker
 import trio
 
 from sandbox.config import SandboxConfig
-from sandbox.engine import Engine, container_name
-from sandbox.errors import InfraError
+from sandbox.engine import AttachedStream, Engine, container_name
+from sandbox.errors import ImageMissing, InfraError
 from sandbox.gc import collect
 from sandbox.labels import Labels, current_owner
 from sandbox.workspace import Workspace
@@ -44,6 +47,8 @@ class WorkspacePool:
         self._gc_at_start = gc_at_start
         self._ready: list[Workspace] = []
         self._live: set[str] = set()  # every container id this pool created and has not removed
+        self._streams: dict[str, AttachedStream] = {}  # of every started workspace not yet handed out
+        self._outage_since: float | None = None  # when starts first met an engine that does not answer
         self._starting = 0
         self._wakeup = trio.Event()
         self._start_limit = trio.CapacityLimiter(self.config.pool.max_concurrent_starts)
@@ -52,6 +57,7 @@ class WorkspacePool:
         self._previous_sigterm = None
         self.cold_starts = 0
         self.warm_hits = 0
+        self.hung_up = 0  # warm workspaces destroyed because their stream hung up while they waited
 
     # ------------------------------------------------------------ lifecycle
 
@@ -100,6 +106,7 @@ class WorkspacePool:
     async def _drain(self) -> None:
         """Destroy the warm containers and anything still live."""
         ready, self._ready = self._ready, []
+        self._streams.clear()
         async with trio.open_nursery() as nursery:
             for ws in ready:
                 nursery.start_soon(self._destroy, ws)
@@ -163,12 +170,13 @@ class WorkspacePool:
         """A fresh workspace for one task; destroyed when the block exits, however it exits."""
         if self._nursery is None or self._closing:
             raise RuntimeError("use the pool inside `async with WorkspacePool(...)`")
-        if self._ready:
-            ws = self._ready.pop()
+        ws = self._take_warm()
+        if ws is not None:
             self.warm_hits += 1
         else:
             self.cold_starts += 1
-            ws = await self._start()
+            ws = await self._start_cold()
+            self._streams.pop(ws.id, None)
         ws.owner = owner or ws.owner
         self._wakeup.set()
         try:
@@ -184,6 +192,60 @@ class WorkspacePool:
                 except RuntimeError:  # the pool is already closing: remove inline
                     await self._remove(ws.id)
 
+    def _take_warm(self) -> Workspace | None:
+        """A ready workspace whose runner is still there, or None.
+
+        One whose stream hung up while it waited (a daemon restart cut the attach connection, its
+        container was killed) would fail the episode's first call: it is destroyed instead.
+        """
+        while self._ready:
+            ws = self._ready.pop()
+            if not self._streams.pop(ws.id).hung_up():
+                return ws
+            log.warning("warm workspace %s hung up while it waited; destroying it", ws.id[:12])
+            self.hung_up += 1
+            self._nursery.start_soon(self._destroy, ws)
+        return None
+
+    async def _start_cold(self) -> Workspace:
+        """``_start``, waiting out an engine outage (see ``_engine_came_back``)."""
+        while True:
+            try:
+                ws = await self._start()
+            except ImageMissing:
+                raise
+            except InfraError:
+                if not await self._engine_came_back():
+                    raise
+                continue
+            self._outage_since = None
+            return ws
+
+    async def _engine_came_back(self) -> bool:
+        """After a failed start, wait while the engine does not answer: True when it answers again.
+
+        False at once when it answers (the failure was not an outage), and when this outage has lasted
+        ``engine.outage_wait_s``: the budget runs from the first failure of the outage, so a dead engine
+        stalls the starts of a run once, not once per episode.
+        """
+        if await self.engine.healthy():
+            self._outage_since = None
+            return False
+        if self._outage_since is None:
+            self._outage_since = trio.current_time()
+            log.warning("the Docker engine at %s does not answer: starts wait up to %.0fs for it",
+                        self.engine.url, self.config.engine.outage_wait_s)
+        deadline = self._outage_since + self.config.engine.outage_wait_s
+        while trio.current_time() < deadline:
+            await trio.sleep(min(0.5, deadline - trio.current_time()))
+            if await self.engine.healthy():
+                if self._outage_since is not None:  # the first waiter to see it says so
+                    log.info("the Docker engine at %s answers again after %.1fs", self.engine.url,
+                             trio.current_time() - self._outage_since)
+                    self._outage_since = None
+                return True
+        return False
+
     async def _refill(self) -> None:
         while True:
             while len(self._ready) + self._starting < self.size:
@@ -196,8 +258,9 @@ class WorkspacePool:
         try:
             ws = await self._start()
         except InfraError as exc:
-            log.warning("warm pool could not start a workspace: %s", exc)
-            await trio.sleep(1.0)  # a failing engine must not turn the refill into a busy loop
+            if not await self._engine_came_back():  # an outage is waited out quietly (and logged once)
+                log.warning("warm pool could not start a workspace: %s", exc)
+                await trio.sleep(1.0)  # a failing engine must not turn the refill into a busy loop
             return
         finally:
             self._starting -= 1
@@ -220,6 +283,7 @@ class WorkspacePool:
                 self._live.add(container_id)
             try:
                 stream = await self.engine.attach(container_id)
+                self._streams[container_id] = stream
                 ws = Workspace(container_id, stream, self.config, owner=labels.owner)
                 try:
                     await self.engine.call("start", api.start, container_id)
@@ -229,12 +293,14 @@ class WorkspacePool:
                         await ws.aclose()
                     raise
             except BaseException:
+                self._streams.pop(container_id, None)
                 with trio.CancelScope(shield=True):
                     await self._remove(container_id)
                 raise
             return ws
 
     async def _destroy(self, ws: Workspace) -> None:
+        self._streams.pop(ws.id, None)
         await ws.aclose()
         await self._remove(ws.id)
 
@@ -265,5 +331,6 @@ class WorkspacePool:
             "live": len(self._live),
             "warm_hits": self.warm_hits,
             "cold_starts": self.cold_starts,
+            "hung_up": self.hung_up,
             "time": time.time(),
         }

@@ -149,6 +149,21 @@ def test_pool_start_collects_orphans_and_expired_containers():
     assert not (set(ids) & remaining)
 
 
+def test_a_warm_workspace_killed_while_it_waited_is_not_handed_out():
+    async def main():
+        async with WorkspacePool(small_config(pool={"size": 1})) as pool:
+            await pool.wait_ready()
+            (victim,) = pool.live
+            await pool.engine.call("kill", pool.engine.client.api.kill, victim)
+            await trio.sleep(1.0)  # the attach connection ends as the container dies
+            async with pool.acquire("pytest") as ws:
+                return victim, ws.id, await ws.exec(sh("echo ok")), pool.hung_up
+
+    victim, handed, result, hung_up = trio.run(main)
+    assert handed != victim and hung_up == 1
+    assert result.failure == FailureKind.OK and result.stdout_text == "ok\n"
+
+
 def test_container_killed_mid_call_is_infra_error_not_a_hang():
     async def main():
         async with WorkspacePool(small_config()) as pool:

@@ -23,6 +23,7 @@ from gym.scripted import load_scripted
 from gym.tokenizer import load_tokenizer
 from gym.trajectory import assert_token_exact
 from policies.sampling import Completion, SamplingParams
+from sandbox.errors import InfraError
 from sandbox.failure import FailureKind, Verdict
 from sandbox.protocol import ExecResult
 from tasks.grader import TaskResult, summarise
@@ -228,6 +229,23 @@ def test_lost_runner_during_a_tool_call_masks(env):
     t = result.trajectory
     assert t.masked and t.end_reason == "infra_error" and grader.graded == [] and len(result.tool_calls) == 2
     assert t.failures == (FailureKind.INFRA_ERROR,) and t.events[-1].failure == FailureKind.INFRA_ERROR
+
+
+class DeadEnginePool(FakePool):
+    """Every workspace start fails: the engine does not answer."""
+
+    @asynccontextmanager
+    async def acquire(self, owner: str = ""):
+        self.acquired += 1
+        raise InfraError("Docker engine call 'create' failed: connection refused")
+        yield  # an async generator all the same
+
+
+def test_a_workspace_that_cannot_start_masks_the_episode_instead_of_raising(env):
+    result, pool, grader = episode(env, load_scripted("reference", env), pool=DeadEnginePool())
+    t = result.trajectory
+    assert t.masked and t.reward is None and t.end_reason == "infra_error" and t.failures == (FailureKind.INFRA_ERROR,)
+    assert result.turns == 0 and result.tool_calls == () and grader.graded == [] and pool.acquired == 1
 
 
 def test_policy_version_is_the_oldest_that_sampled(env):
