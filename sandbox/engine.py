@@ -35,6 +35,8 @@ RUNNER_CAPS = ["KILL", "SETUID", "SETGID", "SETPCAP"]
 RUNNER_COMMAND = ["python3", "-I", "-S", "-B", "/opt/gym/runner.py"]
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 STREAM_HEADER = struct.Struct(">BxxxI")
+# Per-IPC-namespace limits (the kernel's defaults allow 32000 identifiers of each kind).
+IPC_SYSCTLS = {"kernel.shmmni": "256", "kernel.msgmni": "256", "kernel.sem": "250 32000 32 256"}
 # trio renamed the flag; support both so a newer trio does not break thread calls.
 _ABANDON = "abandon_on_cancel" if "abandon_on_cancel" in inspect.signature(trio.to_thread.run_sync).parameters else "cancellable"
 
@@ -135,6 +137,9 @@ class Engine:
             init=True,
             log_config=LogConfig(type="none"),  # the protocol stream is never logged: nothing can fill the disk
             ipc_mode="private",
+            # System V IPC objects outlive processes, and the runner removes them after each call on the
+            # call's time: bound how many one IPC namespace may hold, so that clean-up stays short.
+            sysctls=IPC_SYSCTLS,
         )
         return dict(
             image=cfg.image,

@@ -284,7 +284,7 @@ class WorkspacePool:
             try:
                 stream = await self.engine.attach(container_id)
                 self._streams[container_id] = stream
-                ws = Workspace(container_id, stream, self.config, owner=labels.owner)
+                ws = Workspace(container_id, stream, self.config, owner=labels.owner, engine=self.engine)
                 try:
                     await self.engine.call("start", api.start, container_id)
                     await ws.hello(self.config.engine.ready_timeout_s)

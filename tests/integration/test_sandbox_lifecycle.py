@@ -103,7 +103,10 @@ def test_sigkill_mid_episode_then_gc_leaves_nothing():
         assert gc.returncode == 0, gc.stderr
         left = [c for c in _all_gym() if c["Labels"]["gym.owner"].startswith(owner_prefix)]
         assert left == []
-        assert f"removed {len(owned)}" in gc.stdout or len(owned) <= int(gc.stdout.split()[-2])
+        # Another suite's pool on the same daemon may collect these orphans first (pools collect dead
+        # owners at start), and this gc may collect other dead owners' too: what counts is that none of
+        # this owner's is left, whoever removed them.
+        assert gc.stdout.splitlines()[-1].endswith(" containers"), gc.stdout
     finally:
         proc.kill()
 
