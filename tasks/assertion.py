@@ -22,12 +22,22 @@ subscripts, conditional expressions and whitelisted calls (``abs``,
 ``assert X``, ``assert not X``, ``assert abs(A - B) < tol`` and
 ``assert math.isclose(A, B)``.
 
+With ``candidates`` (the names the candidate's program answers through:
+its function, ``candidate``, ``Solution``) every leaf must be rooted in one
+of them: the outermost call, attribute or subscript chain of the leaf starts
+at a candidate name (``candidate(x)``, ``f(x)[0]``, ``Solution().f(x)``). A
+leaf rooted elsewhere (``math.factorial(5)``, ``check(candidate(1))``) would
+compute an expected value or run a check in the candidate's interpreter,
+where the candidate can patch what it uses: such an assert does not split.
+
 An assert that uses anything else (a lambda, a comprehension, a starred
-argument) cannot be split: `split` returns None and the grader runs it
-whole inside the container, the documented weaker fallback reported as
-``split=false``. Host evaluation uses plain Python semantics on the decoded
-values (no tolerance beyond what the assert itself writes), so a split
-assert passes exactly when the original would have, given the same values.
+argument) cannot be split either: `split` returns None, and the grader
+refuses the test for reward (reported) rather than run it whole in the
+candidate's interpreter, where frame walking, objects equal to everything or
+patched modules forge a pass. Host evaluation uses plain Python semantics on
+the decoded values (no tolerance beyond what the assert itself writes), so a
+split assert passes exactly when the original would have, given the same
+values.
 """
 
 from __future__ import annotations
@@ -47,6 +57,10 @@ HOST_FUNCTIONS: dict[str, Callable[..., Any]] = {
     "set": set, "sorted": sorted, "str": str, "sum": sum, "tuple": tuple, "type": type,
     "math.isclose": math.isclose, "math.fabs": math.fabs, "math.isnan": math.isnan, "math.isinf": math.isinf,
     "math.isfinite": math.isfinite, "math.floor": math.floor, "math.ceil": math.ceil, "math.sqrt": math.sqrt,
+    "math.factorial": lambda n: math.factorial(_bounded(n)), "math.comb": math.comb, "math.perm": math.perm,
+    "math.gcd": math.gcd, "math.lcm": math.lcm, "math.log": math.log, "math.log2": math.log2,
+    "math.log10": math.log10, "math.exp": math.exp, "math.trunc": math.trunc, "math.fsum": math.fsum,
+    "math.prod": math.prod, "divmod": divmod, "ord": ord, "chr": chr,
 }
 # Names and dotted attributes that are host constants.
 HOST_VALUES: dict[str, Any] = {
@@ -81,6 +95,25 @@ _LEAF_NODES = (
 
 class HostEvalError(Exception):
     """The host side of a split assert raised (e.g. a candidate value of the wrong type)."""
+
+
+def _bounded(n: Any) -> Any:
+    if isinstance(n, int) and n > _MAX_POW_EXPONENT:
+        raise HostEvalError("argument too large for host evaluation")
+    return n
+
+
+def spine_root(node: ast.expr) -> str | None:
+    """The name a call/attribute/subscript chain starts from: ``candidate`` in ``candidate(x).y[0]``."""
+    while True:
+        if isinstance(node, ast.Call):
+            node = node.func
+        elif isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        elif isinstance(node, ast.Name):
+            return node.id
+        else:
+            return None
 
 
 @dataclass(frozen=True)
@@ -123,13 +156,16 @@ def names_in(node: ast.AST) -> set[str]:
 
 
 class _Splitter:
-    def __init__(self) -> None:
+    def __init__(self, candidates: frozenset[str] | None) -> None:
         self.leaves: list[str] = []
+        self.candidates = candidates
 
     def leaf(self, node: ast.expr) -> ast.expr:
         for sub in ast.walk(node):
             if not isinstance(sub, _LEAF_NODES):
                 raise ValueError(f"{type(sub).__name__} inside a candidate-side expression")
+        if self.candidates is not None and spine_root(node) not in self.candidates:
+            raise ValueError(f"{ast.unparse(node)!r} is not rooted in the candidate: it would run in its interpreter")
         self.leaves.append(ast.unparse(node))
         return ast.Name(id=f"{LEAF_PREFIX}{len(self.leaves) - 1}", ctx=ast.Load())
 
@@ -187,12 +223,12 @@ def parse_assert(source: str) -> ast.Assert | None:
     return tree.body[0]
 
 
-def split(source: str) -> SplitAssert | None:
-    """Split one assert statement; None when its form needs the in-container fallback."""
+def split(source: str, candidates: frozenset[str] | None = None) -> SplitAssert | None:
+    """Split one assert statement; None when it cannot be (see the module docstring)."""
     statement = parse_assert(source)
     if statement is None:
         return None
-    splitter = _Splitter()
+    splitter = _Splitter(candidates)
     try:
         host = ast.Expression(body=splitter.visit(statement.test))
     except ValueError:

@@ -8,14 +8,13 @@ Protocol: one request on stdin, a dict in `marshal` format (version 4: plain
 values only, and a builtin module, so reading it imports nothing; JSON would
 pull in ``re`` and cost more than the interpreter's own start-up)::
 
-    {"nonce": str, "program": path of the candidate source, "mode": "call" | "eval" | "exec",
+    {"nonce": str, "program": path of the candidate source, "mode": "call" | "eval",
      "fn_name": str, "args": [...],              # call: fn_name(*args), or Solution().fn_name(*args)
-     "setup": str, "candidate": str | null,      # eval/exec: setup statements; name bound to `candidate`
-     "exprs": [str, ...],                        # eval: candidate-side expressions of a split assert
-     "block": str}                               # exec: the unsplittable fallback, run whole
+     "setup": str, "candidate": str | null,      # eval: setup statements; name bound to `candidate`
+     "exprs": [str, ...]}                        # eval: candidate-side expressions of a split assert
 
 and one line on stdout, ``<nonce> <json>`` with the JSON one of
-``{"value": V}``, ``{"values": [V, ...]}``, ``{"completed": true}``,
+``{"value": V}``, ``{"values": [V, ...]}``,
 ``{"error": "Type: message"}`` or ``{"unserialisable": "type name"}``, where
 V is the tagged encoding of `tasks.encoding`.
 
@@ -149,9 +148,6 @@ def _main():
                 report({"values": [encode(value) for value in values]})
             except Unserialisable as err:
                 report({"unserialisable": _base_str(err)})
-        if mode == "exec":
-            _exec(_compile(request["block"], "test.py", "exec"), namespace)
-            report({"completed": True})
         report({"error": "ValueError: unknown mode"})
     except _base_exception as err:  # SystemExit, SkipTest, KeyboardInterrupt ... all are failures
         try:

@@ -89,7 +89,7 @@ def decode(value: Any, depth: int = 0) -> Any:
 class DriverReport:
     """What the driver reported: a value, several values, completion, an error, or an unserialisable type."""
 
-    kind: str  # "value" | "values" | "completed" | "error" | "unserialisable"
+    kind: str  # "value" | "values" | "error" | "unserialisable"
     payload: Any = None  # decoded value / list of values / error text / type name
 
 
@@ -119,8 +119,6 @@ def parse_report(stdout: bytes, nonce: str) -> DriverReport | None:
             return DriverReport("values", [decode(item) for item in payload])
     except RecursionError as err:
         raise EncodingError("value nested too deeply") from err
-    if kind == "completed" and payload is True:
-        return DriverReport("completed", True)
     if kind in ("error", "unserialisable") and isinstance(payload, str):
         return DriverReport(kind, payload)
     raise EncodingError(f"unknown result kind {kind!r}")

@@ -49,7 +49,6 @@ from tasks.judge import (
     judge_call,
     judge_split_assert,
     judge_stdin,
-    judge_whole_assert,
 )
 from tasks.submission import Submission, program
 from tasks.task import AssertTest, CallTest, StdinTest, Task, TestCase
@@ -61,6 +60,7 @@ MAX_PROGRAM_BYTES = 1 << 20
 # Stdin travels base64-encoded in one runner frame (256 MiB at most): past this total a task's tests go
 # in several consecutive batches, still in the same container.
 MAX_BATCH_STDIN_BYTES = 48 << 20
+UNSPLITTABLE = "refused for reward: this assert cannot be split, and run whole it would share the candidate's interpreter"
 
 
 class GraderConfig(BaseModel):
@@ -211,8 +211,8 @@ class Grader:
         )
         return exec_request, nonce
 
-    def plan(self, task: Task, index: int, test: TestCase) -> tuple[ExecRequest, Judge]:
-        """The process that runs ``test`` and the host-side judge of its result."""
+    def plan(self, task: Task, index: int, test: TestCase) -> tuple[ExecRequest | None, Judge]:
+        """The process that runs ``test`` and the host-side judge of its result (no process: refused)."""
         time_s, memory = self.limits(task)
         tolerance = self.config.tolerance
         if isinstance(test, StdinTest):
@@ -230,12 +230,15 @@ class Grader:
             return request, lambda r: judge_call(index, r, test, nonce, tolerance)
         assert isinstance(test, AssertTest)
         shared = {"setup": task.setup_code, "candidate": task.fn_name if task.source_format == "humaneval" else None}
-        split = split_assert(test.source)
-        if split is not None:
-            request, nonce = self._driver({"mode": "eval", "exprs": list(split.leaves), **shared}, time_s, memory)
-            return request, lambda r: judge_split_assert(index, r, split, nonce)
-        request, nonce = self._driver({"mode": "exec", "block": test.source, **shared}, time_s, memory)
-        return request, lambda r: judge_whole_assert(index, r, nonce)
+        candidates = frozenset({"candidate", "Solution"} | ({task.fn_name} if task.fn_name else set()))
+        split = split_assert(test.source, candidates)
+        if split is None:
+            # Run whole, the check would share the candidate's interpreter (frame walking, objects equal to
+            # everything, patched modules forge a pass): refused for reward, reported, never run.
+            return None, lambda r: TestResult(index=index, verdict=Verdict.INFRA_ERROR, split=False,
+                                              detail=f"{UNSPLITTABLE}: {test.source[:120]}")
+        request, nonce = self._driver({"mode": "eval", "exprs": list(split.leaves), **shared}, time_s, memory)
+        return request, lambda r: judge_split_assert(index, r, split, nonce)
 
     # ------------------------------------------------------------ grading
 
@@ -255,6 +258,10 @@ class Grader:
 
     async def _run(self, task: Task, source: str) -> list[TestResult]:
         plans = [self.plan(task, i, test) for i, test in enumerate(task.tests)]
+        if any(request is None for request, _ in plans):  # the task is refused for reward: nothing runs
+            return [judge(ExecResult()) if request is None else
+                    TestResult(index=i, verdict=NOT_RUN, detail="the task is refused for reward")
+                    for i, (request, judge) in enumerate(plans)]
         if self.pool is None:
             raise RuntimeError("this Grader has no pool: it can plan tests but not run them")
         async with self.pool.acquire(owner=f"grade:{task.task_id}") as ws:

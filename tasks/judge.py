@@ -155,13 +155,3 @@ def judge_split_assert(index: int, result: ExecResult, split: SplitAssert, nonce
         return _result(index, result, Verdict.PASSED, split=True)
     got = ", ".join(repr(v)[:60] for v in report.payload)
     return _result(index, result, Verdict.WRONG_ANSWER, f"assert failed with candidate values ({got})"[:_HEAD], True)
-
-
-def judge_whole_assert(index: int, result: ExecResult, nonce: str) -> TestResult:
-    """The weaker fallback: the test ran whole inside, so only its completing is observed."""
-    report = _report(index, result, nonce, False)
-    if isinstance(report, TestResult):
-        return report
-    if report.kind == "completed":
-        return _result(index, result, Verdict.PASSED, split=False)
-    return _result(index, result, Verdict.WRONG_ANSWER, f"driver reported {report.kind!r}", False)

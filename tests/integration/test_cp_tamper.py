@@ -315,3 +315,20 @@ def test_output_the_judge_chokes_on_and_floats_for_integers_score_zero_unmasked(
         assert not result.infra_error and result.fraction == 0.0, result
     assert set(verdicts(huge)) == {Verdict.WRONG_ANSWER} and set(verdicts(floats)) == {Verdict.WRONG_ANSWER}
     assert not ignore.infra_error and verdicts(ignore) == [Verdict.PASSED, Verdict.WRONG_ANSWER], ignore
+
+
+def test_asserts_cannot_be_forged_from_the_candidates_interpreter():
+    """An expected side computed by a call (`== math.factorial(5)`) is evaluated on the host, so patching
+    math does nothing; an assert that cannot be split is refused for reward (masked, reported), never run
+    whole where frame walking or an object equal to everything would pass it."""
+    factorial = assert_task("factorial", ["assert candidate(5) == math.factorial(5)", "assert candidate(3) == 6"],
+                            prompt="import math\ndef solve(x):\n")
+    patch_math = "    return 7\nimport math as _m\n_m.factorial = lambda n: 7\n"
+    honest = "    return math.factorial(x)\n"
+    unsplittable = assert_task("whole", ["assert all(candidate(x) == x * 2 for x in [1, 2])"])
+    frame_walker = ("    return x\nclass _Any:\n    def __eq__(self, other):\n        return True\n"
+                    "import sys\nsys.modules['builtins'].all = lambda it: True\n")
+    patched, correct, refused = grade((factorial, patch_math), (factorial, honest), (unsplittable, frame_walker))
+    assert verdicts(patched) == [Verdict.WRONG_ANSWER, Verdict.WRONG_ANSWER] and not patched.infra_error
+    assert correct.passed, correct
+    assert refused.infra_error and not refused.passed and "refused for reward" in refused.tests[0].detail

@@ -99,3 +99,39 @@ def test_names_in_ignores_whitelisted_host_names():
 
     tree = ast.parse("math.isclose(candidate(x), math.pi) and len(y) == abs(z)")
     assert names_in(tree) == {"candidate", "x", "y", "z"}
+
+
+CANDIDATES = frozenset({"candidate", "f", "Solution"})
+
+
+@pytest.mark.parametrize(
+    "source, leaves, host",
+    [
+        ("assert candidate(5) == math.factorial(5)", ("candidate(5)",), "__leaf0 == math.factorial(5)"),
+        ("assert f(3) == math.comb(5, 2) + ord('a')", ("f(3)",), "__leaf0 == math.comb(5, 2) + ord('a')"),
+        ("assert Solution().solve(2)[0] == -1", ("Solution().solve(2)",), "__leaf0[0] == -1"),
+        ("assert candidate('ab').upper() == 'AB'", ("candidate('ab').upper()",), "__leaf0 == 'AB'"),
+    ],
+)
+def test_expected_sides_computed_by_calls_stay_on_the_host(source, leaves, host):
+    """`== math.factorial(5)` once went inside as a leaf: the candidate could patch math.factorial."""
+    result = split(source, CANDIDATES)
+    assert result is not None and result.leaves == leaves and result.host_source == host
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "assert candidate(5) == helper(5)",  # an expected value computed by a test-defined function
+        "assert check(candidate(1))",  # a check run on a candidate value, inside
+        "assert candidate(1) == random.randint(0, 9)",  # a module the candidate can patch
+        "assert g(1) == 1",  # not the candidate at all
+    ],
+)
+def test_leaves_not_rooted_in_the_candidate_do_not_split(source):
+    assert split(source, CANDIDATES) is None
+
+
+def test_host_factorial_is_bounded():
+    with pytest.raises(HostEvalError):
+        holds(split("assert candidate(1) == math.factorial(10 ** 6)", CANDIDATES), [1])

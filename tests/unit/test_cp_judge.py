@@ -8,7 +8,7 @@ from sandbox.failure import FailureKind, Verdict
 from sandbox.protocol import ExecResult
 from tasks.assertion import split
 from tasks.comparison import Tolerance
-from tasks.judge import failure_verdict, judge_call, judge_split_assert, judge_stdin, judge_whole_assert
+from tasks.judge import failure_verdict, judge_call, judge_split_assert, judge_stdin
 from tasks.task import CallTest, StdinTest
 
 TOL = Tolerance()
@@ -100,9 +100,3 @@ def test_split_assert_verdicts():
     assert count.verdict == Verdict.WRONG_ANSWER
 
 
-def test_whole_assert_fallback_verdicts():
-    assert judge_whole_assert(0, result(stdout=report('{"completed":true}')), NONCE).split is False
-    failed = judge_whole_assert(0, result(stdout=report('{"error":"AssertionError: "}')), NONCE)
-    assert failed.verdict == Verdict.WRONG_ANSWER
-    crashed = judge_whole_assert(0, result(stdout=report('{"error":"TypeError: x"}')), NONCE)
-    assert crashed.verdict == Verdict.RUNTIME_ERROR

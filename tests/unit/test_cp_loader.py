@@ -52,13 +52,14 @@ def test_shipped_sets_exercise_every_failing_verdict():
 
 
 def test_shipped_assert_tests_all_split():
-    """The weaker in-container fallback is used by 0 shipped assert tests."""
+    """Every shipped assert test splits with leaves rooted in the candidate (none is refused for reward)."""
     from tasks.assertion import split
 
     for name in ("humaneval", "mbpp"):
         for task in load_sample_set(name)[0].tasks:
+            candidates = frozenset({"candidate", "Solution", task.fn_name})
             for test in task.tests:
-                assert split(test.source) is not None, (task.task_id, test.source)
+                assert split(test.source, candidates) is not None, (task.task_id, test.source)
 
 
 def test_taco_fields_limits_and_wrapped_outputs():
