@@ -38,6 +38,8 @@ _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|desel
 _VERBOSE = re.compile(r"^(?P<id>\S.*?::.+?) (?P<status>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)(?: .*)?$")
 _SKIP_LOCATION = re.compile(r"^SKIPPED \[\d+\] (?P<where>.+?)(?:: .*)?$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_COLLECTED = re.compile(r"^(?:collecting \.\.\. )?collected (\d+) items?\b")
+_FRAME = ">>>>> gym:"  # the grader's own framing lines around the run (tasks/swe/grader.py)
 
 
 class TestStatus(str, enum.Enum):
@@ -77,6 +79,8 @@ class PytestLog:
     module_errors: list[str] = field(default_factory=list)  # ERROR lines without a test id (collection errors)
 
     summary_seen: bool = False
+    collected: int | None = None  # "collected N items" of the session header
+    after_final: int = 0  # non-empty lines after the last final count line (pytest prints nothing there)
 
     @property
     def ran(self) -> bool:
@@ -94,6 +98,15 @@ class PytestLog:
         """Why the log does not add up (forged or truncated lines), or None."""
         if not self.ran:
             return "no evidence the test session ran (no session header or no final count line)"
+        if self.after_final:
+            return (f"{self.after_final} lines follow the final count line: only pytest's own last summary "
+                    "counts, and pytest prints nothing after it")
+        if self.collected is not None:
+            ran = sum(self.counts.get(k, 0) for k in ("passed", "failed", "skipped", "xfailed", "xpassed",
+                                                      "deselected"))
+            # A test that passed and then errored in teardown counts in both "passed" and "error".
+            if not ran <= self.collected <= ran + self.counts.get("error", 0):
+                return f"pytest collected {self.collected} tests but its final line accounts for {ran}"
         if self.summary_passed_lines and self.summary_passed_lines != self.counts.get("passed", 0):
             return (
                 f"the summary lists {self.summary_passed_lines} PASSED lines but pytest counted "
@@ -152,8 +165,13 @@ def parse(text: str) -> PytestLog:
             log.session_started = True
             region = "progress"
             continue
+        if log.session_started and log.collected is None and (collected := _COLLECTED.match(line)):
+            log.collected = int(collected.group(1))
         final = _FINAL.match(line)
+        if log.final_line is not None and line and not line.startswith(_FRAME) and not final:
+            log.after_final += 1
         if final and (region != "before" or log.summary_seen):
+            log.after_final = 0
             log.final_line = line
             log.counts = {}
             for number, word in _COUNT.findall(final.group("body")):

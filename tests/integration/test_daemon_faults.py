@@ -1,7 +1,8 @@
 """Docker daemon faults under a real ``gym rollout``: a second dockerd of the test's own dies mid-run.
 
 The shared daemon is only read (``docker save`` of the runner image). The second daemon has its own
-socket, data root, exec root and pid file, no bridge and no iptables rules, and its own containerd,
+socket, data root, exec root and pid file, no bridge and no iptables rules, its own network namespace
+(so nothing it does to network links reaches the host's `docker0`), and its own containerd,
 started here: dockerd would reuse a system containerd at /run/containerd/containerd.sock where one
 runs, instead of starting one under its exec root. The rollout is pointed at it by its config
 (``sandbox.engine.base_url``) and by ``DOCKER_HOST``.
@@ -83,8 +84,11 @@ class SecondDaemon:
         assert self.dockerd is None or self.dockerd.poll() is not None, "dockerd is already running"
         started = time.monotonic()
         (self.root / "daemon.json").write_text("{}\n")  # not /etc/docker/daemon.json
+        # In a network namespace of its own: a dockerd started with `--bridge none` deletes the host's
+        # `docker0` at start (it "removes the default bridge"), which would take the shared daemon's bridge
+        # network away from every other suite. Its API and containerd are unix sockets: reachable anyway.
         self.dockerd = self._spawn([
-            "dockerd", "--host", self.url, "--data-root", str(self.root / "data"), "--exec-root", str(self.exec_root),
+            "unshare", "--net", "dockerd", "--host", self.url, "--data-root", str(self.root / "data"), "--exec-root", str(self.exec_root),
             "--pidfile", str(self.root / "dockerd.pid"), "--containerd", self.containerd_socket,
             "--config-file", str(self.root / "daemon.json"), "--bridge", "none", "--iptables=false",
             "--ip-masq=false", "--userland-proxy=false", "--log-level", "warn",
@@ -224,6 +228,7 @@ def second_daemon():
             pytest.fail(reason)
         pytest.skip(reason)
     daemon = SecondDaemon(Path(tempfile.mkdtemp(prefix="gymd-", dir="/tmp")))
+    links = set(os.listdir("/sys/class/net"))  # the host's network links: the shared daemon's docker0 among them
     try:
         daemon.start_containerd()
         up_s = daemon.start()
@@ -233,6 +238,8 @@ def second_daemon():
     finally:
         daemon.teardown()
     assert not daemon.root.exists(), f"{daemon.root} is left behind"
+    gone = links - set(os.listdir("/sys/class/net"))
+    assert not gone, f"the second daemon removed host network links {sorted(gone)} (the shared daemon's bridge)"
 
 
 @pytest.fixture

@@ -151,3 +151,18 @@ def test_quiet_logs_have_no_header_but_still_count():
     assert log.statuses == {"t.py::test_a": TestStatus.PASSED, "t.py::test_b": TestStatus.PASSED,
                             "t.py::test_c": TestStatus.FAILED}
     assert not parse("..F  [100%]\n1 failed, 2 passed in 0.05s\n").ran  # no summary, no header: no evidence
+
+
+def test_nothing_may_follow_pytests_own_final_line():
+    """Package code that prints a summary and a count line, then goes on: only pytest's last line counts."""
+    fake = RA_LOG + "=== short test summary info ===\nPASSED test_demo.py::test_fail\n=== 12 passed in 0.1s ===\nbye\n"
+    assert "follow the final count line" in parse(fake).consistency_problem()
+    framed = ">>>>> gym: start of the test run\n" + RA_LOG + "\n>>>>> gym: end of the test run: exit_code=1\n"
+    assert parse(framed).consistency_problem() is None
+
+
+def test_counts_must_account_for_what_pytest_collected():
+    forged = RA_LOG.replace("==== 2 failed, 6 passed, 1 skipped, 1 xfailed, 1 xpassed, 1 error in 2.31s =====",
+                            "==== 20 passed in 2.31s ====")
+    assert "collected 12 tests" in parse(forged).consistency_problem()
+    assert parse(VERBOSE_LOG).consistency_problem() is None  # a teardown error counts twice: still consistent
