@@ -238,7 +238,7 @@ while True:
         timeout_s=3,
     ),
     _memory_bomb(
-        "runner_oom_parked_shm",
+        "runner_oom_shm",
         "park System V shared memory (it outlives processes, so killing the caller frees nothing) until 1 MiB "
         "is left, then print 1 MiB the runner must buffer: the OOM killer's next victim is the runner "
         "(a lost runner once meant infra_error: masked)",
@@ -265,7 +265,7 @@ os.write(1, b"x" * (1 << 20))
 """,
     ),
     _resource(
-        "ipc_identifier_flood",
+        "ipc_id_flood",
         "create System V message queues, segments and semaphore sets until refused: their clean-up after "
         "the call must stay inside the call's bounds",
         "python",
