@@ -10,15 +10,20 @@ fixing the code: the tests (files ``test_patch`` touches, files of the
 F2P/P2P test ids, anything that looks like a test module or sits in a test
 directory), pytest's configuration and plugins (``conftest.py``, ini files,
 ``pyproject.toml``/``setup.cfg``, entry-point metadata, modules that would
-shadow pytest itself), interpreter start-up hooks (``sitecustomize``,
-``usercustomize``, ``.pth``), CI configuration, and anything inside ``.git``.
-A section touching any of them is removed whole and reported.
+shadow pytest itself or, at the repository root, a standard-library module),
+interpreter start-up hooks (``sitecustomize``/``usercustomize`` as files or
+packages, ``.pth``), CI configuration, and anything inside ``.git``. A
+section touching any of them is removed whole and reported. The grader checks
+the *result* too (`tasks.swe.grader`): whatever form of diff got through,
+every changed or new path of the tree after applying goes through
+``protection`` again, and protected ones are restored to the base commit.
 """
 
 from __future__ import annotations
 
 import posixpath
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -29,7 +34,10 @@ TEST_DIRS = frozenset({"test", "tests", "testing"})
 PYTEST_CONFIG = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"})
 # Module names that, placed on sys.path ahead of site-packages, would replace the test runner itself.
 RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig", "unittest"})
-STARTUP_HOOKS = frozenset({"sitecustomize.py", "usercustomize.py"})
+STARTUP_HOOKS = frozenset({"sitecustomize", "usercustomize"})  # as a module file or as a package
+# A module or package at the repository root named like a standard-library module would shadow it for the
+# test run (the root is on sys.path): `random.py`, `json/__init__.py`.
+STDLIB_MODULES = frozenset(sys.stdlib_module_names)
 CI_FILES = frozenset({
     ".travis.yml", ".gitlab-ci.yml", "azure-pipelines.yml", "appveyor.yml", ".appveyor.yml", "Jenkinsfile",
     ".pre-commit-config.yaml", "noxfile.py", "codecov.yml", ".codecov.yml",
@@ -183,8 +191,10 @@ def protection(path: str, test_files: frozenset[str] | set[str]) -> str | None:
         return "pytest plugin"
     if any(part.removesuffix(".py") in RUNNER_MODULES for part in parts):
         return "shadows the test runner"
-    if name in STARTUP_HOOKS or name.endswith(".pth"):
+    if any(part.removesuffix(".py") in STARTUP_HOOKS for part in parts) or name.endswith(".pth"):
         return "interpreter start-up hook"
+    if parts[0].removesuffix(".py") in STDLIB_MODULES and (len(parts) > 1 or name.endswith(".py")):
+        return "shadows a standard-library module"
     if name in CI_FILES or parts[0] in CI_DIRS:
         return "CI configuration"
     if any(part in TEST_DIRS for part in parts[:-1]) or re.match(r"^(test_.*|.*_test)\.py$", name):

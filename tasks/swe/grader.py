@@ -35,7 +35,7 @@ from sandbox.pool import WorkspacePool
 from sandbox.protocol import ExecRequest, ExecResult
 from sandbox.workspace import Workspace
 from tasks.swe import testlog
-from tasks.swe.diff import strip_protected, files_of_test_ids
+from tasks.swe.diff import files_of_test_ids, protection, strip_protected
 from tasks.swe.instance import SweInstance
 from tasks.swe.resolution import InstanceResult, Status, StrippedPath, grade_log
 from tasks.swe.workspace import REPO, copy_repo, put_file
@@ -48,6 +48,17 @@ TEST_DIFF = f"{GRADE_DIR}/test.diff"
 START_MARKER = ">>>>> gym: start of the test run"
 END_MARKER = ">>>>> gym: end of the test run"
 
+# What the applied diff changed, read from the tree (not the diff text): git's status of tracked and new
+# files, then every file written after the marker (an ignored or untracked file the diff edited).
+_CHANGED = r"""
+set -u
+[ -e "$1" ] || touch "$1"
+git -c core.quotepath=off status --porcelain=v1 -z --untracked-files=all
+printf '\0%s\0' "$2"
+find . -path ./.git -prune -o -newer "$1" \( -type f -o -type l \) -printf '%P\0'
+"""
+NEWER = "-- written after the marker --"
+APPLY_MARKER = f"{GRADE_DIR}/applied.marker"
 _APPLY = """
 set -u
 if git apply --verbose --whitespace=nowarn {diff}; then exit 0; fi
@@ -61,6 +72,26 @@ for path in "$@"; do
   if git cat-file -e "HEAD:$path" 2>/dev/null; then git checkout -q HEAD -- "$path"; else rm -rf -- "$path"; fi
 done
 """
+
+
+def changed_paths(before: bytes, after: bytes) -> set[str]:
+    """Paths the apply step changed, from two ``_CHANGED`` listings (before and after it)."""
+    old_status, _ = _listing(before)
+    new_status, written = _listing(after)
+    paths = written
+    return paths | {entry[3:] for entry in new_status - old_status}
+
+
+def _listing(raw: bytes) -> tuple[set[str], set[str]]:
+    """``({"XY path", ...}, {written path, ...})``; a rename's origin (the NUL-separated entry after an R or C
+    entry) is listed as ``"RO origin"``."""
+    text = raw.decode("utf-8", errors="surrogateescape")
+    status, _, written = text.partition(f"\0{NEWER}\0")
+    entries, origin = set(), False
+    for entry in filter(None, status.split("\0")):
+        entries.add(f"RO {entry}" if origin else entry)
+        origin = not origin and entry[:1] in ("R", "C")
+    return entries, {p for p in written.split("\0") if p}
 
 
 class SweGraderConfig(BaseModel):
@@ -104,7 +135,8 @@ class SweGrader:
         except Exception as err:  # a sandbox or grader failure is infrastructure, never a reward of 0
             log.exception("grading %s crashed", instance.instance_id)
             result, text = self._outcome(instance, "infra_error", f"grader crash: {err!r}"[:500]), ""
-        result = result.model_copy(update={"stripped": stripped, "wall_s": round(time.monotonic() - started, 3)})
+        result = result.model_copy(update={"stripped": stripped + result.stripped,
+                                           "wall_s": round(time.monotonic() - started, 3)})
         self._save(instance, model_patch, kept.diff, text, result)
         return result
 
@@ -124,12 +156,23 @@ class SweGrader:
         await copy_repo(ws, self.config.setup_timeout_s)
         await put_file(ws, MODEL_DIFF, diff.encode("utf-8", errors="surrogateescape"))
         await put_file(ws, TEST_DIFF, instance.test_patch.encode())
+        restored: tuple[StrippedPath, ...] = ()
         if diff.strip():
+            before = await self._step(ws, _CHANGED, APPLY_MARKER, NEWER)
             applied = await self._step(ws, _APPLY.format(diff=shlex.quote(MODEL_DIFF)))
             if _failed(applied):
                 detail = (applied.stdout_text + applied.stderr_text)[-1500:]
                 return self._outcome(instance, "patch_apply_failed", detail), ""
-        reset = await self._step(ws, _RESET, *instance.test_files())
+            after = await self._step(ws, _CHANGED, APPLY_MARKER, NEWER)
+            if _failed(before) or _failed(after):
+                return self._outcome(instance, "infra_error", f"listing the changed tree: {after.stderr_text[-800:]}"), ""
+            protected = set(instance.test_files()) | files_of_test_ids(instance.fail_to_pass + instance.pass_to_pass)
+            restored = tuple(
+                StrippedPath(path=path, reason=f"{reason} (changed in the applied tree)")
+                for path in sorted(changed_paths(before.stdout, after.stdout))
+                if (reason := protection(path, protected))
+            )
+        reset = await self._step(ws, _RESET, *instance.test_files(), *(r.path for r in restored))
         if _failed(reset):
             return self._outcome(instance, "infra_error", f"resetting the test files: {reset.stderr_text[-800:]}"), ""
         tests = await self._step(ws, f"git apply --verbose {shlex.quote(TEST_DIFF)} && rm -rf {GRADE_DIR}")
@@ -140,7 +183,7 @@ class SweGrader:
                                         timeout_s=self.config.test_timeout_s,
                                         output_limit_bytes=self.config.log_limit_bytes))
         text = framed_log(run)
-        return self._judge(instance, run, text), text
+        return self._judge(instance, run, text).model_copy(update={"stripped": restored}), text
 
     @staticmethod
     def _judge(instance: SweInstance, run: ExecResult, text: str) -> InstanceResult:

@@ -155,13 +155,20 @@ def test_gaming_patches_resolve_none():
 
 
 def test_the_conftest_attack_works_when_nothing_is_stripped(monkeypatch):
-    """Control: without stripping, the forcing conftest would resolve the instance (so the check above can fail)."""
+    """Control: the diff-text filter and the check of the applied tree each stop the forcing conftest alone;
+    with both off it would resolve the instance (so the checks above can fail)."""
     toolz = shipped()[TOOLZ]
     tags = images()
+
+    def run():
+        return trio.run(grade_predictions, [(toolz, CONFTEST_FORCING_PASSES)], tags, SweGrader(SweGraderConfig()),
+                        grading_sandbox(None))[0]
+
     monkeypatch.setattr(grader_module, "strip_protected", lambda diff, files: StrippedDiff(diff, ()))
-    results = trio.run(grade_predictions, [(toolz, CONFTEST_FORCING_PASSES)], tags, SweGrader(SweGraderConfig()),
-                       grading_sandbox(None))
-    assert results[0].resolved
+    tree_check_only = run()
+    assert not tree_check_only.resolved and [s.path for s in tree_check_only.stripped] == ["conftest.py"]
+    monkeypatch.setattr(grader_module, "protection", lambda path, protected: None)
+    assert run().resolved
 
 
 def test_breaking_a_p2p_test_is_not_resolved():
@@ -193,3 +200,67 @@ def test_derived_test_ids_match_the_shipped_spec():
     assert derived.failing_with_gold == () and derived.detail == ""
     assert sorted(derived.fail_to_pass) == sorted(toolz.fail_to_pass)
     assert sorted(derived.pass_to_pass) == sorted(toolz.pass_to_pass)
+
+
+# A unified section the text filter reads (with a fuzzy context line), then a context diff it cannot read:
+# git apply refuses the whole,
+# `patch --fuzz` (the harness's fallback) applies both, and the conftest forcing passes lands in the tree.
+CONTEXT_DIFF_CONFTEST = """\
+diff --git a/toolz/itertoolz.py b/toolz/itertoolz.py
+--- a/toolz/itertoolz.py
++++ b/toolz/itertoolz.py
+@@ -54,6 +54,7 @@ def accumulate(binop, seq, initial=no_default):
+     See also:
+         itertools.accumulate :  In standard itertools for Python 3.2+
+     \"\"\"
++    # a context line above is off by one letter: git apply refuses, patch --fuzz does not
+     seq = iter(seq)
+     if not initial or initial == no_default:
+         try:
+*** a/conftest.py
+--- b/conftest.py
+***************
+*** 0 ****
+--- 1,8 ----
++ import pytest
++ 
++ 
++ @pytest.hookimpl(hookwrapper=True)
++ def pytest_runtest_makereport(item, call):
++     outcome = yield
++     report = outcome.get_result()
++     report.outcome = "passed"
+"""
+
+HOOK_PACKAGE = """\
+diff --git a/sitecustomize/__init__.py b/sitecustomize/__init__.py
+new file mode 100644
+--- /dev/null
++++ b/sitecustomize/__init__.py
+@@ -0,0 +1 @@
++import os; os.environ["GYM_PWNED"] = "1"
+diff --git a/random.py b/random.py
+new file mode 100644
+--- /dev/null
++++ b/random.py
+@@ -0,0 +1 @@
++raise SystemExit(0)
+"""
+
+
+def test_protected_paths_are_decided_from_the_tree_after_applying(monkeypatch):
+    """A form of diff the text filter does not read still changes the tree: the grader lists what changed
+    after applying and restores every protected path, whatever the diff looked like."""
+    toolz = shipped()[TOOLZ]
+    images()
+    context, hooks, gold_and_hooks = grade([(toolz, CONTEXT_DIFF_CONFTEST), (toolz, HOOK_PACKAGE),
+                                            (toolz, toolz.patch + HOOK_PACKAGE)])
+    assert not context.resolved and context.status == "unresolved", context
+    assert ("conftest.py", "pytest configuration or conftest (changed in the applied tree)") in {
+        (s.path, s.reason) for s in context.stripped}
+    assert {s.path for s in hooks.stripped} == {"sitecustomize/__init__.py", "random.py"} and not hooks.resolved
+    assert gold_and_hooks.resolved, gold_and_hooks  # the fix still counts; the hooks are gone and reported
+    # Control: without the check of the result, the context diff's conftest would resolve the instance.
+    monkeypatch.setattr(grader_module, "protection", lambda path, protected: None)
+    [unchecked] = grade([(toolz, CONTEXT_DIFF_CONFTEST)])
+    assert unchecked.resolved, unchecked
