@@ -93,8 +93,10 @@ class Workspace:
         """Wait for the runner's greeting (a started container is ready only after it)."""
         with trio.move_on_after(timeout) as scope:
             frame = await self._next_frame()
-        if scope.cancelled_caught or frame is None:
+        if scope.cancelled_caught:
             raise InfraError(f"runner of {self.id[:12]} did not say hello within {timeout:.0f}s")
+        if frame is None:
+            raise InfraError(f"the stream of {self.id[:12]} closed before its runner said hello")
         if frame.get("id") != 0 or frame.get("body", {}).get("hello") != "gym-runner":
             raise InfraError(f"runner of {self.id[:12]} sent an unexpected greeting: {frame!r:.200}")
         return frame["body"]
