@@ -8,7 +8,9 @@ episodes keep going while the policy trains. One step:
    refill, advantages) until `groups_per_step` groups are kept;
 2. `update`: every rank trains on its shard of the batch (`Learner.train_step`);
 3. `sync_weights`: every `sync_every` steps the engine gets the new weights (a new version);
-4. credits for the next groups go to the producer; metrics, trajectories, checkpoint, eval.
+4. credits for the next groups go to the producer; metrics, trajectories, checkpoint, eval;
+5. the masked share so far against `loop.max_masked_share` (`trainer.masking`): over it, the run
+   stops with `MaskedShareError` once summary.json is written.
 
 Other ranks run `trainer.learner.follow`, mirroring rank 0's commands.
 """
@@ -26,12 +28,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
 import trio
 
 from trainer.checkpoint import TrainerState
 from trainer.config import TrainConfig
 from trainer.distributed import World, broadcast_command, init_world, shutdown
+from trainer.errors import MaskedShareError
 from trainer.learner import Learner, follow
+from trainer.masking import MaskedTally
 from trainer.sample import Group
 from trainer.selection import BatchFiller, Scored, select_group
 
@@ -79,6 +84,9 @@ def train(config: TrainConfig, resume: bool = False, workspaces=None, grader=Non
     """
     started = time.monotonic()
     bound_malloc_arenas()
+    threads = torch.get_num_threads()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
     world = init_world(config.distributed, config.device)
     try:
         learner = Learner(config, world, resume)
@@ -88,6 +96,7 @@ def train(config: TrainConfig, resume: bool = False, workspaces=None, grader=Non
         return {}
     finally:
         shutdown(world)
+        torch.set_num_threads(threads)
 
 
 class Loop:
@@ -98,7 +107,7 @@ class Loop:
         self.workspaces, self.grader = workspaces, grader
         self.run_dir = Path(config.run_dir)
         self.step_rewards: list[float] = []
-        self.masked = 0
+        self.tally = MaskedTally(config.loop)
         self.engine = None
         self.sync = None
 
@@ -118,16 +127,22 @@ class Loop:
         state = self.learner.state
         self.metrics = MetricsLogger(self.run_dir, self.config.metrics, self.config.loop.steps, state.step,
                                      run_config=self.config.model_dump(mode="json"))
+        stopped: MaskedShareError | None = None
         try:
             if self.workspaces is not None:
                 await self.session(env, self.workspaces)
             else:
                 async with WorkspacePool(env.config.sandbox) as pool:
                     await self.session(env, pool)
+        except MaskedShareError as err:
+            stopped = err
         finally:
             self.command({"kind": "stop"})
             self.metrics.close()
-        return self.summary()
+        summary = self.summary(stopped)
+        if stopped is not None:
+            raise stopped
+        return summary
 
     def set_aside_previous_run(self) -> None:
         """A fresh run never appends to an earlier run's files: those move to RUN.<timestamp>/."""
@@ -207,6 +222,7 @@ class Loop:
         producer = Producer(workers, stream, config.rollout.group_size, config.rollout.seed, recorder)
         self.eval_env = None
         send, receive = trio.open_memory_channel[Group](math.inf)
+        stop: MaskedShareError | None = None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(producer.run, send)
             producer.grant((1 + config.loop.max_staleness) * config.rollout.groups_per_step)
@@ -235,7 +251,11 @@ class Loop:
                     await trio.to_thread.run_sync(self.save)
                 if config.eval.every and (state.step % config.eval.every == 0 or state.step == config.loop.steps):
                     await self.evaluate(pool, state.step)
+                if (stop := self.tally.exceeded()) is not None:
+                    break
             nursery.cancel_scope.cancel()
+        if stop is not None:  # raised outside the nursery, so it is not wrapped in an exception group
+            raise stop
 
     def update(self, scored: list[Scored]) -> dict[str, float]:
         self.command({"kind": "step", "scored": scored})
@@ -264,6 +284,7 @@ class Loop:
             outcome = select_group(group, self.learner.state.weights_version, config.algorithm, config.loop, offsets)
             filler.add(group, outcome)
             stream.consumed(group.index)
+            self.tally.add(group.samples)
             rewards.extend(s.reward for s in group.samples if not s.masked)
             missing = filler.groups_per_step - filler.kept_groups
             if filler.done or missing <= 0:
@@ -274,7 +295,6 @@ class Loop:
             elif producer.outstanding < missing:
                 producer.grant(missing - producer.outstanding)
         scored = sorted(filler.scored, key=lambda s: (s.sample.trajectory.seeds.get("position", 0), s.sample.trajectory.seeds.get("member", 0)))
-        self.masked += filler.counts["masked"]
         self.step_rewards.append(mean(rewards))
         return StepBatch(groups=filler.groups, scored=scored, counts=filler.counts, wait_s=waited,
                          version=self.learner.state.weights_version, rewards=rewards)
@@ -296,6 +316,8 @@ class Loop:
             "staleness/max": float(max(max(gaps), 0)),
             "samples/drawn": float(len(samples)),
             "samples/trained": float(len(batch.scored)),
+            "samples/masked_share": batch.counts["masked"] / max(len(samples), 1),
+            "samples/masked_share_run": self.tally.share,
             "samples/sampled_tokens_mean": mean([float(s.num_sampled) for s in samples]),
             "groups/drawn": float(len(batch.groups)),
             "weights_version": float(batch.version),
@@ -334,9 +356,11 @@ class Loop:
         figures["time/eval"] = time.monotonic() - started
         self.metrics.log(step, figures, kind="eval")
 
-    def summary(self) -> dict:
+    def summary(self, stopped: MaskedShareError | None = None) -> dict:
         """summary.json. reward_first / reward_last: mean reward over the first / last quarter of this
-        run's steps (at least one step each): one step's 16 samples swing with the tasks drawn."""
+        run's steps (at least one step each): one step's 16 samples swing with the tasks drawn.
+        masked_share: masked / consumed samples of this run (``samples``), with the most frequent
+        reasons; ``stopped``: the MaskedShareError's message when the run stopped on it, else null."""
         state = self.learner.state
         rewards = self.step_rewards
         window = max(1, len(rewards) // 4)
@@ -348,7 +372,11 @@ class Loop:
             "reward_last": round(mean(rewards[-window:]), 4) if rewards else None,
             "reward_window_steps": window,
             "rewards": [round(r, 4) for r in rewards],
-            "masked": self.masked,
+            "samples": self.tally.samples,
+            "masked": self.tally.masked,
+            "masked_share": round(self.tally.share, 4),
+            "masked_reasons": dict(self.tally.reasons.most_common(5)),
+            "stopped": str(stopped) if stopped is not None else None,
             "weights_version": state.weights_version,
             "resumed": self.learner.resumed,
         }

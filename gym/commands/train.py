@@ -3,7 +3,8 @@
 The config is validated (and every environment file it names loaded) before anything starts; an
 error names the field. Under ``torchrun --nproc-per-node N -m gym train CONFIG`` rank 0 runs the
 rollouts and every rank trains its shard. The run directory gets checkpoints, metrics.jsonl,
-trajectories.jsonl, replay bundles, config.json and summary.json.
+trajectories.jsonl, replay bundles, config.json and summary.json. A run that stops on a trainer
+error (too many masked samples: `loop.max_masked_share`) prints it as one line and exits 1.
 """
 
 from __future__ import annotations
@@ -46,12 +47,16 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as err:
         raise SystemExit(f"config error:\n{err}") from None
 
+    from trainer.errors import TrainerError
     from trainer.loop import train
 
-    summary = train(config, resume=args.resume)
+    try:
+        summary = train(config, resume=args.resume)
+    except TrainerError as err:  # e.g. MaskedShareError: summary.json is already written
+        raise SystemExit(f"train stopped: {err} (summary: {config.run_dir / 'summary.json'})") from None
     if summary:
         print(json.dumps(summary, indent=2))
-        log.info("run %s: %d steps in %.1f s, peak RSS %.0f MB, reward %s -> %s, %d masked",
+        log.info("run %s: %d steps in %.1f s, peak RSS %.0f MB, reward %s -> %s, %d masked (share %.3f)",
                  config.run_dir, summary["steps"], summary["wall_s"], summary["peak_rss_mb"],
-                 summary["reward_first"], summary["reward_last"], summary["masked"])
+                 summary["reward_first"], summary["reward_last"], summary["masked"], summary["masked_share"])
     return 0
