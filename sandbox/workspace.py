@@ -149,16 +149,20 @@ class Workspace:
             self.broken = f"runner stream failed: {exc!r}"
             raise RunnerLost(self.broken) from exc
 
-    async def _call(self, op: str, request: BaseModel, timeouts: Sequence[float],
-                    on_partial: Callable[[dict[str, Any]], None] | None = None) -> Any:
-        result_model = OPERATIONS[op][1]
+    async def _exchange(self, op: str, request: BaseModel, timeouts: Sequence[float],
+                        on_partial: Callable[[dict[str, Any]], None] | None = None) -> tuple[dict[str, Any], float]:
+        """One request's round trip under the workspace's lock: ``(reply body, seconds)``."""
         body = json.loads(request.model_dump_json())
         body["allow"] = self.config.allowlist
         async with self._lock:
             started = time.monotonic()
             reply = await self._roundtrip(op, body, timeouts, on_partial)
-            result = result_model.model_validate_json(json.dumps(reply))
-        self.log.append({"op": op, "wall_s": round(time.monotonic() - started, 4), **_summary(request, result)})
+        return reply, round(time.monotonic() - started, 4)
+
+    async def _call(self, op: str, request: BaseModel, timeouts: Sequence[float]) -> Any:
+        reply, wall = await self._exchange(op, request, timeouts)
+        result = OPERATIONS[op][1].model_validate_json(json.dumps(reply))
+        self.log.append({"op": op, "wall_s": wall, **_summary(request, result)})
         return result
 
     async def _blame(self, exc: InfraError) -> tuple[FailureKind, str]:
@@ -257,14 +261,9 @@ class Workspace:
     async def _call_batch(self, request: BatchExecRequest, timeouts: list[float],
                           take: Callable[[dict[str, Any]], None]) -> str | None:
         """The streamed exec_batch round trip; returns the runner's failure detail if it failed between items."""
-        body = json.loads(request.model_dump_json())
-        body["allow"] = self.config.allowlist
-        async with self._lock:
-            started = time.monotonic()
-            reply = await self._roundtrip("exec_batch", body, timeouts, take)
+        reply, wall = await self._exchange("exec_batch", request, timeouts, take)
         failure = reply.get("failure")
-        self.log.append({"op": "exec_batch", "wall_s": round(time.monotonic() - started, 4),
-                         "failure": failure or "ok", "items": len(request.items)})
+        self.log.append({"op": "exec_batch", "wall_s": wall, "failure": failure or "ok", "items": len(request.items)})
         return reply.get("detail", failure) if failure else None
 
     def _backstop(self, request: ExecRequest) -> float:

@@ -185,6 +185,7 @@ def test_container_killed_mid_call_is_infra_error_not_a_hang():
 
     during, elapsed, after = trio.run(main)
     assert during.failure == FailureKind.INFRA_ERROR and elapsed < 5
+    assert "killed from outside" in during.detail, during  # SIGKILL without an OOM kill: not the candidate's doing
     assert after.failure == FailureKind.INFRA_ERROR and "unusable" in after.detail
 
 
