@@ -12,7 +12,10 @@ directory), pytest's configuration and plugins (``conftest.py``, ini files,
 ``pyproject.toml``/``setup.cfg``, entry-point metadata, modules that would
 shadow pytest itself or, at the repository root, a standard-library module),
 interpreter start-up hooks (``sitecustomize``/``usercustomize`` as files or
-packages, ``.pth``), CI configuration, and anything inside ``.git``. A
+packages, ``.pth``), compiled bytecode (a ``.pyc`` or ``__pycache__`` entry runs instead of
+its source), CI configuration, and anything inside ``.git``. A module is
+recognised in every form the interpreter imports (``name.py``, ``name.pyc``,
+``name.cpython-311-x86_64-linux-gnu.so``, ``name/``). A
 section touching any of them is removed whole and reported. The grader checks
 the *result* too (`tasks.swe.grader`): whatever form of diff got through,
 every changed or new path of the tree after applying goes through
@@ -31,13 +34,22 @@ _HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _QUOTED = re.compile(r'^"((?:[^"\\]|\\.)*)"')
 
 TEST_DIRS = frozenset({"test", "tests", "testing"})
-PYTEST_CONFIG = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"})
-# Module names that, placed on sys.path ahead of site-packages, would replace the test runner itself.
-RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig", "unittest"})
+PYTEST_CONFIG = frozenset({
+    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml",
+})
+# Module names that, placed on sys.path ahead of site-packages, would replace the test runner itself, or that
+# pytest imports when they exist (optional dependencies that a module at the repository root would provide).
+RUNNER_MODULES = frozenset({
+    "pytest", "_pytest", "pluggy", "py", "iniconfig", "unittest", "packaging", "exceptiongroup", "tomli",
+    "pygments", "colorama", "argcomplete", "xdist", "execnet", "_hypothesis_pytestplugin",
+})
+# What follows a module's name in a file the import system loads: source, bytecode, extension modules.
+_MODULE_FILE = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z0-9_-]+)*\.(?:py|pyc|pyo|pyw|so|pyd)$")
 STARTUP_HOOKS = frozenset({"sitecustomize", "usercustomize"})  # as a module file or as a package
 # A module or package at the repository root named like a standard-library module would shadow it for the
 # test run (the root is on sys.path): `random.py`, `json/__init__.py`.
 STDLIB_MODULES = frozenset(sys.stdlib_module_names)
+SOURCE_ROOTS = frozenset({"src", "lib"})  # src-layout folders an editable install puts on sys.path
 CI_FILES = frozenset({
     ".travis.yml", ".gitlab-ci.yml", "azure-pipelines.yml", "appveyor.yml", ".appveyor.yml", "Jenkinsfile",
     ".pre-commit-config.yaml", "noxfile.py", "codecov.yml", ".codecov.yml",
@@ -172,11 +184,20 @@ def files_of_test_ids(test_ids: Iterable[str]) -> set[str]:
     return {test_id.split("::", 1)[0] for test_id in test_ids if "::" in test_id}
 
 
+def module_name(part: str, is_dir: bool) -> str | None:
+    """The module a path component provides to ``import``: a package directory or any importable file form."""
+    if is_dir:
+        return part
+    match = _MODULE_FILE.match(part)
+    return match.group("name") if match else None
+
+
 def protection(path: str, test_files: frozenset[str] | set[str]) -> str | None:
     """Why an agent may not change ``path``, or None when it may."""
     normal = posixpath.normpath(path)
     parts = normal.split("/")
     name = parts[-1]
+    modules = [module_name(part, i < len(parts) - 1) for i, part in enumerate(parts)]
     if normal.startswith("/") or ".." in parts or normal == ".":
         return "path outside the repository"
     if ".git" in parts:
@@ -189,11 +210,15 @@ def protection(path: str, test_files: frozenset[str] | set[str]) -> str | None:
         return "package metadata (can register pytest plugins)"
     if name.startswith("pytest_") and name.endswith(".py") or "pytest_plugin" in name:
         return "pytest plugin"
-    if any(part.removesuffix(".py") in RUNNER_MODULES for part in parts):
+    if "__pycache__" in parts or name.endswith((".pyc", ".pyo")):
+        return "compiled bytecode (runs instead of its source)"
+    # Top-level modules of the directories on the test run's sys.path: the root and a src/lib layout's folder.
+    top = [modules[0]] + ([modules[1]] if len(parts) > 1 and parts[0] in SOURCE_ROOTS else [])
+    if any(module in RUNNER_MODULES for module in top):
         return "shadows the test runner"
-    if any(part.removesuffix(".py") in STARTUP_HOOKS for part in parts) or name.endswith(".pth"):
+    if any(module in STARTUP_HOOKS for module in modules) or name.endswith(".pth"):
         return "interpreter start-up hook"
-    if parts[0].removesuffix(".py") in STDLIB_MODULES and (len(parts) > 1 or name.endswith(".py")):
+    if any(module in STDLIB_MODULES for module in top):
         return "shadows a standard-library module"
     if name in CI_FILES or parts[0] in CI_DIRS:
         return "CI configuration"

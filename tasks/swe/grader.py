@@ -9,7 +9,12 @@
    -> ``infra_error``).
 3. The test command runs as its own runner call; its exit code comes from the
    runner, not from the log, and the log is framed by start/end markers
-   written on the host, so nothing the tests print can forge either.
+   written on the host, so nothing the tests print can forge either. The
+   run starts isolated (`test_environment`): the working directory is not
+   on ``sys.path`` (the repository root comes after site-packages, so it
+   cannot shadow an installed or standard module), no user site, bytecode
+   only from a cache outside the tree, pytest's plugin autoload off and
+   only the instance's declared plugins loaded.
 4. The log is parsed (`tasks.swe.testlog`) and graded (`tasks.swe.resolution`).
 
 A sandbox failure or a grader crash is ``infra_error`` (masked, never a 0);
@@ -72,6 +77,25 @@ for path in "$@"; do
   if git cat-file -e "HEAD:$path" 2>/dev/null; then git checkout -q HEAD -- "$path"; else rm -rf -- "$path"; fi
 done
 """
+
+
+PYCACHE = "/tmp/gym-pycache"
+
+
+def test_environment(instance: SweInstance) -> dict[str, str]:
+    """The environment of the test run: nothing of the repository runs before pytest's own start.
+
+    ``PYTHONSAFEPATH``: ``python -m pytest`` would put the working directory first on ``sys.path``;
+    ``PYTHONPYCACHEPREFIX``: ``.pyc`` files (pytest's rewritten tests included) are read and written only
+    there, never from ``__pycache__`` folders a diff planted; ``PYTEST_DISABLE_PLUGIN_AUTOLOAD``: no
+    entry-point plugin loads (the repository's own metadata could declare one); the instance's declared
+    ``plugins`` are loaded by name.
+    """
+    env = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONPYCACHEPREFIX": PYCACHE,
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    if instance.plugins:
+        env["PYTEST_ADDOPTS"] = " ".join(f"-p {shlex.quote(name)}" for name in instance.plugins)
+    return env
 
 
 def changed_paths(before: bytes, after: bytes) -> set[str]:
@@ -180,7 +204,7 @@ class SweGrader:
             detail = f"test_patch does not apply (the instance is broken): {tests.stderr_text[-800:]}"
             return self._outcome(instance, "infra_error", detail), ""
         run = await ws.exec(ExecRequest(argv=["bash", "-c", instance.command()], cwd=REPO,
-                                        timeout_s=self.config.test_timeout_s,
+                                        env=test_environment(instance), timeout_s=self.config.test_timeout_s,
                                         output_limit_bytes=self.config.log_limit_bytes))
         text = framed_log(run)
         return self._judge(instance, run, text).model_copy(update={"stripped": restored}), text

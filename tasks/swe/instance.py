@@ -14,6 +14,9 @@ publish them, or lists). Three optional fields of ours:
   installed editable, so its own metadata brings its runtime dependencies.
 * ``test_cmd``: the test command run from the repository root (default:
   ``python -m pytest -rA`` on the files ``test_patch`` touches).
+* ``plugins``: the pytest plugins the tests need (import names, e.g.
+  ``["xdist.plugin"]``; default none). The grader turns plugin autoloading
+  off and loads exactly these with ``-p`` (`tasks.swe.grader`).
 
 Unknown fields (``created_at``, ...) are ignored; a malformed row is reported
 with the field at fault and skipped.
@@ -39,7 +42,7 @@ DEFAULT_INSTALL = ("pytest",)
 DEFAULT_TEST_CMD = "python -m pytest -rA"
 FIELDS = (
     "instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement", "hints_text", "version",
-    "FAIL_TO_PASS", "PASS_TO_PASS", "environment_setup_commit", "source", "install", "test_cmd",
+    "FAIL_TO_PASS", "PASS_TO_PASS", "environment_setup_commit", "source", "install", "test_cmd", "plugins",
 )
 
 
@@ -87,8 +90,9 @@ class SweInstance(BaseModel):
     source: Source = Field(default_factory=GitSource)
     install: tuple[str, ...] = DEFAULT_INSTALL
     test_cmd: str | None = None
+    plugins: tuple[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")], ...] = ()
 
-    @field_validator("fail_to_pass", "pass_to_pass", "install", mode="before")
+    @field_validator("fail_to_pass", "pass_to_pass", "install", "plugins", mode="before")
     @classmethod
     def _json_list(cls, value: Any) -> Any:
         """Hubs publish these lists JSON-encoded; decode, never guess (a bare string is an error)."""

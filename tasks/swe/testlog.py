@@ -15,8 +15,13 @@ several statuses (``-v`` progress plus summary, or a test that passed its call
 and errored in teardown) the worst one wins, so a forged ``PASSED`` line can
 never hide a real failure. The log is *evidence the suite ran* only when it
 holds the session header (or, with ``-q``, the summary header) and the final
-count line, and the ``PASSED`` lines of the summary add up to the count
-pytest printed.
+count line, and the log adds up: the ``PASSED`` lines of the summary match the
+count pytest printed, and with the header, the count matches the
+``collected N items`` line and the progress marks (one per test report)
+printed before the first section. Output that stops early and a forged
+summary block with a plausible count both fail these checks unless they
+reproduce every line pytest would have printed; code running inside the
+pytest process can do that, which is the known limit.
 
 Skips reported only by location (``SKIPPED [1] path:line: reason``, what
 ``-rA`` prints without ``-v``) cannot be tied to a test id; they are kept as
@@ -38,7 +43,11 @@ _COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|desel
 _VERBOSE = re.compile(r"^(?P<id>\S.*?::.+?) (?P<status>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)(?: .*)?$")
 _SKIP_LOCATION = re.compile(r"^SKIPPED \[\d+\] (?P<where>.+?)(?:: .*)?$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_COLLECTED = re.compile(r"^(?:collecting \.\.\. )?collected (\d+) items?\b")
+_COLLECTED = re.compile(r"^(?:collecting \.\.\. )?collected (?P<n>\d+) items?(?P<rest>(?: / \d+ \w+)*)\s*$")
+_XDIST_COLLECTED = re.compile(r"^\d+ workers? \[(?P<n>\d+) items?\]$")
+# A progress line without -v: the module's path and one mark per test phase report, then the percentage;
+# a long module goes on over lines holding only marks.
+_PROGRESS = re.compile(r"^(?:\S+\.py )?(?P<marks>[.FEsxXR]+)(?: +\[ *\d+%\])?$")
 _FRAME = ">>>>> gym:"  # the grader's own framing lines around the run (tasks/swe/grader.py)
 
 
@@ -80,6 +89,8 @@ class PytestLog:
 
     summary_seen: bool = False
     collected: int | None = None  # "collected N items" of the session header
+    collection_counts: dict[str, int] = field(default_factory=dict)  # its "/ M skipped / K errors" part
+    progress_marks: int = 0  # progress marks (or -v lines) between the header and the first section
     after_final: int = 0  # non-empty lines after the last final count line (pytest prints nothing there)
 
     @property
@@ -101,12 +112,20 @@ class PytestLog:
         if self.after_final:
             return (f"{self.after_final} lines follow the final count line: only pytest's own last summary "
                     "counts, and pytest prints nothing after it")
-        if self.collected is not None:
-            ran = sum(self.counts.get(k, 0) for k in ("passed", "failed", "skipped", "xfailed", "xpassed",
-                                                      "deselected"))
+        if self.session_started and self.collected is None:
+            return "pytest's 'collected N items' line is missing (the session ended before collection did)"
+        if self.collected is not None and not self.collection_counts.get("error"):
+            # Modules skipped whole are counted by the collected line's "/ M skipped", never as tests.
+            skipped = self.counts.get("skipped", 0) - self.collection_counts.get("skipped", 0)
+            tests = skipped + sum(self.counts.get(k, 0) for k in ("passed", "failed", "xfailed", "xpassed"))
             # A test that passed and then errored in teardown counts in both "passed" and "error".
-            if not ran <= self.collected <= ran + self.counts.get("error", 0):
-                return f"pytest collected {self.collected} tests but its final line accounts for {ran}"
+            errors, selected = self.counts.get("error", 0), tests + self.counts.get("deselected", 0)
+            if skipped < 0 or not selected <= self.collected <= selected + errors:
+                return f"pytest collected {self.collected} tests but its final line accounts for {selected}"
+            # Each test run leaves a progress mark (a teardown error or a rerun one more) before any section.
+            if not tests <= self.progress_marks <= tests + errors + self.counts.get("rerun", 0):
+                return (f"the progress lines show {self.progress_marks} test reports but pytest's final line "
+                        f"counts {tests} tests run")
         if self.summary_passed_lines and self.summary_passed_lines != self.counts.get("passed", 0):
             return (
                 f"the summary lists {self.summary_passed_lines} PASSED lines but pytest counted "
@@ -165,8 +184,13 @@ def parse(text: str) -> PytestLog:
             log.session_started = True
             region = "progress"
             continue
-        if log.session_started and log.collected is None and (collected := _COLLECTED.match(line)):
-            log.collected = int(collected.group(1))
+        if log.session_started and log.collected is None and region == "progress" and (
+                collected := _COLLECTED.match(line) or _XDIST_COLLECTED.match(line)):
+            log.collected = int(collected.group("n"))
+            for number, word in _COUNT.findall(collected.groupdict().get("rest") or ""):
+                key = {"errors": "error"}.get(word, word)
+                log.collection_counts[key] = log.collection_counts.get(key, 0) + int(number)
+            continue
         final = _FINAL.match(line)
         if log.final_line is not None and line and not line.startswith(_FRAME) and not final:
             log.after_final += 1
@@ -188,6 +212,9 @@ def parse(text: str) -> PytestLog:
             continue
         if region == "progress" and (match := _VERBOSE.match(line)):
             _record(log, match.group("id"), TestStatus(match.group("status")))
+            log.progress_marks += log.collected is not None
+        elif region == "progress" and log.collected is not None and (marks := _PROGRESS.match(line)):
+            log.progress_marks += len(marks.group("marks"))
         elif region == "summary":
             _summary_line(log, line)
     return log

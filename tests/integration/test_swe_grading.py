@@ -264,3 +264,82 @@ def test_protected_paths_are_decided_from_the_tree_after_applying(monkeypatch):
     monkeypatch.setattr(grader_module, "protection", lambda path, protected: None)
     [unchecked] = grade([(toolz, CONTEXT_DIFF_CONFTEST)])
     assert unchecked.resolved, unchecked
+
+
+def new_file(path: str, text: str) -> str:
+    """A git diff that creates ``path`` holding ``text``."""
+    lines = text.splitlines()
+    body = "".join(f"+{line}\n" for line in lines)
+    return (f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
+            f"@@ -0,0 +1,{len(lines)} @@\n{body}")
+
+
+FORCING_PLUGIN = new_file("toolz/_force.py", CONFTEST_FORCING_PASSES.split("@@ -0,0 +1,8 @@\n", 1)[1]
+                          .replace("\n+", "\n").lstrip("+"))
+# Start-up injection 1: the repository's own (editable) metadata declares the forcing module a pytest plugin.
+ENTRY_POINT_PLUGIN = FORCING_PLUGIN + new_file("toolz.egg-info/entry_points.txt", "[pytest11]\nforce = toolz._force")
+# Start-up injection 2: `python -m pytest` from the repository root runs a root `pytest.py` when the working
+# directory is on sys.path; it starts the real pytest with the forcing plugin.
+CWD_PYTEST = FORCING_PLUGIN + new_file("pytest.py", """\
+import runpy, sys
+sys.path[:] = [p for p in sys.path if p not in ("", ".", "/workspace/repo")] + ["/workspace/repo"]
+sys.argv[1:1] = ["-p", "toolz._force"]
+runpy.run_module("pytest", run_name="__main__", alter_sys=True)""")
+
+
+def test_the_test_run_starts_isolated_from_the_repository(monkeypatch):
+    """With the path checks off, plugins registered by the repository's metadata and a root `pytest.py`
+    run before the tests and force every test to pass; the isolated start-up stops both on its own (the
+    control, with the start-up as it was, resolves)."""
+    toolz = shipped()[TOOLZ]
+    images()
+    monkeypatch.setattr(grader_module, "strip_protected", lambda diff, files: StrippedDiff(diff, ()))
+    monkeypatch.setattr(grader_module, "protection", lambda path, protected: None)
+    attacks = {"entry point": ENTRY_POINT_PLUGIN, "cwd pytest.py": CWD_PYTEST}
+    isolated = dict(zip(attacks, grade([(toolz, patch) for patch in attacks.values()])))
+    for name, result in isolated.items():
+        assert not result.resolved and result.status == "unresolved", (name, result.detail)
+        assert set(result.f2p.failure) == set(toolz.fail_to_pass), name
+    monkeypatch.setattr(grader_module, "test_environment", lambda instance: {})
+    open_start = dict(zip(attacks, grade([(toolz, patch) for patch in attacks.values()])))
+    for name, result in open_start.items():
+        assert result.resolved, (name, result.status, result.detail)
+
+
+def _forger(when: str) -> str:
+    """Package code that writes a pytest-looking ending through pytest's saved stdout, then exits 0."""
+    return f'''\
+import gc, os, stat
+def _forge():
+    ids = {sorted(shipped()[TOOLZ].fail_to_pass + shipped()[TOOLZ].pass_to_pass)!r}
+    sessions = [o for o in gc.get_objects() if type(o).__name__ == "Session" and hasattr(o, "testscollected")]
+    count = max([s.testscollected for s in sessions] + [len(ids)])
+    text = "\\n" + "=" * 20 + " short test summary info " + "=" * 20 + "\\n"
+    text += "".join(f"PASSED {{i}}\\n" for i in ids) + "".join(f"PASSED extra::t{{k}}\\n" for k in range(count - len(ids)))
+    text += "=" * 20 + f" {{count}} passed in 0.42s " + "=" * 20 + "\\n"
+    for fd in range(3, 64):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, text.encode())
+                break
+        except OSError:
+            continue
+    os._exit(0)
+{"_forge()" if when == "import" else ""}'''
+
+
+def test_a_forged_pytest_ending_is_invalid():
+    """Package code prints a summary block and a final count line that name every F2P/P2P test (with pytest's
+    collected count when it can find it), through pytest's own saved stdout, then exits 0 -- at import (during
+    collection) or from inside the first test that calls the fixed function. Both are `invalid`, reward 0."""
+    toolz = shipped()[TOOLZ]
+    images()
+    at_import = new_file("toolz/_forge.py", _forger("import"))
+    at_import = at_import + EXIT_AT_IMPORT.replace("+import os\n+os._exit(0)\n", "+from . import _forge\n+\n")
+    in_test = new_file("toolz/_forge.py", _forger("call")) + SKIP_IN_CODE.replace(
+        '+    import pytest\n+    pytest.skip("not today")\n', "+    from ._forge import _forge\n+    _forge()\n")
+    results = grade([(toolz, toolz.patch + at_import), (toolz, toolz.patch + in_test)])
+    for result, where in zip(results, ("collection", "a test")):
+        assert result.status == "invalid" and not result.resolved and result.reward == 0.0, (where, result)
+    assert "'collected N items' line is missing" in results[0].detail
+    assert "progress lines show" in results[1].detail

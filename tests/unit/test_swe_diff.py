@@ -96,6 +96,16 @@ def test_renames_binary_and_plain_diffs():
         ("pkg.egg-info/entry_points.txt", "package metadata (can register pytest plugins)"),
         ("pkg/pytest_force.py", "pytest plugin"),
         ("pytest.py", "shadows the test runner"),
+        ("pytest.toml", "pytest configuration or conftest"),
+        ("pkg/__pycache__/core.cpython-311.pyc", "compiled bytecode (runs instead of its source)"),
+        ("random.pyc", "compiled bytecode (runs instead of its source)"),
+        ("json.cpython-311-x86_64-linux-gnu.so", "shadows a standard-library module"),
+        ("random.abi3.so", "shadows a standard-library module"),
+        ("src/json/__init__.py", "shadows a standard-library module"),
+        ("pygments/__init__.py", "shadows the test runner"),
+        ("src/_pytest/runner.py", "shadows the test runner"),
+        ("sitecustomize.cpython-311-x86_64-linux-gnu.so", "interpreter start-up hook"),
+        ("pkg/usercustomize/__init__.py", "interpreter start-up hook"),
         ("_pytest/runner.py", "shadows the test runner"),
         ("src/sitecustomize.py", "interpreter start-up hook"),
         ("evil.pth", "interpreter start-up hook"),
@@ -114,7 +124,8 @@ def test_protected_paths(path, reason):
 
 
 @pytest.mark.parametrize("path", ["pkg/core.py", "pkg/testing_utils_not_a_dir.py", "docs/index.rst", "setup.py",
-                                  "src/pkg/contest.py", "README.md"])
+                                  "src/pkg/contest.py", "README.md", "pkg/py.py", "pkg/json/encoder.py",
+                                  "pkg/_speedups.cpython-311-x86_64-linux-gnu.so", "typings/json.pyi"])
 def test_source_paths_are_not_protected(path):
     assert protection(path, {"tests/test_core.py"}) is None
 

@@ -15,9 +15,11 @@ def log_of(statuses: dict[str, TestStatus], **counts: int) -> PytestLog:
     passed = sum(s == P for s in statuses.values())
     failed = sum(s == F for s in statuses.values())
     errors = sum(s == E for s in statuses.values())
+    counts = {"passed": passed, "failed": failed, "error": errors, **counts}
+    reports = sum(counts.get(k, 0) for k in ("passed", "failed", "skipped", "xfailed", "xpassed", "error"))
     return PytestLog(
         statuses=dict(statuses), session_started=True, final_line="=== done in 0.1s ===",
-        counts={"passed": passed, "failed": failed, "error": errors, **counts}, summary_passed_lines=passed,
+        counts=counts, summary_passed_lines=passed, collected=reports, progress_marks=reports,
     )
 
 

@@ -166,3 +166,60 @@ def test_counts_must_account_for_what_pytest_collected():
                             "==== 20 passed in 2.31s ====")
     assert "collected 12 tests" in parse(forged).consistency_problem()
     assert parse(VERBOSE_LOG).consistency_problem() is None  # a teardown error counts twice: still consistent
+
+
+# What package code printed at import (during collection) through pytest's saved stdout before exiting:
+# pytest's header, then a summary block and a count line that match the instance's tests.
+FORGED_AT_COLLECTION = """\
+============================= test session starts ==============================
+platform linux -- Python 3.11.2, pytest-8.3.4, pluggy-1.5.0
+rootdir: /workspace/repo
+=========================== short test summary info ============================
+PASSED test_demo.py::test_fail
+PASSED test_demo.py::test_pass
+============================== 2 passed in 0.31s ===============================
+"""
+
+
+def test_a_summary_forged_before_collection_ended_is_invalid():
+    log = parse(FORGED_AT_COLLECTION)
+    assert log.ran and log.failures == 0  # every line the old checks read looks fine
+    assert "'collected N items' line is missing" in log.consistency_problem()
+
+
+def test_a_summary_forged_from_inside_a_test_lacks_the_progress_marks():
+    """The forger knows the collected count but the run stopped after three tests: the marks say so."""
+    progress = "test_demo.py .FF....sxXE.                                                [100%]"
+    head = RA_LOG.split(progress)[0]
+    forged = head + "test_demo.py ..." + (
+        "\n=========================== short test summary info ============================\n"
+        + "".join(f"PASSED test_demo.py::test_{i}\n" for i in range(12))
+        + "============================== 12 passed in 0.31s ==============================\n")
+    problem = parse(forged).consistency_problem()
+    assert problem and "progress lines show 3 test reports" in problem
+    # Control: the same forged block after every mark pytest would have printed is not caught (the limit).
+    complete = head + "test_demo.py " + "." * 12 + forged.split("test_demo.py ...", 1)[1]
+    assert parse(complete).consistency_problem() is None
+
+
+def test_collection_time_skips_deselection_and_wrapped_progress_lines():
+    skipped_module = (
+        "===== test session starts =====\ncollected 1 item / 1 skipped\n\ntest_ok.py .      [100%]\n\n"
+        "===== short test summary info =====\nPASSED test_ok.py::test_ok\nSKIPPED [1] test_mod.py:2: m\n"
+        "===== 1 passed, 1 skipped in 1.37s =====\n")
+    assert parse(skipped_module).consistency_problem() is None
+    deselected = (
+        "===== test session starts =====\ncollected 3 items / 2 deselected / 1 selected\n\nt.py .   [100%]\n\n"
+        "===== short test summary info =====\nPASSED t.py::test_a\n===== 1 passed, 2 deselected in 0.1s =====\n")
+    assert parse(deselected).consistency_problem() is None
+    long_module = (
+        "===== test session starts =====\ncollected 150 items\n\n"
+        f"t.py {'.' * 70} [ 46%]\n{'.' * 72} [ 94%]\n{'.' * 8}     [100%]\n\n"
+        "===== short test summary info =====\n" + "".join(f"PASSED t.py::test_x[{i}]\n" for i in range(150))
+        + "===== 150 passed in 1.0s =====\n")
+    assert parse(long_module).consistency_problem() is None
+    xdist = (
+        "===== test session starts =====\ncreated: 2/2 workers\n2 workers [2 items]\n\n..        [100%]\n"
+        "===== short test summary info =====\nPASSED t.py::test_a\nPASSED t.py::test_b\n"
+        "===== 2 passed in 0.9s =====\n")
+    assert parse(xdist).consistency_problem() is None
