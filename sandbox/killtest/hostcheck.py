@@ -61,6 +61,10 @@ class HostChecks:
                 for r in rows
                 if not any(marker in r.get("COMMAND", "") for marker in EXPECTED_PROCESSES)
             ]
+            # A zombie has left its cgroup, so `docker top` never lists it: ask the host for the children of
+            # the container's own processes that wait to be reaped.
+            kept = [int(r["PID"]) for r in rows if str(r.get("PID", "")).isdigit()]
+            left += await trio.to_thread.run_sync(zombies_of, kept)
             if not left or time.monotonic() > deadline:
                 return left
             await trio.sleep(0.05)
@@ -100,6 +104,23 @@ class HostChecks:
         except InfraError as exc:
             return Check(name="daemon", passed=False, detail=str(exc))
         return Check(name="daemon", passed=True, detail=f"engine ping {1000 * (time.monotonic() - started):.0f} ms")
+
+
+def zombies_of(parents: list[int]) -> list[str]:
+    """Zombie children of the host pids ``parents`` (from the host's /proc; none where it cannot be read)."""
+    wanted, found = set(parents), []
+    for entry in os.listdir("/proc") if wanted else ():
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        comm, _, rest = text.rpartition(")")
+        fields = rest.split()
+        if len(fields) > 1 and fields[0] == "Z" and int(fields[1]) in wanted:
+            found.append(f"pid {entry} zombie {comm.partition('(')[2][:40]} (child of {fields[1]}, never reaped)")
+    return found
 
 
 def host_processes_of(container_id: str) -> list[int]:

@@ -10,7 +10,7 @@
 3. The test command runs as its own runner call; its exit code comes from the
    runner, not from the log, and the log is framed by start/end markers
    written on the host, so nothing the tests print can forge either. The
-   run starts isolated (`test_environment`): the working directory is not
+   run starts isolated (`isolated_environment`): the working directory is not
    on ``sys.path`` (the repository root comes after site-packages, so it
    cannot shadow an installed or standard module), no user site, bytecode
    only from a cache outside the tree, pytest's plugin autoload off and
@@ -82,7 +82,7 @@ done
 PYCACHE = "/tmp/gym-pycache"
 
 
-def test_environment(instance: SweInstance) -> dict[str, str]:
+def isolated_environment(instance: SweInstance) -> dict[str, str]:
     """The environment of the test run: nothing of the repository runs before pytest's own start.
 
     ``PYTHONSAFEPATH``: ``python -m pytest`` would put the working directory first on ``sys.path``;
@@ -204,7 +204,7 @@ class SweGrader:
             detail = f"test_patch does not apply (the instance is broken): {tests.stderr_text[-800:]}"
             return self._outcome(instance, "infra_error", detail), ""
         run = await ws.exec(ExecRequest(argv=["bash", "-c", instance.command()], cwd=REPO,
-                                        env=test_environment(instance), timeout_s=self.config.test_timeout_s,
+                                        env=isolated_environment(instance), timeout_s=self.config.test_timeout_s,
                                         output_limit_bytes=self.config.log_limit_bytes))
         text = framed_log(run)
         return self._judge(instance, run, text).model_copy(update={"stripped": restored}), text

@@ -300,7 +300,7 @@ def test_the_test_run_starts_isolated_from_the_repository(monkeypatch):
     for name, result in isolated.items():
         assert not result.resolved and result.status == "unresolved", (name, result.detail)
         assert set(result.f2p.failure) == set(toolz.fail_to_pass), name
-    monkeypatch.setattr(grader_module, "test_environment", lambda instance: {})
+    monkeypatch.setattr(grader_module, "isolated_environment", lambda instance: {})
     open_start = dict(zip(attacks, grade([(toolz, patch) for patch in attacks.values()])))
     for name, result in open_start.items():
         assert result.resolved, (name, result.status, result.detail)

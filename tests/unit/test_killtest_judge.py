@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 
 import pytest
 
 from sandbox.failure import FailureKind
 from sandbox.killtest.attack import Attack, Program, ToolStep
-from sandbox.killtest.hostcheck import NeighbourProbe, file_states, files_unchanged, layer_paths, rootfs_unchanged
+from sandbox.killtest.hostcheck import (
+    NeighbourProbe, file_states, files_unchanged, layer_paths, rootfs_unchanged, zombies_of,
+)
 from sandbox.killtest.judge import Check, Observation, Verdict, bounds, canary, judge, observe, parse_report, summary
 from sandbox.killtest.report import SuiteReport, table
 from sandbox.protocol import ExecResult
@@ -135,3 +138,21 @@ def test_report_ok_table_and_json(tmp_path):
 def test_tool_step_label():
     assert ToolStep(op="read_file", path="../x").label == "read_file ../x"
     assert ToolStep(op="put_archive", path=".", member="m", member_type="symlink").label == "put_archive . [symlink m]"
+
+
+def test_zombies_are_seen_from_the_host_though_docker_top_misses_them():
+    """A zombie has left its cgroup; the survivors check finds it as an unreaped child of a listed process."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        for _ in range(200):
+            found = zombies_of([os.getpid()])
+            if found:
+                break
+            time.sleep(0.01)
+        assert any(f"pid {pid} zombie" in line and "never reaped" in line for line in found), found
+        assert zombies_of([]) == []
+    finally:
+        os.waitpid(pid, 0)
+    assert not any(f"pid {pid} " in line for line in zombies_of([os.getpid()]))

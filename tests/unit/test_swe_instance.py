@@ -63,6 +63,17 @@ def test_lists_and_our_optional_fields():
     assert isinstance(instance.source, SdistSource) and instance.source.requirement == "toolz==0.12.1"
 
 
+def test_declared_plugins_are_the_only_ones_the_test_run_loads():
+    from tasks.swe.grader import isolated_environment
+
+    plain = parse_row(row())
+    assert plain.plugins == ()
+    assert isolated_environment(plain) == {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1",
+                                       "PYTHONPYCACHEPREFIX": "/tmp/gym-pycache", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    with_plugins = parse_row(row(plugins='["xdist.plugin", "hypothesis.extra.pytestplugin"]'))
+    assert isolated_environment(with_plugins)["PYTEST_ADDOPTS"] == "-p xdist.plugin -p hypothesis.extra.pytestplugin"
+
+
 def test_nulls_take_defaults_and_setup_commit_falls_back_to_base():
     instance = parse_row(row(environment_setup_commit=None, hints_text=None, test_cmd=None, install=None))
     assert instance.environment_setup_commit == "a" * 40 and instance.hints_text == ""
@@ -79,6 +90,7 @@ def test_nulls_take_defaults_and_setup_commit_falls_back_to_base():
         ({"base_commit": "not-a-sha"}, "base_commit"),
         ({"test_patch": ""}, "test_patch"),
         ({"source": {"type": "svn"}}, "source"),
+        ({"plugins": ["x; rm -rf /"]}, "plugins"),  # an import name, never shell text
     ],
 )
 def test_malformed_rows_name_the_field(overrides, field):

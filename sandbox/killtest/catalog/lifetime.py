@@ -76,6 +76,20 @@ time.sleep(0.3)
 """,
     ),
     _lifetime(
+        "clone_parent_zombies",
+        "children made with raw clone(CLONE_PARENT) belong to the runner and exit at once: zombies it must reap",
+        "python",
+        """
+import ctypes, time
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_PARENT, SIGCHLD = 0x00008000, 17
+for _ in range(40):
+    if libc.syscall(56, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0) == 0:  # clone(): the child's parent is the runner
+        os._exit(0)
+time.sleep(0.3)
+""",
+    ),
+    _lifetime(
         "respawner",
         "a process that keeps re-forking itself under a new pid",
         "python",
