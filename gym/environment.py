@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gym.episode import EpisodeConfig
 from gym.harmony import Harmony
 from gym.message import Message
+from gym.overrides import Override, apply_overrides
 from gym.prompt import SystemPrompt, developer_message, system_message
 from gym.rubric import RubricConfig
 from gym.tokenizer import Tokenizer, load_tokenizer
@@ -155,18 +156,21 @@ class EnvironmentConfig(_Config):
     concurrency: int = Field(4, ge=1, le=256, description="Episodes run at once (each holds one workspace).")
 
     @classmethod
-    def from_file(cls, path: str | Path) -> EnvironmentConfig:
-        """Read YAML (or TOML for ``*.toml``); errors name the file and every bad field."""
+    def from_file(cls, path: str | Path, overrides: Sequence[Override] = ()) -> EnvironmentConfig:
+        """Read YAML (or TOML for ``*.toml``), apply ``overrides`` (gym.overrides); errors name the file and every bad field."""
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")
             data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
         except (OSError, yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise EnvironmentConfigError(f"{path}: cannot read the environment: {exc}") from None
-        return cls.from_dict(data if data is not None else {}, source=str(path))
+        return cls.from_dict(data if data is not None else {}, source=str(path), overrides=overrides)
 
     @classmethod
-    def from_dict(cls, data: Any, source: str = "environment") -> EnvironmentConfig:
+    def from_dict(cls, data: Any, source: str = "environment", overrides: Sequence[Override] = ()) -> EnvironmentConfig:
+        """Validate a mapping after applying ``overrides``; raises OverrideError for one that does not fit it."""
+        if overrides:
+            data, source = apply_overrides(data, overrides), f"{source} (with overrides)"
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
