@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import reprlib
 import sys
 from collections.abc import Iterable
 from typing import Any, NoReturn
@@ -47,17 +48,17 @@ def parse_override(text: str) -> Override:
     """``"a.b.0.c=VALUE"`` -> ``(("a", "b", "0", "c"), yaml(VALUE))``."""
     key, sep, raw = text.partition("=")
     if not sep:
-        raise OverrideError(f"--set {text}: expected KEY=VALUE (e.g. episode.max_turns=4)")
+        raise OverrideError(f"{text!r}: expected KEY=VALUE (e.g. episode.max_turns=4)")
     if not key.strip():
-        raise OverrideError(f"--set {text}: empty key before '='")
+        raise OverrideError(f"{text!r}: empty key before '='")
     path = tuple(key.split("."))
     if not all(part.strip() for part in path):
-        raise OverrideError(f"--set {text}: empty segment in the dotted key {key!r}")
+        raise OverrideError(f"{text!r}: empty segment in the dotted key {key!r}")
     try:
         value = yaml.safe_load(raw)
     except yaml.YAMLError as err:
-        reason = " ".join(str(err).split())
-        raise OverrideError(f"--set {text}: the value is not valid YAML: {reason}") from None
+        reason = getattr(err, "problem", None) or " ".join(str(err).split())
+        raise OverrideError(f"{text!r}: the value is not valid YAML: {reason}") from None
     return path, value
 
 
@@ -71,8 +72,7 @@ def apply_overrides(mapping: Any, overrides: Iterable[Override]) -> Any:
 
 def _set(root: Any, path: tuple[str, ...], value: Any) -> Any:
     """Set ``path`` in ``root`` (already a private copy) and return it."""
-    dotted = ".".join(path)
-    node = root
+    dotted, node = ".".join(path), root
     for depth, part in enumerate(path):
         where = ".".join(path[:depth]) or "the config"
         last = depth == len(path) - 1
@@ -83,24 +83,25 @@ def _set(root: Any, path: tuple[str, ...], value: Any) -> Any:
                 node = node.setdefault(part, {})
         elif isinstance(node, list):
             if not (part.isascii() and part.isdigit()):
-                raise OverrideError(f"--set {dotted}: {where} is a list; {part!r} is not an index")
+                raise OverrideError(f"{dotted!r}: {where} is a list, {part!r} is not an index")
             index = int(part)
             if index >= len(node):
-                raise OverrideError(f"--set {dotted}: index {index} out of range ({where} has {len(node)} items)")
+                raise OverrideError(f"{dotted!r}: index {index} out of range ({where} has {len(node)} items)")
             if last:
                 node[index] = value
             else:
                 node = node[index]
         else:
-            raise OverrideError(f"--set {dotted}: {where} is {node!r}, not a mapping or a list")
+            raise OverrideError(f"{dotted!r}: {where} is {reprlib.repr(node)}, not a mapping or a list")
     return root
 
 
-def add_argument(parser: argparse.ArgumentParser, example: str) -> None:
+def add_argument(parser: argparse.ArgumentParser, example: str, scope: str = "") -> None:
     """The repeatable ``--set KEY=VALUE`` option of a command (collected in ``args.set``)."""
     parser.add_argument("--set", dest="set", action="append", type=_argument, default=[], metavar="KEY=VALUE",
-                        help=f"override a config field before validation, e.g. --set {example}; KEY is a dotted path "
-                             "(list items by index), VALUE is YAML; repeatable, later ones win")
+                        help=f"override a config field before validation (repeatable, later ones win): KEY is a "
+                             f"dotted path{scope}, list items by index; VALUE is YAML (4, 0.5, true, null, [a, b], "
+                             f"{{k: v}}; a plain word is a string); e.g. --set {example}")
 
 
 def _argument(text: str) -> Override:
@@ -112,5 +113,5 @@ def _argument(text: str) -> Override:
 
 def exit_usage(command: str, err: OverrideError) -> NoReturn:
     """Stop the way argparse does on a bad argument: one line on stderr, exit status 2."""
-    print(f"python -m gym {command}: error: {err}", file=sys.stderr)
+    print(f"python -m gym {command}: error: argument --set: {err}", file=sys.stderr)
     raise SystemExit(2)

@@ -7,6 +7,8 @@ directory (the repository root).
 
 from __future__ import annotations
 
+import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -14,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gym.environment import EnvironmentConfig, EnvironmentConfigError
+from gym.overrides import Override, apply_overrides
 from policies.serve_config import HFPolicySource, MoEPolicySource
 from trainer.errors import ConfigError
 
@@ -325,8 +328,10 @@ class TrainConfig(BaseModel):
     """Append every consumed trajectory to RUN/trajectories.jsonl (replay bundles go to RUN/bundles/)."""
 
     @classmethod
-    def load(cls, path: str | Path) -> TrainConfig:
-        """Read and validate a YAML file; raises ConfigError naming the field at fault."""
+    def load(cls, path: str | Path, overrides: Sequence[Override] = ()) -> TrainConfig:
+        """Read a YAML file, apply ``overrides`` (gym.overrides) and validate; raises ConfigError naming the
+        field at fault, OverrideError for an override that does not fit the file. An ``environment`` given as
+        a file is read into the mapping first when an override reaches into it (``environment.episode.max_turns``)."""
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"{path}: no such config file")
@@ -334,7 +339,16 @@ class TrainConfig(BaseModel):
             data = yaml.safe_load(path.read_text()) or {}
         except yaml.YAMLError as err:
             raise ConfigError(f"{path}: not valid YAML: {err}") from None
-        return cls.parse(data, source=str(path))
+        if not overrides:
+            return cls.parse(data, source=str(path))
+        env = data.get("environment") if isinstance(data, dict) else None
+        if isinstance(env, str) and any(keys[0] == "environment" and len(keys) > 1 for keys, _ in overrides):
+            try:  # the environment file's own reader (YAML, or TOML for *.toml), as EnvironmentConfig.from_file
+                text = Path(env).read_text(encoding="utf-8")
+                data = {**data, "environment": tomllib.loads(text) if env.endswith(".toml") else yaml.safe_load(text)}
+            except (OSError, yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+                raise ConfigError(f"{path}: environment: cannot read {env}: {err}") from None
+        return cls.parse(apply_overrides(data, overrides), source=f"{path} (with overrides)")
 
     @classmethod
     def parse(cls, data: dict, source: str = "config") -> TrainConfig:

@@ -7,7 +7,9 @@ Writes under ``--out``: ``environment.json`` (the resolved configuration),
 order), ``bundles/*.json`` (replay bundles: failures always, a sampled share
 of the rest, per the environment's ``replay`` section) and ``summary.json``
 (the figures printed on stdout). Policy specs: ``scripted:reference``,
-``http://HOST:PORT``, ``checkpoint:DIR`` (see gym/engine.py).
+``http://HOST:PORT``, ``checkpoint:DIR`` (see gym/engine.py). ``--set KEY=VALUE``
+(repeatable) overrides a field of the file before validation (gym/overrides.py),
+e.g. ``--set episode.max_turns=4``; ``environment.json`` shows the result.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ log = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    from gym.overrides import add_argument
+
     del argv
     parser.add_argument("config", type=Path, help="environment YAML or TOML (e.g. configs/cp_smoke.yaml)")
     parser.add_argument("--episodes", type=int, required=True, help="episodes to run (a multiple of --group-size)")
@@ -30,6 +34,7 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     parser.add_argument("--seed", type=int, default=0, help="rollout seed (sampling seeds derive from it)")
     parser.add_argument("--concurrency", type=int, default=None, help="episodes at once (default: the config's)")
     parser.add_argument("--replay-rate", type=float, default=None, help="share of successful episodes bundled (default: the config's)")
+    add_argument(parser, "episode.max_turns=4 --set task_pool.sources.0.pool.limit=2 (or task_pool.path=... for a jsonl pool)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,19 +44,22 @@ def run(args: argparse.Namespace) -> int:
 
     from gym.engine import load_engine
     from gym.environment import Environment, EnvironmentConfig, EnvironmentConfigError
+    from gym.overrides import OverrideError, exit_usage
     from gym.rollout import collect_async, summarize
     from gym.trajectory import write_jsonl
     from sandbox.pool import WorkspacePool
 
     if args.episodes < 1 or args.group_size < 1 or args.episodes % args.group_size:
         raise SystemExit(f"--episodes ({args.episodes}) must be a positive multiple of --group-size ({args.group_size})")
+    overrides = list(args.set)  # --replay-rate is an override too, applied after --set
+    if args.replay_rate is not None:
+        overrides.append((("replay", "rate"), args.replay_rate))
     try:
-        config = EnvironmentConfig.from_file(args.config)
-        if args.replay_rate is not None:
-            config = EnvironmentConfig.from_dict({**config.model_dump(), "replay": {
-                **config.replay.model_dump(), "rate": args.replay_rate}}, source="--replay-rate")
+        config = EnvironmentConfig.from_file(args.config, overrides=overrides)
         env = Environment(config)
         engine = load_engine(args.policy, env)
+    except OverrideError as exc:
+        exit_usage("rollout", exc)
     except (EnvironmentConfigError, ValueError, OSError) as exc:
         raise SystemExit(str(exc)) from None
     out: Path = args.out

@@ -1,10 +1,12 @@
 """`python -m gym train CONFIG [--resume]`: GRPO on a gym environment (see trainer/__init__.py).
 
 The config is validated (and every environment file it names loaded) before anything starts; an
-error names the field. Under ``torchrun --nproc-per-node N -m gym train CONFIG`` rank 0 runs the
-rollouts and every rank trains its shard. The run directory gets checkpoints, metrics.jsonl,
-trajectories.jsonl, replay bundles, config.json and summary.json. A run that stops on a trainer
-error (too many masked samples: `loop.max_masked_share`) prints it as one line and exits 1.
+error names the field. ``--set KEY=VALUE`` (repeatable) overrides a field before validation
+(gym/overrides.py): ``--set optimizer.lr=1e-3 --set environment.episode.max_turns=4``. Under
+``torchrun --nproc-per-node N -m gym train CONFIG`` rank 0 runs the rollouts and every rank trains
+its shard. The run directory gets checkpoints, metrics.jsonl, trajectories.jsonl, replay bundles,
+config.json and summary.json. A run that stops on a trainer error (too many masked samples:
+`loop.max_masked_share`) prints it as one line and exits 1.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ log = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    from gym.overrides import add_argument
+
     del argv
     parser.add_argument("config", type=Path, help="training YAML (e.g. configs/cp_grpo_tiny.yaml)")
     parser.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
@@ -25,25 +29,25 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     parser.add_argument("--run-dir", type=Path, default=None, help="override run_dir")
     parser.add_argument("--engine-url", default=None, metavar="URL",
                         help="sample from a policy server (python -m gym serve) at URL and push weights to it, instead of in process")
+    add_argument(parser, "optimizer.lr=1e-3 --set environment.episode.max_turns=4",
+                 scope=" from the top of the training config (an environment given as a file is read in first)")
 
 
 def run(args: argparse.Namespace) -> int:
-    import yaml
-
+    from gym.overrides import OverrideError, exit_usage
     from trainer.config import ConfigError, TrainConfig
 
-    try:
-        data = yaml.safe_load(args.config.read_text()) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise SystemExit(f"{args.config}: cannot read the config: {err}") from None
+    overrides = list(args.set)  # the dedicated flags are overrides too, applied after --set
     if args.steps is not None:
-        data.setdefault("loop", {})["steps"] = args.steps
+        overrides.append((("loop", "steps"), args.steps))
     if args.run_dir is not None:
-        data["run_dir"] = str(args.run_dir)
+        overrides.append((("run_dir",), str(args.run_dir)))
     if args.engine_url is not None:
-        data["engine"] = {**data.get("engine", {}), "type": "http", "url": args.engine_url}
+        overrides += [(("engine", "type"), "http"), (("engine", "url"), args.engine_url)]
     try:
-        config = TrainConfig.parse(data, source=str(args.config))
+        config = TrainConfig.load(args.config, overrides=overrides)
+    except OverrideError as err:
+        exit_usage("train", err)
     except ConfigError as err:
         raise SystemExit(f"config error:\n{err}") from None
 
