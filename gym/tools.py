@@ -1,8 +1,9 @@
 """The tools a policy calls, their schemas, and their execution through the sandbox.
 
-Seven tools, each a pydantic arguments model plus one async handler:
+Nine tools, each a pydantic arguments model plus one async handler:
 ``python``, ``bash``, ``read_file``, ``write_file``, ``apply_patch``, ``list_dir``
-and ``submit``. Their JSON schemas (derived from the arguments models) are
+and ``submit`` (the default set), and the opt-in ``search`` and ``view`` of
+repository work. Their JSON schemas (derived from the arguments models) are
 rendered into the developer message by ``gym.prompt``. Every call runs in the
 episode's workspace: the runner resolves each cwd and path inside the
 sandbox's allowlist, and the workspace enforces the call and episode budgets.
@@ -21,6 +22,17 @@ image), with ``-p1`` when every file header carries the ``a/``/``b/`` prefixes
 of ``git diff`` and ``-p0`` otherwise; target paths are checked on the host
 first, so a patch naming an absolute path or ``..`` is ``sandbox_denied``
 before anything runs.
+
+``search`` runs ``grep -rnE`` with the searched directory as the call's cwd, so
+the runner resolves it inside the allowlist like any cwd (a symlink out is
+refused), and grep's recursion never follows a symlink. A file is read with
+``read_file`` (the allowlist check again) and grepped from stdin, since grep
+follows a symlink named on its command line: searching a file costs up to three
+calls of the episode budget, a directory one. Grep runs in the C locale: in the
+sandbox's UTF-8 locale a file with one byte that is not UTF-8 counts as binary
+and is skipped without a word, so bytes are matched instead (only a file with
+NUL bytes is binary; ``ignore_case`` folds ASCII letters only; text shows with
+replacement characters). ``view`` slices a ``read_file`` on the host.
 """
 
 from __future__ import annotations
@@ -32,7 +44,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gym.message import ToolCall
 from gym.prompt import ToolSpec
@@ -40,9 +52,15 @@ from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from sandbox.protocol import ExecRequest, ExecResult, FileResult, ListDirResult, ReadFileResult
 
-ToolName = Literal["python", "bash", "read_file", "write_file", "apply_patch", "list_dir", "submit"]
-ALL_TOOLS: tuple[ToolName, ...] = ("python", "bash", "read_file", "write_file", "apply_patch", "list_dir", "submit")
+ToolName = Literal["python", "bash", "read_file", "write_file", "apply_patch", "list_dir", "submit", "search", "view"]
+ALL_TOOLS: tuple[ToolName, ...] = (
+    "python", "bash", "read_file", "write_file", "apply_patch", "list_dir", "submit", "search", "view")
+# The default is part of every environment's prompt that does not list its tools (their schemas are in the
+# developer message): a tool added here would change those prompts token for token, so new tools are opt-in.
+DEFAULT_TOOLS: tuple[ToolName, ...] = ("python", "bash", "read_file", "write_file", "apply_patch", "list_dir", "submit")
 NAMESPACE = "functions"
+MAX_SEARCH_RESULTS = 200
+SEARCH_LINE_CHARS = 240  # a matching line is cut here: minified code would fill the observation with one match
 
 
 class ToolsConfig(BaseModel):
@@ -50,11 +68,11 @@ class ToolsConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    enabled: tuple[ToolName, ...] = Field(ALL_TOOLS, min_length=1, description="Tools offered, in schema order.")
-    timeout_s: float = Field(10.0, gt=0, description="Deadline of a python/bash/apply_patch call that names none.")
+    enabled: tuple[ToolName, ...] = Field(DEFAULT_TOOLS, min_length=1, description="Tools offered, in schema order.")
+    timeout_s: float = Field(10.0, gt=0, description="Deadline of a python/bash/apply_patch/search call naming none.")
     max_timeout_s: float = Field(60.0, gt=0, description="Largest deadline a call may ask for (larger asks are cut).")
     output_chars: int = Field(8192, ge=256, description="Observation text bound; the middle of longer text is cut.")
-    read_bytes: int = Field(1 << 20, gt=0, description="Most bytes read_file and submit read from one file.")
+    read_bytes: int = Field(1 << 20, gt=0, description="Most bytes read_file, view, search, submit read from a file.")
 
     @model_validator(mode="after")
     def _timeouts(self) -> ToolsConfig:
@@ -135,6 +153,33 @@ class ApplyPatchArgs(_Args):
 
 class ListDirArgs(_Args):
     path: str = Field(".", description="Directory to list, relative to the workspace root.")
+
+
+class SearchArgs(_Args):
+    pattern: str = Field(min_length=1, description="Regular expression (grep -E syntax) matched against each line.")
+    path: str = Field(".", description="File or directory to search (recursively), relative to the workspace root.")
+    glob: str | None = Field(None, description="Only files whose name matches this glob, e.g. '*.py' (in directories).")
+    max_results: int = Field(50, ge=1, le=MAX_SEARCH_RESULTS, description="Most matching lines shown (at most 200).")
+    ignore_case: bool = Field(False, description="Match letters without regard to case.")
+
+    @field_validator("glob")
+    @classmethod
+    def _file_name(cls, glob: str | None) -> str | None:
+        if glob is not None and ("/" in glob or not glob):  # grep matches it to base names: it would match nothing
+            raise ValueError("a glob matches file names, e.g. '*.py': no '/' and not empty")
+        return glob
+
+
+class ViewArgs(_Args):
+    path: str = Field(description="Text file to show, relative to the workspace root.")
+    start_line: int = Field(1, ge=1, description="First line shown (lines count from 1).")
+    end_line: int | None = Field(None, ge=1, description="Last line shown, inclusive (default: as many as fit).")
+
+    @model_validator(mode="after")
+    def _range(self) -> ViewArgs:
+        if self.end_line is not None and self.end_line < self.start_line:
+            raise ValueError(f"end_line ({self.end_line}) is before start_line ({self.start_line})")
+        return self
 
 
 class SubmitArgs(_Args):
@@ -252,6 +297,113 @@ async def _list_dir(box: Toolbox, ws: ToolWorkspace, args: ListDirArgs) -> ToolO
     return ToolOutcome(output=_cut("\n".join(lines) or "(empty directory)", box.config.output_chars), failure=FailureKind.OK)
 
 
+# One grep -Z record: the file name, NUL, the line number, ':', the line; a name may hold any byte but NUL.
+_GREP_MATCH = re.compile(rb"([^\0]*)\0(\d+):([^\n]*)\n")
+# How the runner refuses a cwd that is a file or does not exist (sandbox/runner.py, run_command).
+_NOT_A_DIRECTORY = "is not a directory"
+_BYTES_LOCALE = {"LC_ALL": "C"}  # see the module docstring
+
+
+async def _search(box: Toolbox, ws: ToolWorkspace, args: SearchArgs) -> ToolOutcome:
+    flags = ["-nZE", "--binary-files=without-match", "--no-messages"] + (["-i"] if args.ignore_case else [])
+    timeout_s = min(box.config.timeout_s, box.config.max_timeout_s)
+    include = [f"--include={args.glob}"] if args.glob else []
+    argv = ["grep", "-r", *flags, "--exclude-dir=.git", *include, "--", args.pattern, "."]
+    result = await ws.exec(ExecRequest(argv=argv, cwd=args.path, timeout_s=timeout_s, env=_BYTES_LOCALE))
+    notes, name = [], None
+    if result.failure == FailureKind.SANDBOX_DENIED and _NOT_A_DIRECTORY in result.detail:
+        read = await ws.read_file(args.path, max_bytes=box.config.read_bytes)
+        if read.failure not in (FailureKind.OK, FailureKind.OUTPUT_TRUNCATED):
+            return _refusal(read.failure, read.detail)
+        if read.truncated:
+            notes.append(f"[only the first {box.config.read_bytes} bytes of {args.path} were searched]")
+        argv = ["grep", "-H", "--label=", *flags, "--", args.pattern]
+        request = ExecRequest(argv=argv, stdin=read.data, cwd=".", timeout_s=timeout_s, env=_BYTES_LOCALE)
+        result = await ws.exec(request)
+        name = args.path
+    if result.failure not in (FailureKind.OK, FailureKind.NONZERO_EXIT):
+        return _refusal(result.failure, result.detail)
+    if result.exit_code == 2 and result.stderr:  # with --no-messages only a bad pattern or option writes here
+        return _refusal(FailureKind.TOOL_ERROR, _cut(result.stderr_text.strip(), box.config.output_chars))
+    if result.exit_code == 2:
+        notes.append("[some files could not be read and were not searched]")
+    elif result.stderr:  # a warning about the pattern (newer greps warn of stray backslashes): worth showing
+        notes.append(_cut(result.stderr_text.strip(), SEARCH_LINE_CHARS))
+    matches = sorted(
+        (name or posixpath.normpath(posixpath.join(args.path, found.decode(errors="replace"))), int(number),
+         text.decode(errors="replace"))
+        for found, number, text in _GREP_MATCH.findall(result.stdout)
+    )
+    if not matches:
+        where = f" in files matching {args.glob!r}" if args.glob else ""
+        return ToolOutcome(output="\n".join([f"no matches for {args.pattern!r} in {args.path}{where}", *notes]),
+                           failure=FailureKind.OK)
+    return ToolOutcome(output=_match_lines(matches, args.max_results, result.truncated, box.config.output_chars, notes),
+                       failure=FailureKind.OK)
+
+
+def _match_lines(matches: list[tuple[str, int, str]], max_results: int, incomplete: bool, limit: int,
+                 notes: list[str]) -> str:
+    """``path:line:text`` lines, as many as ``max_results`` and the observation bound allow, then what was cut."""
+    lines: list[str] = []
+    room = limit - 200 - sum(len(n) + 1 for n in notes)  # left for the closing lines
+    for path, number, text in matches[:max_results]:
+        if len(text) > SEARCH_LINE_CHARS:
+            text = f"{text[:SEARCH_LINE_CHARS]} [... {len(text) - SEARCH_LINE_CHARS} characters cut]"
+        line = f"{path}:{number}:{text}"
+        if len(line) + 1 > room:
+            break
+        lines.append(line)
+        room -= len(line) + 1
+    cut = len(matches) - len(lines)
+    if incomplete:  # grep's output passed the sandbox's output bound: the count is a floor
+        lines.append(f"[{cut} more matches not shown, and maybe more not found: the search output passed the "
+                     "sandbox's output limit; narrow the pattern, path or glob]")
+    elif cut:
+        why = f"max_results {max_results}" if len(lines) == max_results else "output limit"
+        lines.append(f"[{cut} more matches not shown ({why}); narrow the pattern, path or glob]")
+    return "\n".join(lines + notes)
+
+
+def _view_lines(text: str, truncated: bool) -> list[str]:
+    """The file's lines as editors number them (a final newline ends the last line, it starts none)."""
+    lines = text.split("\n")
+    if lines[-1] == "" or (truncated and len(lines) > 1):  # a read cut short ends in a part of a line: left out
+        lines.pop()
+    return lines
+
+
+async def _view(box: Toolbox, ws: ToolWorkspace, args: ViewArgs) -> ToolOutcome:
+    result, text = await _read(box, ws, args.path)
+    if result.failure not in (FailureKind.OK, FailureKind.OUTPUT_TRUNCATED):
+        return _refusal(result.failure, result.detail)
+    lines = _view_lines(text, result.truncated)
+    count = f"{len(lines)}+" if result.truncated else f"{len(lines)}"
+    notes = [f"[the file is longer than {box.config.read_bytes} bytes: only lines 1-{len(lines)} can be viewed]"
+             ] if result.truncated else []
+    if not lines and args.start_line == 1:
+        return ToolOutcome(output=f"[{args.path}: empty file, 0 lines]", failure=FailureKind.OK)
+    if args.start_line > len(lines):
+        past = f"start_line {args.start_line} is past the end: {args.path} has {count} lines"
+        return _refusal(FailureKind.TOOL_ERROR, "\n".join([past, *notes]))
+    end = min(args.end_line or len(lines), len(lines))
+    clip, room, shown = max(box.config.output_chars // 2, 80), box.config.output_chars - 300, []
+    for number in range(args.start_line, end + 1):
+        line = lines[number - 1]
+        if len(line) > clip:
+            line = f"{line[:clip]} [... {len(line) - clip} characters cut]"
+        line = f"{number:>6}\t{line}"
+        if shown and len(line) + 1 > room:
+            break
+        shown.append(line)
+        room -= len(line) + 1
+    last = args.start_line + len(shown) - 1
+    if last < end:
+        notes.append(f"[lines {last + 1}-{end} not shown (output limit): view again from start_line {last + 1}]")
+    out = "\n".join([f"[{args.path}: lines {args.start_line}-{last} of {count}]", *shown, *notes])
+    return ToolOutcome(output=_cut(out, box.config.output_chars), failure=FailureKind.OK)
+
+
 _PATCH_HEADER = re.compile(r"^(?:---|\+\+\+) (\S+)", re.MULTILINE)
 
 
@@ -297,6 +449,9 @@ TOOLS: dict[str, Tool] = {
         Tool("apply_patch", "Apply a unified diff to files of the workspace.", ApplyPatchArgs, _apply_patch),
         Tool("list_dir", "List a directory of the workspace.", ListDirArgs, _list_dir),
         Tool("submit", "Submit the final program and end the episode. Give its path or its code.", SubmitArgs, _submit),
+        Tool("search", "Search the workspace's files for lines matching a regular expression; returns "
+             "path:line:text lines (.git and binary files skipped).", SearchArgs, _search),
+        Tool("view", "Show a range of lines of a text file of the workspace, with line numbers.", ViewArgs, _view),
     )
 }
 
