@@ -128,6 +128,26 @@ class ToolCall(BaseModel):
             arguments = json.loads(message.content)
         except json.JSONDecodeError as exc:
             raise ValueError(f"arguments are not valid JSON: {exc}") from None
+        except RecursionError:  # sampled text nested past the interpreter's stack: data, never a crash
+            raise ValueError("arguments are nested too deeply to parse") from None
         if not isinstance(arguments, dict):
             raise ValueError(f"arguments must be a JSON object, got {type(arguments).__name__}")
+        if _depth(arguments) > MAX_ARGUMENT_DEPTH:
+            raise ValueError(f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
         return cls(namespace=namespace, name=name, arguments=arguments, raw=message.content)
+
+
+MAX_ARGUMENT_DEPTH = 32  # tool arguments are flat; deeper values would only strain validation and serialisation
+
+
+def _depth(value: object) -> int:
+    """Nesting depth of a JSON value (iterative: a sampled value must not exhaust the stack)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest

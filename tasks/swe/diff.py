@@ -49,7 +49,8 @@ STARTUP_HOOKS = frozenset({"sitecustomize", "usercustomize"})  # as a module fil
 # A module or package at the repository root named like a standard-library module would shadow it for the
 # test run (the root is on sys.path): `random.py`, `json/__init__.py`.
 STDLIB_MODULES = frozenset(sys.stdlib_module_names)
-SOURCE_ROOTS = frozenset({"src", "lib"})  # src-layout folders an editable install puts on sys.path
+SOURCE_ROOTS = frozenset({"src", "lib"})
+GIT_FILES = frozenset({".gitattributes", ".gitmodules"})  # attributes name filters that run on checkout  # src-layout folders an editable install puts on sys.path
 CI_FILES = frozenset({
     ".travis.yml", ".gitlab-ci.yml", "azure-pipelines.yml", "appveyor.yml", ".appveyor.yml", "Jenkinsfile",
     ".pre-commit-config.yaml", "noxfile.py", "codecov.yml", ".codecov.yml",
@@ -83,11 +84,28 @@ def _unquote(token: str) -> str:
     match = _QUOTED.match(token)
     if not match:
         return token
-    raw = match.group(1)
-    # git quotes paths with C escapes, bytes as octal (\303\251): decode them as UTF-8.
-    return raw.encode("latin-1", "backslashreplace").decode("unicode_escape").encode("latin-1").decode(
-        "utf-8", errors="replace"
-    )
+    # git quotes paths with C escapes, bytes as octal (\303\251): decode them as UTF-8. Any other escape (or a
+    # byte value past \377) is kept as written: a crafted header is data, never an exception.
+    out = bytearray()
+    raw, i = match.group(1), 0
+    while i < len(raw):
+        char = raw[i]
+        if char != "\\" or i + 1 == len(raw):
+            out += char.encode("utf-8", errors="surrogateescape")
+            i += 1
+            continue
+        octal = re.match(r"[0-7]{3}", raw[i + 1:i + 4])
+        if octal and int(octal.group(), 8) <= 0o377:
+            out.append(int(octal.group(), 8))
+            i += 4
+        else:
+            nxt = raw[i + 1]
+            out += _C_ESCAPES.get(nxt, "\\" + nxt).encode("utf-8", errors="surrogateescape")
+            i += 2
+    return out.decode("utf-8", errors="replace")
+
+
+_C_ESCAPES = {"a": "\a", "b": "\b", "t": "\t", "n": "\n", "v": "\v", "f": "\f", "r": "\r", '"': '"', "\\": "\\"}
 
 
 def _strip_prefix(path: str) -> str | None:
@@ -192,15 +210,19 @@ def module_name(part: str, is_dir: bool) -> str | None:
     return match.group("name") if match else None
 
 
-def protection(path: str, test_files: frozenset[str] | set[str]) -> str | None:
-    """Why an agent may not change ``path``, or None when it may."""
+def protection(path: str, test_files: frozenset[str] | set[str], installed: frozenset[str] = frozenset()) -> str | None:
+    """Why an agent may not change ``path``, or None when it may.
+
+    ``installed``: top-level module names the test run's interpreter finds outside the repository (the grader
+    lists them in the container); a module of one of those names at the repository's top level shadows it.
+    """
     normal = posixpath.normpath(path)
     parts = normal.split("/")
     name = parts[-1]
     modules = [module_name(part, i < len(parts) - 1) for i, part in enumerate(parts)]
     if normal.startswith("/") or ".." in parts or normal == ".":
         return "path outside the repository"
-    if ".git" in parts:
+    if ".git" in parts or name in GIT_FILES:
         return "git metadata"
     if normal in test_files:
         return "test file of the instance"
@@ -220,6 +242,8 @@ def protection(path: str, test_files: frozenset[str] | set[str]) -> str | None:
         return "interpreter start-up hook"
     if any(module in STDLIB_MODULES for module in top):
         return "shadows a standard-library module"
+    if any(module in installed for module in top):
+        return "shadows an installed module (it would run in its place)"
     if name in CI_FILES or parts[0] in CI_DIRS:
         return "CI configuration"
     if any(part in TEST_DIRS for part in parts[:-1]) or re.match(r"^(test_.*|.*_test)\.py$", name):

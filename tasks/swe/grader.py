@@ -43,7 +43,7 @@ from tasks.swe import testlog
 from tasks.swe.diff import files_of_test_ids, protection, strip_protected
 from tasks.swe.instance import SweInstance
 from tasks.swe.resolution import InstanceResult, Status, StrippedPath, grade_log
-from tasks.swe.workspace import REPO, copy_repo, put_file
+from tasks.swe.workspace import PRISTINE_REPO, REPO, copy_repo, put_file
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +70,31 @@ if git apply --verbose --whitespace=nowarn {diff}; then exit 0; fi
 echo ">>>>> git apply failed (it changed nothing); trying patch --fuzz=5" >&2
 patch --batch --fuzz=5 -p1 -i {diff}
 """
-# Test files go back to base_commit (tracked ones) or away (new ones), whatever the diff did.
+# Test files go back to base_commit (tracked ones) or away (new ones), whatever the diff did; the paths come
+# NUL-separated on stdin (as many as the candidate's diff made: never an argv limit).
 _RESET = """
 set -eu
-for path in "$@"; do
+while IFS= read -r -d '' path; do
   if git cat-file -e "HEAD:$path" 2>/dev/null; then git checkout -q HEAD -- "$path"; else rm -rf -- "$path"; fi
 done
 """
+# Whatever the diff (or patch's fallback) wrote under .git, the repository's git directory goes back to the
+# pristine one: config, hooks, filters and attributes of the candidate's making never run in grading.
+_RESTORE_GIT = f"set -eu; rm -rf .git; cp -R -P {PRISTINE_REPO}/.git .git"
+# Top-level modules the interpreter finds outside the repository (standard library, site- and dist-packages),
+# less the repository's own top-level names at base_commit: a new module of such a name at the repository's top
+# level would shadow what the test run imports (Debian's distutils-precedence.pth imports `_distutils_hack` at
+# every interpreter start, from a sys.path the editable install puts the repository on).
+_INSTALLED = """
+import os, pkgutil, sys
+sys.path = [p for p in sys.path if p and not p.startswith('/workspace')]
+names = {m.name for m in pkgutil.iter_modules()} | set(sys.builtin_module_names)
+for folder in ('.', 'src', 'lib'):
+    if os.path.isdir(folder):
+        names -= {entry.split('.')[0] for entry in os.listdir(folder)}
+print('\\n'.join(sorted(names)))
+"""
+LISTING_LIMIT_BYTES = 32 << 20
 
 
 PYCACHE = "/tmp/gym-pycache"
@@ -151,7 +169,12 @@ class SweGrader:
         """Grade ``model_patch``; never raises for anything the candidate or the sandbox does."""
         started = time.monotonic()
         protected = set(instance.test_files()) | files_of_test_ids(instance.fail_to_pass + instance.pass_to_pass)
-        kept = strip_protected(model_patch, protected)
+        try:
+            kept = strip_protected(model_patch, protected)
+        except Exception as err:  # the candidate's diff text: whatever the parser meets in it is the candidate's
+            result = self._outcome(instance, "patch_apply_failed", f"the diff cannot be read: {err!r}"[:500])
+            self._save(instance, model_patch, "", "", result)
+            return result
         stripped = tuple(StrippedPath(path=s.path, reason=s.reason) for s in kept.stripped)
         try:
             async with pool.acquire(owner=f"swe-grade:{instance.instance_id}") as ws:
@@ -168,9 +191,10 @@ class SweGrader:
     def _outcome(instance: SweInstance, status: Status, detail: str) -> InstanceResult:
         return InstanceResult(instance_id=instance.instance_id, resolved=False, status=status, detail=detail)
 
-    async def _step(self, ws: Workspace, script: str, *args: str, stdin: bytes = b"") -> ExecResult:
+    async def _step(self, ws: Workspace, script: str, *args: str, stdin: bytes = b"",
+                    output_limit_bytes: int | None = None) -> ExecResult:
         request = ExecRequest(argv=["bash", "-c", script, "step", *args], cwd=REPO, stdin=stdin,
-                              timeout_s=self.config.setup_timeout_s)
+                              timeout_s=self.config.setup_timeout_s, output_limit_bytes=output_limit_bytes)
         result = await ws.exec(request)
         if result.failure == FailureKind.INFRA_ERROR:
             raise InfraError(result.detail)
@@ -182,21 +206,32 @@ class SweGrader:
         await put_file(ws, TEST_DIFF, instance.test_patch.encode())
         restored: tuple[StrippedPath, ...] = ()
         if diff.strip():
-            before = await self._step(ws, _CHANGED, APPLY_MARKER, NEWER)
+            installed = await self._step(ws, f"PYTHONSAFEPATH=1 python3 -c {shlex.quote(_INSTALLED)}",
+                                         output_limit_bytes=LISTING_LIMIT_BYTES)
+            before = await self._step(ws, _CHANGED, APPLY_MARKER, NEWER, output_limit_bytes=LISTING_LIMIT_BYTES)
+            if _failed(installed) or _failed(before):
+                return self._outcome(instance, "infra_error", f"listing the pristine tree: {before.stderr_text[-800:]}"), ""
             applied = await self._step(ws, _APPLY.format(diff=shlex.quote(MODEL_DIFF)))
             if _failed(applied):
                 detail = (applied.stdout_text + applied.stderr_text)[-1500:]
                 return self._outcome(instance, "patch_apply_failed", detail), ""
-            after = await self._step(ws, _CHANGED, APPLY_MARKER, NEWER)
-            if _failed(before) or _failed(after):
+            if _failed(git := await self._step(ws, _RESTORE_GIT)):
+                return self._outcome(instance, "infra_error", f"restoring .git: {git.stderr_text[-800:]}"), ""
+            after = await self._step(ws, _CHANGED, APPLY_MARKER, NEWER, output_limit_bytes=LISTING_LIMIT_BYTES)
+            if after.truncated or after.failure == FailureKind.OUTPUT_TRUNCATED:  # the candidate's diff made it so
+                detail = f"the applied diff changed more paths than grading checks (listing over {LISTING_LIMIT_BYTES} bytes)"
+                return self._outcome(instance, "patch_apply_failed", detail), ""
+            if _failed(after):
                 return self._outcome(instance, "infra_error", f"listing the changed tree: {after.stderr_text[-800:]}"), ""
             protected = set(instance.test_files()) | files_of_test_ids(instance.fail_to_pass + instance.pass_to_pass)
+            modules = frozenset(installed.stdout_text.split())
             restored = tuple(
                 StrippedPath(path=path, reason=f"{reason} (changed in the applied tree)")
                 for path in sorted(changed_paths(before.stdout, after.stdout))
-                if (reason := protection(path, protected))
+                if (reason := protection(path, protected, modules))
             )
-        reset = await self._step(ws, _RESET, *instance.test_files(), *(r.path for r in restored))
+        paths = [*instance.test_files(), *(r.path for r in restored)]
+        reset = await self._step(ws, _RESET, stdin=b"".join(p.encode("utf-8", errors="surrogateescape") + b"\0" for p in paths))
         if _failed(reset):
             return self._outcome(instance, "infra_error", f"resetting the test files: {reset.stderr_text[-800:]}"), ""
         tests = await self._step(ws, f"git apply --verbose {shlex.quote(TEST_DIFF)} && rm -rf {GRADE_DIR}")

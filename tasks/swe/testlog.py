@@ -90,6 +90,7 @@ class PytestLog:
     summary_seen: bool = False
     collected: int | None = None  # "collected N items" of the session header
     collection_counts: dict[str, int] = field(default_factory=dict)  # its "/ M skipped / K errors" part
+    collected_lines: int = 0  # "collected N items" lines in the header region (pytest prints one)
     progress_marks: int = 0  # progress marks (or -v lines) between the header and the first section
     after_final: int = 0  # non-empty lines after the last final count line (pytest prints nothing there)
 
@@ -114,13 +115,22 @@ class PytestLog:
                     "counts, and pytest prints nothing after it")
         if self.session_started and self.collected is None:
             return "pytest's 'collected N items' line is missing (the session ended before collection did)"
-        if self.collected is not None and not self.collection_counts.get("error"):
+        if self.collected_lines > 1:
+            return f"{self.collected_lines} 'collected N items' lines: pytest prints one"
+        if self.collected is not None:
             # Modules skipped whole are counted by the collected line's "/ M skipped", never as tests.
             skipped = self.counts.get("skipped", 0) - self.collection_counts.get("skipped", 0)
             tests = skipped + sum(self.counts.get(k, 0) for k in ("passed", "failed", "xfailed", "xpassed"))
             # A test that passed and then errored in teardown counts in both "passed" and "error".
             errors, selected = self.counts.get("error", 0), tests + self.counts.get("deselected", 0)
-            if skipped < 0 or not selected <= self.collected <= selected + errors:
+            if skipped < 0:
+                return "pytest's final line counts fewer skips than its collected line"
+            if self.collection_counts.get("error"):
+                # Collection errors interrupt the session before any test runs (unless told to go on: then
+                # the collected tests run as usual); either way no more tests run than were collected.
+                if selected > self.collected:
+                    return f"pytest collected {self.collected} tests but its final line accounts for {selected}"
+            elif not selected <= self.collected <= selected + errors:
                 return f"pytest collected {self.collected} tests but its final line accounts for {selected}"
             # Each test run leaves a progress mark (a teardown error or a rerun one more) before any section.
             if not tests <= self.progress_marks <= tests + errors + self.counts.get("rerun", 0):
@@ -184,8 +194,11 @@ def parse(text: str) -> PytestLog:
             log.session_started = True
             region = "progress"
             continue
-        if log.session_started and log.collected is None and region == "progress" and (
+        if log.session_started and region == "progress" and (
                 collected := _COLLECTED.match(line) or _XDIST_COLLECTED.match(line)):
+            log.collected_lines += 1
+            if log.collected is not None:
+                continue
             log.collected = int(collected.group("n"))
             for number, word in _COUNT.findall(collected.groupdict().get("rest") or ""):
                 key = {"errors": "error"}.get(word, word)

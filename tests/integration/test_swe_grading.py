@@ -343,3 +343,102 @@ def test_a_forged_pytest_ending_is_invalid():
         assert result.status == "invalid" and not result.resolved and result.reward == 0.0, (where, result)
     assert "'collected N items' line is missing" in results[0].detail
     assert "progress lines show" in results[1].detail
+
+
+# Outside review, second round: each attack graded an unfixed `accumulate` resolved, masked it, or crashed grading.
+COLLECTION_ERROR_FORGER = '''\
+import gc, os, stat
+def _stdout_fd():
+    for o in gc.get_objects():
+        try:
+            if type(o).__name__ == "FDCapture" and o.targetfd == 1:
+                return o.targetfd_save
+        except Exception:
+            pass
+    return 1
+def at_import():
+    os.write(_stdout_fd(), b"collected 1 item / 1 error\\n")
+def in_test():
+    ids = [i.nodeid for o in gc.get_objects() if type(o).__name__ == "Session" for i in (getattr(o, "items", None) or [])]
+    text = "\\n=== short test summary info ===\\n" + "".join("PASSED %s\\n" % i for i in ids)
+    os.write(_stdout_fd(), (text + "=== %d passed in 0.42s ===\\n" % len(ids)).encode())
+    os._exit(0)'''
+# Debian's distutils-precedence.pth imports `_distutils_hack` at every interpreter start, from a sys.path that the
+# editable install puts the repository on ahead of /usr/lib/python3/dist-packages.
+DISTUTILS_HACK = new_file("_distutils_hack/__init__.py", """\
+import os
+os.environ["PYTEST_ADDOPTS"] = (os.environ.get("PYTEST_ADDOPTS", "") + " -p toolz._force").strip()
+def add_shim():
+    pass""") + FORCING_PLUGIN
+# A context diff (the text filter names no path for it) that `patch --fuzz` applies: a smudge filter in .git/config,
+# named by a new .gitattributes for the test file, which the reset of the test file would run after the tree check.
+GIT_FILTER = new_file("toolz/_smudge.py", """\
+import sys, pathlib
+pathlib.Path("conftest.py").write_text(
+    "import pytest\\n@pytest.hookimpl(hookwrapper=True)\\ndef pytest_runtest_makereport(item, call):\\n"
+    "    outcome = yield\\n    outcome.get_result().outcome = 'passed'\\n")
+sys.stdout.buffer.write(sys.stdin.buffer.read())""") + new_file(
+    ".gitattributes", "toolz/tests/test_itertoolz.py filter=pwn") + CONTEXT_DIFF_CONFTEST.split("*** a/conftest.py")[0] + """\
+*** a/.git/config
+--- b/.git/config
+***************
+*** 6,8 ****
+--- 6,11 ----
+  [user]
+  \tname = gym
+  \temail = gym@localhost
++ [filter "pwn"]
++ \tsmudge = python3 toolz/_smudge.py
++ \tclean = cat
+*** a/toolz/tests/test_itertoolz.py
+--- b/toolz/tests/test_itertoolz.py
+***************
+*** 572,574 ****
+--- 572,575 ----
+      assert mk_rsample(b"a") == mk_rsample(u"a")
+  
+      assert raises(TypeError, lambda: mk_rsample([]))
++ # touched
+"""
+QUOTED_ESCAPES = "".join(
+    f'diff --git "a/toolz/{name}" "b/toolz/{name}"\nnew file mode 100644\n--- /dev/null\n+++ "b/toolz/{name}"\n'
+    "@@ -0,0 +1 @@\n+x\n" for name in ("\\\\x", "\\\\777"))
+
+
+def _listing_flood() -> str:
+    """700 new files of ~900-character paths in a context diff only `patch` applies: the tree listing after
+    applying passed the call's output bound, and the grader called that an infrastructure failure."""
+    folder = "toolz/" + "/".join(c * 250 for c in "abc")
+    new = "".join(f"*** /dev/null\n--- b/{folder}/{'f' * 140}{i:04d}.txt\n***************\n*** 0 ****\n--- 1 ----\n+ x\n"
+                  for i in range(700))
+    return CONTEXT_DIFF_CONFTEST.split("*** a/conftest.py")[0] + new
+
+
+def test_second_round_attacks_score_zero_and_are_never_masked(monkeypatch):
+    toolz = shipped()[TOOLZ]
+    images()
+    forged = (new_file("toolz/_forge.py", COLLECTION_ERROR_FORGER)
+              + EXIT_AT_IMPORT.replace("+import os\n+os._exit(0)\n", "+from . import _forge\n+_forge.at_import()\n")
+              + SKIP_IN_CODE.replace('+    import pytest\n+    pytest.skip("not today")\n',
+                                     "+    from ._forge import in_test\n+    in_test()\n"))
+    attacks = {"collection error forgery": forged, "_distutils_hack": DISTUTILS_HACK, "git filter": GIT_FILTER,
+               "quoted escapes": QUOTED_ESCAPES, "listing flood": _listing_flood()}
+    results = dict(zip(attacks, grade([(toolz, patch) for patch in attacks.values()])))
+    for name, result in results.items():
+        assert not result.resolved and result.status in ("unresolved", "invalid", "patch_apply_failed"), (name, result)
+    assert "'collected N items' lines" in results["collection error forgery"].detail
+    assert ("_distutils_hack/__init__.py", "shadows an installed module (it would run in its place) "
+            "(changed in the applied tree)") in {(s.path, s.reason) for s in results["_distutils_hack"].stripped}
+    assert ".gitattributes" in {s.path for s in results["git filter"].stripped}
+    assert set(results["git filter"].f2p.failure) == set(toolz.fail_to_pass)
+    # Controls: without the check of the applied tree the start-up hook resolves; with it but without restoring
+    # .git and with .gitattributes allowed, the smudge filter writes its conftest after the check and resolves.
+    monkeypatch.setattr(grader_module, "protection", lambda path, protected, installed=frozenset(): None)
+    assert grade([(toolz, DISTUTILS_HACK)])[0].resolved
+    monkeypatch.undo()
+    real = grader_module.protection
+    monkeypatch.setattr(grader_module, "_RESTORE_GIT", "true")
+    monkeypatch.setattr(grader_module, "strip_protected", lambda diff, files: StrippedDiff(diff, ()))
+    monkeypatch.setattr(grader_module, "protection", lambda path, protected, installed=frozenset():
+                        None if path == ".gitattributes" else real(path, protected, installed))
+    assert grade([(toolz, GIT_FILTER)])[0].resolved

@@ -202,3 +202,14 @@ def test_message_rejects_headers_that_could_not_round_trip() -> None:
         Message(role="tool", content="no name")
     with pytest.raises(ValueError):
         Message(role="assistant", channel="final", recipient="functions.python", content="{}")
+
+
+@pytest.mark.parametrize("depth", [40, 1000, 20000])
+def test_deeply_nested_arguments_are_a_parse_error_not_a_crash(harmony: Harmony, depth: int) -> None:
+    """A sampled turn of nested brackets (1015 bpe tokens reach Python's recursion limit) is data."""
+    nested = '{"code": ' + "[" * depth + "]" * depth + "}"
+    call = Message.tool_call("python", {"code": "x"}).model_copy(update={"content": nested})
+    turn = harmony.parse_completion(harmony.render_completion([call]))
+    assert isinstance(turn, ParseError) and "nested" in turn.reason, turn
+    shallow = Message.tool_call("python", {"code": "x"}).model_copy(update={"content": '{"code": [[["x"]]]}'})
+    assert isinstance(harmony.parse_completion(harmony.render_completion([shallow])), ParsedTurn)

@@ -150,3 +150,20 @@ def test_a_rename_onto_a_protected_path_is_stripped():
 def test_files_of_test_ids():
     ids = ["tests/test_a.py::test_x[1-2]", "test_b.py::C::test_y", "not-an-id"]
     assert files_of_test_ids(ids) == {"tests/test_a.py", "test_b.py"}
+
+
+def test_crafted_quoted_paths_are_data_never_an_exception():
+    for name, expected in (("\\x", "toolz/\\x"), ("\\777", "toolz/\\777"), ("caf\\303\\251", "toolz/café"),
+                           ("tab\\there", "toolz/tab\there"), ('q\\"uote', 'toolz/q"uote')):
+        diff = (f'diff --git "a/toolz/{name}" "b/toolz/{name}"\nnew file mode 100644\n--- /dev/null\n'
+                f'+++ "b/toolz/{name}"\n@@ -0,0 +1 @@\n+x\n')
+        assert touched_paths(diff) == [expected]
+
+
+def test_installed_module_names_and_git_attributes_are_protected():
+    installed = frozenset({"_distutils_hack", "setuptools", "pkg_resources"})
+    assert protection("_distutils_hack/__init__.py", set(), installed).startswith("shadows an installed module")
+    assert protection("src/setuptools.py", set(), installed).startswith("shadows an installed module")
+    assert protection("pkg/setuptools.py", set(), installed) is None  # inside a package it is pkg.setuptools
+    assert protection(".gitattributes", set()) == "git metadata"
+    assert protection("docs/.gitmodules", set()) == "git metadata"

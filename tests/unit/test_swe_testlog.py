@@ -223,3 +223,22 @@ def test_collection_time_skips_deselection_and_wrapped_progress_lines():
         "===== short test summary info =====\nPASSED t.py::test_a\nPASSED t.py::test_b\n"
         "===== 2 passed in 0.9s =====\n")
     assert parse(xdist).consistency_problem() is None
+
+
+def test_a_forged_collection_error_does_not_switch_the_checks_off():
+    """Outside attack: a fake 'collected 1 item / 1 error' at import, then a summary from inside a test."""
+    forged = (
+        "===== test session starts =====\ncollected 1 item / 1 error\ncollected 57 items\n\n"
+        "toolz/tests/test_itertoolz.py ..\n"
+        "===== short test summary info =====\n" + "".join(f"PASSED t.py::test_{i}\n" for i in range(57))
+        + "===== 57 passed in 0.42s =====\n")
+    assert "'collected N items' lines" in parse(forged).consistency_problem()
+    only_fake = forged.replace("collected 57 items\n", "")
+    assert "collected 1 tests but its final line accounts for 57" in parse(only_fake).consistency_problem()
+    right_count = only_fake.replace("collected 1 item / 1 error", "collected 57 items / 1 error")
+    assert "progress lines show 2 test reports" in parse(right_count).consistency_problem()
+    interrupted = (
+        "===== test session starts =====\ncollected 1 item / 1 error / 1 skipped\n\n"
+        "===== short test summary info =====\nSKIPPED [1] test_m.py:2: m\nERROR test_broken.py\n"
+        "!!!!! Interrupted: 1 error during collection !!!!!\n===== 1 skipped, 1 error in 1.52s =====\n")
+    assert parse(interrupted).consistency_problem() is None and parse(interrupted).failures == 1
