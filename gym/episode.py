@@ -10,9 +10,14 @@
    a rendered ``functions.NAME to=assistant`` message (masked out of the loss);
    a ``submit`` call or a final-channel answer ends the episode, and so do the
    turn budget and the token budget;
-4. the episode's workspace is released, then the answer (the submitted
-   program, or the final answer's code block) is graded in a fresh container
-   by the grader.
+4. the answer is taken from the workspace by the task's family
+   (`tasks.family`: CP, the submitted program or the final answer's code
+   block; SWE, the diff of the repository), the workspace is released, and
+   the family grades the answer in a fresh container.
+
+The episode goes through the task family for everything task-specific (its
+workspace, its answer, its grade) and takes from the environment only what
+``EpisodeEnvironment`` names.
 
 A parse error is recorded (event with its span, ``parse_error`` failure) and
 the episode goes on or ends per ``on_parse_error``; it never raises. An
@@ -24,26 +29,23 @@ from __future__ import annotations
 
 import logging
 import time
-from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from typing import TYPE_CHECKING, Literal, Protocol
+from contextlib import AsyncExitStack
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gym.engine import EngineFailure
 from gym.harmony import ParsedTurn, ParseError
 from gym.message import Message
-from gym.rubric import score, total
-from gym.tools import ToolCallRecord, ToolWorkspace
+from gym.rubric import RubricConfig, score, total
+from gym.tools import ToolCallRecord, Toolbox, ToolWorkspace
 from gym.trajectory import Trajectory, TrajectoryBuilder
-from policies.sampling import EngineError, RolloutEngine
+from policies.sampling import EngineError, RolloutEngine, SamplingParams
 from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
+from tasks.family import TaskFamily
 from tasks.grader import TaskResult
-from tasks.submission import Submission, extract_code
-from tasks.task import Task
-
-if TYPE_CHECKING:
-    from gym.environment import Environment
+from tasks.submission import extract_code
 
 log = logging.getLogger(__name__)
 
@@ -90,23 +92,30 @@ class EpisodeResult(BaseModel):
         return t.masked or self.grading is None or not self.grading.passed or bool(t.failures)
 
 
-class WorkspaceSource(Protocol):
-    """Hands out one fresh workspace per episode (``sandbox.pool.WorkspacePool``)."""
+class EpisodeSettings(Protocol):
+    """The parts of an environment's configuration an episode reads."""
 
-    def acquire(self, owner: str = ...) -> AbstractAsyncContextManager[ToolWorkspace]: ...
+    @property
+    def episode(self) -> EpisodeConfig: ...
 
-
-class TaskGrader(Protocol):
-    """Grades an answer in a fresh container (``tasks.grader.Grader``)."""
-
-    async def grade(self, task: Task, submission: Submission) -> TaskResult: ...
+    @property
+    def rubric(self) -> RubricConfig: ...
 
 
-def submission_for(task: Task, program_text: str) -> Submission:
-    """The submission whose graded program is ``program_text`` (a HumanEval prompt is not prepended twice)."""
-    prefix = task.completion_prefix
-    completion = program_text[len(prefix):] if prefix and program_text.startswith(prefix) else program_text
-    return Submission(task_id=task.task_id, completion=completion)
+class EpisodeEnvironment(Protocol):
+    """What an episode takes from its environment (``gym.environment.Environment``)."""
+
+    @property
+    def harmony(self) -> Any: ...
+
+    @property
+    def config(self) -> EpisodeSettings: ...
+
+    def prompt(self, task: Any) -> list[Message]: ...
+
+    def sampling(self, max_tokens: int, seed: int | None) -> SamplingParams: ...
+
+    def toolbox_for(self, task: Any) -> Toolbox: ...
 
 
 class _Clock:
@@ -133,7 +142,7 @@ class _Phase:
 class _Run:
     """State of one episode while it runs."""
 
-    def __init__(self, env: Environment, task: Task, seed: int) -> None:
+    def __init__(self, env: EpisodeEnvironment, task: Any, seed: int) -> None:
         self.env, self.task, self.seed = env, task, seed
         self.builder = TrajectoryBuilder.from_messages(env.harmony, env.prompt(task), task_id=task.task_id,
                                                        seeds={"episode": seed})
@@ -179,7 +188,7 @@ class _Run:
             self.answer, self.source, self.end = extract_code(final), "final", "final"
             return False
         with self.clock.phase("tools"):
-            outcome = await self.env.toolbox.call(ws, call)
+            outcome = await self.env.toolbox_for(self.task).call(ws, call)
         self.records.append(ToolCallRecord(index=len(self.records), recipient=call.recipient, arguments=call.raw,
                                            outcome=outcome))
         if outcome.submitted is not None:
@@ -192,24 +201,25 @@ class _Run:
         return True
 
 
-async def run_episode(env: Environment, engine: RolloutEngine, pool: WorkspaceSource, grader: TaskGrader,
-                      task: Task, *, seed: int, group_id: str | None = None) -> EpisodeResult:
-    """Run one episode of ``task`` to its end and grade it (see the module docstring)."""
+async def run_episode(env: EpisodeEnvironment, engine: RolloutEngine, family: TaskFamily, task: Any, *, seed: int,
+                      group_id: str | None = None) -> EpisodeResult:
+    """Run one episode of ``task`` to its end and grade it through its family (see the module docstring)."""
     run = _Run(env, task, seed)
     config = env.config.episode
     started = time.monotonic()
     async with AsyncExitStack() as workspace:
         try:
-            ws = await workspace.enter_async_context(pool.acquire(owner=f"episode:{task.task_id}"))
+            ws = await workspace.enter_async_context(family.workspace(task, owner=f"episode:{task.task_id}"))
         except InfraError as exc:  # no workspace could be started (engine down): nothing was sampled yet
             ws = None
             run.end, run.infra = "infra_error", f"workspace: {exc}"
         run.clock.spent["workspace"] += time.monotonic() - started
         if ws is not None:
             await _play(run, engine, ws)
+            await _take_answer(run, family, ws)
         releasing = time.monotonic()
     run.clock.spent["workspace"] += time.monotonic() - releasing
-    grading = await _grade(run, grader)
+    grading = await _grade(run, family)
     if grading is not None and grading.infra_error:
         run.infra = f"grading: {grading.detail or next((t.detail for t in grading.tests if t.detail), '')}"
     masked = bool(run.infra)
@@ -249,9 +259,23 @@ async def _play(run: _Run, engine: RolloutEngine, ws: ToolWorkspace) -> None:
             return
 
 
-async def _grade(run: _Run, grader: TaskGrader) -> TaskResult | None:
+async def _take_answer(run: _Run, family: TaskFamily, ws: ToolWorkspace) -> None:
+    """The family's answer, read from the workspace before it is released (SWE: the repository's diff)."""
+    if run.answer is None or run.end == "infra_error":
+        return
+    with run.clock.phase("grading"):
+        try:
+            run.answer = await family.answer(run.task, ws, run.answer)
+        except InfraError as exc:
+            run.end, run.infra = "infra_error", f"answer: {exc}"
+        except ValueError as exc:  # the candidate made its answer unreadable (a removed repository, a huge diff)
+            log.info("task %s: no answer to grade: %s", run.task.task_id, exc)
+            run.answer = None
+
+
+async def _grade(run: _Run, family: TaskFamily) -> TaskResult | None:
     """Grade the answer in a fresh container (the episode's workspace is already released)."""
     if run.answer is None or run.end == "infra_error":
         return None
     with run.clock.phase("grading"):
-        return await grader.grade(run.task, submission_for(run.task, run.answer))
+        return await family.grade(run.task, run.answer)

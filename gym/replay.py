@@ -28,7 +28,7 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field
 
 from gym.bundle import Bundle, BundleError, image_digest, read_bundle
-from gym.episode import TaskGrader, WorkspaceSource, submission_for
+from tasks.family import CodeFamily, TaskFamily
 from gym.rubric import score, total
 from gym.tokenizer import TokenizerError, load_tokenizer
 from gym.tools import Toolbox
@@ -37,6 +37,9 @@ from sandbox.config import Hardening, SandboxConfig
 from sandbox.pool import WorkspacePool
 from tasks.grader import Grader, TaskResult
 from tasks.submission import extract_code
+from sandbox.errors import InfraError
+from tasks.swe.family import SweFamily, SweFamilyConfig
+from tasks.swe.instance import SweInstance
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +117,7 @@ def consistency(bundle: Bundle) -> tuple[list[Difference], list[str]]:
     if bundle.answer_source == "final":
         finals = [m for m in trajectory.messages if m.is_final]
         _diff(out, "answer (final channel)", bundle.answer, extract_code(finals[-1].content) if finals else None)
-    elif bundle.answer_source == "submit":
+    elif bundle.answer_source == "submit" and not isinstance(bundle.task, SweInstance):  # SWE: the answer is the diff
         submitted = [r.outcome.submitted for r in bundle.tool_calls if r.outcome.submitted is not None]
         _diff(out, "answer (submitted)", bundle.answer, submitted[-1] if submitted else None)
     _diff(out, "reward for the recorded grading", trajectory.reward, _reward(bundle, bundle.grading))
@@ -131,17 +134,22 @@ def consistency(bundle: Bundle) -> tuple[list[Difference], list[str]]:
     return out, notes
 
 
-async def replay(bundle: Bundle, pool: WorkspaceSource, grader: TaskGrader, *, path: str = "") -> ReplayReport:
-    """Re-execute one bundle on ``pool`` and report every difference (see the module docstring)."""
+async def replay(bundle: Bundle, family: TaskFamily, *, path: str = "") -> ReplayReport:
+    """Re-execute one bundle through its task family and report every difference (see the module docstring)."""
     differences, notes = consistency(bundle)
-    digest = await image_digest(pool)
+    task = bundle.task
+    try:
+        digest = await image_digest(family.pool_for(task))
+    except InfraError as exc:
+        digest = ""
+        notes.append(f"no workspace image: {exc}")
     if bundle.image_digest and digest:
         _diff(differences, f"image digest of {bundle.image}", bundle.image_digest, digest)
     else:
         notes.append("image digest not compared (unknown on one side)")
-    toolbox = Toolbox(bundle.tools)
+    toolbox = Toolbox(bundle.tools, kind="repository" if isinstance(task, SweInstance) else "program")
     submitted: str | None = None
-    async with pool.acquire(owner=f"replay:{bundle.task.task_id}") as ws:
+    async with family.workspace(task, owner=f"replay:{task.task_id}") as ws:
         for record in bundle.tool_calls:
             outcome = await toolbox.call(ws, record.call())
             _diff(differences, f"tool call {record.index} ({record.recipient}) output", record.outcome.output, outcome.output)
@@ -149,11 +157,17 @@ async def replay(bundle: Bundle, pool: WorkspaceSource, grader: TaskGrader, *, p
             _diff(differences, f"tool call {record.index} ({record.recipient}) submitted program",
                   record.outcome.submitted, outcome.submitted)
             submitted = outcome.submitted if outcome.submitted is not None else submitted
-    answer = submitted if bundle.answer_source == "submit" else bundle.answer
+        handed_in = submitted if bundle.answer_source == "submit" else bundle.answer
+        answer = None
+        if handed_in is not None:
+            try:  # SWE: the diff of the replayed repository, recomputed
+                answer = await family.answer(task, ws, handed_in)
+            except ValueError as exc:
+                notes.append(f"no answer to grade: {exc}")
     _diff(differences, "answer", bundle.answer, answer)
     grading = None
     if answer is not None and bundle.grading is not None:
-        grading = await grader.grade(bundle.task, submission_for(bundle.task, answer))
+        grading = await family.grade(task, answer)
     _diff(differences, "grading (passed, fraction, infra_error, verdicts)", _grading_key(bundle.grading),
           _grading_key(grading))
     reward = _reward(bundle, grading)
@@ -175,6 +189,14 @@ def weakened(sandbox: SandboxConfig) -> list[str]:
     return problems
 
 
+def weakened_bundle(bundle: Bundle) -> list[str]:
+    """``weakened`` of the bundle's sandbox, and of the SWE budgets it carries."""
+    problems = weakened(bundle.sandbox)
+    if bundle.swe is not None and bundle.swe.budgets.pids is None:
+        problems.append("swe.budgets.pids = None (no pids limit)")
+    return problems
+
+
 def replay_files(paths: Sequence[Path], concurrency: int = 4, *, trust_sandbox: bool = False) -> list[ReplayReport]:
     """Replay bundle files (a pool per distinct sandbox configuration); reports in input order.
 
@@ -183,7 +205,7 @@ def replay_files(paths: Sequence[Path], concurrency: int = 4, *, trust_sandbox: 
     """
     bundles = [read_bundle(path) for path in paths]
     for path, bundle in zip(paths, bundles):
-        problems = weakened(bundle.sandbox)
+        problems = weakened_bundle(bundle)
         if problems and not trust_sandbox:
             raise BundleError(f"{path}: refusing to replay under a weakened or remote sandbox: {'; '.join(problems)} "
                               "(pass --trust-bundle-sandbox if you wrote this bundle)")
@@ -196,7 +218,13 @@ def replay_files(paths: Sequence[Path], concurrency: int = 4, *, trust_sandbox: 
     async def one(pool: WorkspacePool, i: int) -> None:
         async with limiter:
             bundle = bundles[i]
-            reports[i] = await replay(bundle, pool, Grader(pool, bundle.grader), path=str(paths[i]))
+            task = bundle.task
+            if isinstance(task, SweInstance):  # its own image, named by the bundle (built when the episode ran)
+                family = SweFamily(bundle.sandbox, bundle.swe or SweFamilyConfig(), [task], {}, {task.instance_id: bundle.image})
+                async with family.opened():
+                    reports[i] = await replay(bundle, family, path=str(paths[i]))
+            else:
+                reports[i] = await replay(bundle, CodeFamily(pool, Grader(pool, bundle.grader)), path=str(paths[i]))
             log.info("replayed %s: %s", paths[i], "identical" if reports[i].identical else "DIFFERENT")
 
     async def main() -> None:

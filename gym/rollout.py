@@ -34,12 +34,13 @@ import trio
 
 from gym.bundle import bundle_name, bundle_of, bundle_reason, image_digest, write_bundle
 from gym.environment import Environment, TaskStream
-from gym.episode import EpisodeResult, TaskGrader, WorkspaceSource, run_episode
+from gym.episode import EpisodeResult, run_episode
 from gym.trajectory import Trajectory
 from policies.sampling import RolloutEngine
+from sandbox.errors import InfraError
 from sandbox.pool import WorkspacePool
+from tasks.family import Families, TaskGrader, WorkspaceSource
 from tasks.grader import Grader
-from tasks.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -62,29 +63,30 @@ class RolloutWorkers:
                 raise TypeError("give a grader when the pool is not a sandbox WorkspacePool")
             grader = Grader(pool, env.config.grader)
         self.grader = grader
+        self.families: Families = env.families(pool, grader)
         self.limiter = trio.CapacityLimiter(concurrency or env.config.concurrency)
         self.stream = stream or env.stream(shard)
         self.bundle_dir = bundle_dir
         self.results: list[EpisodeResult] = []  # finished episodes, in finishing order (bundles, reports)
         self.bundles: list[Path] = []
-        self._digest: str | None = None
+        self._digests: dict[str, str] = {}  # image id of every workspace image, by name
 
     async def run(self, send_channel: trio.MemorySendChannel[Trajectory], *, groups: int, group_size: int,
                   seed: int) -> None:
         """Run ``groups`` x ``group_size`` episodes, sending each trajectory when its episode ends."""
         if groups < 0 or group_size < 1:
             raise ValueError(f"need groups >= 0 and group_size >= 1, got {groups} and {group_size}")
-        async with send_channel:
+        async with send_channel, self.families.opened():
             draws = self.stream.take(groups)
             async with trio.open_nursery() as nursery:
                 for position, task in draws:
                     for member in range(group_size):
                         nursery.start_soon(self._episode, send_channel, task, position, member, seed)
 
-    async def _episode(self, send: trio.MemorySendChannel[Trajectory], task: Task, position: int, member: int,
+    async def _episode(self, send: trio.MemorySendChannel[Trajectory], task: object, position: int, member: int,
                        seed: int) -> None:
         async with self.limiter:
-            result = await run_episode(self.env, self.engine, self.pool, self.grader, task,
+            result = await run_episode(self.env, self.engine, self.families.of(task), task,
                                        seed=episode_seed(seed, position, member), group_id=f"{seed}-{position}")
         seeds = {**result.trajectory.seeds, "rollout": seed, "position": position, "member": member}
         result = result.model_copy(update={"trajectory": result.trajectory.model_copy(update={"seeds": seeds})})
@@ -103,9 +105,15 @@ class RolloutWorkers:
         reason = bundle_reason(result, key, rate=replay.rate, failures=replay.failures, seed=replay.seed)
         if reason is None:
             return
-        if self._digest is None:
-            self._digest = await image_digest(self.pool)
-        bundle = bundle_of(self.env, result, reason, self._digest)
+        task = self.env.tasks[result.trajectory.task_id]
+        try:
+            pool = self.families.of(task).pool_for(task)
+        except InfraError:  # no image for this instance: nothing ran on one
+            pool = None
+        image = getattr(getattr(pool, "config", None), "image", self.env.config.sandbox.image)
+        if image not in self._digests:
+            self._digests[image] = await image_digest(pool)
+        bundle = bundle_of(self.env, result, reason, self._digests[image], image=image)
         path = self.bundle_dir / bundle_name(index, result.trajectory.task_id)
         self.bundles.append(await trio.to_thread.run_sync(write_bundle, path, bundle))
 
@@ -116,7 +124,7 @@ async def collect_async(env: Environment, engine: RolloutEngine, pool: Workspace
     workers = RolloutWorkers(env, engine, pool, **options)  # type: ignore[arg-type]
     send, receive = trio.open_memory_channel[Trajectory](0)
     trajectories: list[Trajectory] = []
-    async with trio.open_nursery() as nursery:
+    async with workers.families.opened(), trio.open_nursery() as nursery:
         nursery.start_soon(_run_workers, workers, send, n_groups, group_size, seed)
         async with receive:
             async for trajectory in receive:

@@ -1,4 +1,5 @@
-"""``scripted:reference``: a built-in policy that works each task's reference solution through the tools.
+"""Scripted policies: ``scripted:reference`` works each task's reference through the tools,
+``scripted:empty`` submits nothing of worth at once (every reward 0: the floor a checker can test).
 
 It needs no model, so environments can be smoke-tested and benchmarked. Like
 a real policy it sees only token ids: it parses the context back into Harmony
@@ -10,6 +11,12 @@ has made so far, and samples (deterministically) the next turn of its script:
    (stdin tasks with an example), else ``python3 -m py_compile solution.py``;
 3. ``submit`` with ``{"path": "solution.py"}``.
 
+For an SWE instance the reference is its gold patch: ``apply_patch`` of it in
+``repo``, ``bash`` running the pytest files the instance's tests live in that
+exist at base_commit, then ``submit`` (the repository's diff is the answer).
+``scripted:empty`` calls ``submit`` first: an empty program, or an untouched
+repository.
+
 Each turn is the canonical Harmony rendering of its messages, encoded with the
 environment's tokenizer (real token ids, special tokens as single ids), with
 every logprob 0.0: the script is deterministic, so each token has probability
@@ -19,11 +26,13 @@ is cut there with ``finish_reason="length"``, as a real engine would.
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 from gym.harmony import Harmony, ParseError
 from gym.message import Message
 from policies.sampling import Completion, SamplingParams
+from tasks.swe.instance import SweInstance
 from tasks.task import StdinTest, Task
 
 if TYPE_CHECKING:
@@ -33,11 +42,11 @@ PROGRAM_FILE = "solution.py"
 
 
 class ReferencePolicy:
-    """A deterministic ``RolloutEngine`` that solves tasks with their reference programs."""
+    """A deterministic ``RolloutEngine`` that solves tasks with their references (or, ``empty``, submits nothing)."""
 
-    def __init__(self, harmony: Harmony, tasks: dict[str, Task], programs: dict[str, str], user_text: dict[str, str],
-                 weights_version: int = 0) -> None:
-        missing = sorted(set(tasks) - set(programs))
+    def __init__(self, harmony: Harmony, tasks: dict[str, Task | SweInstance], programs: dict[str, str],
+                 user_text: dict[str, str], weights_version: int = 0, empty: bool = False) -> None:
+        missing = [] if empty else sorted(set(tasks) - set(programs))
         if missing:
             raise ValueError(f"scripted:reference needs a reference solution for every task; none for {missing[:10]}")
         self.harmony = harmony
@@ -45,9 +54,14 @@ class ReferencePolicy:
         self.programs = programs
         self.by_prompt = {text: task_id for task_id, text in user_text.items()}
         self.weights_version = weights_version
+        self.empty = empty
 
-    def script(self, task: Task) -> list[list[Message]]:
+    def script(self, task: Task | SweInstance) -> list[list[Message]]:
         """The turns, each a list of assistant messages."""
+        if self.empty:
+            return [[Message.tool_call("submit", {} if isinstance(task, SweInstance) else {"code": ""})]]
+        if isinstance(task, SweInstance):
+            return swe_script(task)
         example = next((t for t in task.public_tests if isinstance(t, StdinTest)), None)
         if task.kind == "stdin" and example is not None:
             check = ("Let me run it on the example input.", {"command": f"python3 {PROGRAM_FILE}", "stdin": example.input})
@@ -60,7 +74,7 @@ class ReferencePolicy:
             [Message.tool_call("submit", {"path": PROGRAM_FILE})],
         ]
 
-    def _task_of(self, prompt: list[int]) -> tuple[Task, int]:
+    def _task_of(self, prompt: list[int]) -> tuple[Task | SweInstance, int]:
         """The task a context is about and how many tool calls it already holds."""
         suffix = self.harmony.generation_prompt()
         if prompt[-len(suffix):] != suffix:
@@ -86,11 +100,30 @@ class ReferencePolicy:
         return [self.complete(prompt, params) for prompt in prompts]
 
 
+def swe_script(instance: SweInstance) -> list[list[Message]]:
+    """Gold patch in, the instance's existing test files run, submit."""
+    files = " ".join(shlex.quote(path) for path in instance.test_files() if path.endswith(".py"))
+    # pytest's durations are cut so the observation is the same on every run (replays compare it byte for byte)
+    run = (f"python -m pytest -q -p no:cacheprovider $(ls {files} 2>/dev/null) 2>&1 | tail -n 5 "
+           "| sed -E 's/ in [0-9.]+s( \\([^)]*\\))?//'")
+    return [
+        [Message.assistant("analysis", "I will apply my fix to the repository."),
+         Message.tool_call("apply_patch", {"patch": instance.patch, "cwd": "repo"})],
+        [Message.assistant("analysis", "Let me run the tests that exist."),
+         Message.tool_call("bash", {"command": run, "cwd": "repo", "timeout": 60})],
+        [Message.tool_call("submit", {})],
+    ]
+
+
+SCRIPTS = ("reference", "empty")
+
+
 def load_scripted(argument: str, env: Environment) -> ReferencePolicy:
-    """``scripted:reference`` for an environment (the only script so far)."""
-    if argument != "reference":
-        raise ValueError(f"unknown scripted policy {argument!r}; known: reference")
+    """``scripted:reference`` or ``scripted:empty`` for an environment."""
+    if argument not in SCRIPTS:
+        raise ValueError(f"unknown scripted policy {argument!r}; known: {', '.join(SCRIPTS)}")
     from gym.environment import task_text
 
     user_text = {task_id: task_text(task) for task_id, task in env.tasks.items()}
-    return ReferencePolicy(env.harmony, env.tasks, env.reference_programs(), user_text)
+    empty = argument == "empty"
+    return ReferencePolicy(env.harmony, env.tasks, {} if empty else env.reference_programs(), user_text, empty=empty)

@@ -151,6 +151,11 @@ class ApplyPatchArgs(_Args):
     patch: str = Field(description="A unified diff (as `diff -u` or `git diff` write it) to apply in the workspace.")
 
 
+class RepoPatchArgs(_Args):
+    patch: str = Field(description="A unified diff (as `diff -u` or `git diff` write it), paths relative to cwd.")
+    cwd: str = Field("repo", description="Directory the diff's paths are relative to (default: the repository).")
+
+
 class ListDirArgs(_Args):
     path: str = Field(".", description="Directory to list, relative to the workspace root.")
 
@@ -191,6 +196,10 @@ class SubmitArgs(_Args):
         if (self.path is None) == (self.code is None):
             raise ValueError("give exactly one of 'path' and 'code'")
         return self
+
+
+class SubmitRepoArgs(_Args):
+    """Nothing to give: the repository's state is the answer."""
 
 
 # -- handlers ----------------------------------------------------------------
@@ -416,7 +425,7 @@ def patch_paths(patch: str) -> tuple[list[str], int]:
     return paths, strip
 
 
-async def _apply_patch(box: Toolbox, ws: ToolWorkspace, args: ApplyPatchArgs) -> ToolOutcome:
+async def _apply_patch(box: Toolbox, ws: ToolWorkspace, args: ApplyPatchArgs | RepoPatchArgs) -> ToolOutcome:
     paths, strip = patch_paths(args.patch)
     if not paths:
         return _refusal(FailureKind.TOOL_ERROR, "no '--- FILE' / '+++ FILE' headers: not a unified diff")
@@ -424,7 +433,7 @@ async def _apply_patch(box: Toolbox, ws: ToolWorkspace, args: ApplyPatchArgs) ->
         if path.startswith("/") or ".." in posixpath.normpath(path).split("/"):
             return _refusal(FailureKind.SANDBOX_DENIED, f"patch names {path!r}: paths must stay inside the workspace")
     argv = ["patch", f"-p{strip}", "--batch", "--forward", "--no-backup-if-mismatch", "--reject-file=-"]
-    return await _run(box, ws, argv, args.patch, ".", None)
+    return await _run(box, ws, argv, args.patch, getattr(args, "cwd", "."), None)
 
 
 async def _submit(box: Toolbox, ws: ToolWorkspace, args: SubmitArgs) -> ToolOutcome:
@@ -437,6 +446,10 @@ async def _submit(box: Toolbox, ws: ToolWorkspace, args: SubmitArgs) -> ToolOutc
         if result.failure != FailureKind.OK:
             return _refusal(result.failure, f"cannot submit {args.path}: {result.detail}")
     return ToolOutcome(output=f"submitted {len(program.encode())} bytes", failure=FailureKind.OK, submitted=program)
+
+
+async def _submit_repo(box: Toolbox, ws: ToolWorkspace, args: SubmitRepoArgs) -> ToolOutcome:
+    return ToolOutcome(output="submitted the repository", failure=FailureKind.OK, submitted="")
 
 
 TOOLS: dict[str, Tool] = {
@@ -456,12 +469,30 @@ TOOLS: dict[str, Tool] = {
 }
 
 
-class Toolbox:
-    """The enabled tools of one environment: their specs for the prompt, and ``call`` to run one."""
+# Repository tasks (SWE): a patch applies inside the repository by default, and submit hands in the repository.
+REPOSITORY_TOOLS: dict[str, Tool] = {
+    **TOOLS,
+    "apply_patch": Tool("apply_patch", "Apply a unified diff to files of the repository (or of cwd).", RepoPatchArgs,
+                        _apply_patch),
+    "submit": Tool("submit", "Submit your changes to the repository and end the episode.", SubmitRepoArgs,
+                   _submit_repo),
+}
+ToolboxKind = Literal["program", "repository"]
 
-    def __init__(self, config: ToolsConfig | None = None) -> None:
+
+class Toolbox:
+    """The enabled tools of one environment: their specs for the prompt, and ``call`` to run one.
+
+    ``kind``: ``program`` (a task answered by a program: ``submit`` takes it) or ``repository`` (an SWE
+    task: ``apply_patch`` works in ``repo`` by default and ``submit`` takes nothing, the repository's
+    diff is the answer).
+    """
+
+    def __init__(self, config: ToolsConfig | None = None, kind: ToolboxKind = "program") -> None:
         self.config = config or ToolsConfig()
-        self.tools = {name: TOOLS[name] for name in self.config.enabled}
+        self.kind = kind
+        table = REPOSITORY_TOOLS if kind == "repository" else TOOLS
+        self.tools = {name: table[name] for name in self.config.enabled}
 
     def specs(self) -> list[ToolSpec]:
         return [tool.spec() for tool in self.tools.values()]

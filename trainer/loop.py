@@ -79,7 +79,7 @@ class StepBatch:
 def train(config: TrainConfig, resume: bool = False, workspaces=None, grader=None) -> dict:
     """Run a whole training job; returns the summary (rank 0; written to RUN/summary.json).
 
-    ``workspaces`` (a `gym.episode.WorkspaceSource`) and ``grader`` (a `gym.episode.TaskGrader`)
+    ``workspaces`` (a `tasks.family.WorkspaceSource`) and ``grader`` (a `tasks.family.TaskGrader`)
     replace the Docker workspace pool and the sandboxed grader (tests drive the loop without Docker).
     """
     started = time.monotonic()
@@ -223,7 +223,7 @@ class Loop:
         self.eval_env = None
         send, receive = trio.open_memory_channel[Group](math.inf)
         stop: MaskedShareError | None = None
-        async with trio.open_nursery() as nursery:
+        async with workers.families.opened(), trio.open_nursery() as nursery:
             nursery.start_soon(producer.run, send)
             producer.grant((1 + config.loop.max_staleness) * config.rollout.groups_per_step)
             while state.step < config.loop.steps:

@@ -29,7 +29,7 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     parser.add_argument("config", type=Path, help="environment YAML or TOML (e.g. configs/cp_smoke.yaml)")
     parser.add_argument("--episodes", type=int, required=True, help="episodes to run (a multiple of --group-size)")
     parser.add_argument("--group-size", type=int, default=1, help="episodes per task draw (a GRPO group; default 1)")
-    parser.add_argument("--policy", default="scripted:reference", help="scripted:reference (default), http://HOST:PORT or checkpoint:DIR")
+    parser.add_argument("--policy", default="scripted:reference", help="scripted:reference (default), scripted:empty, http://HOST:PORT or checkpoint:DIR")
     parser.add_argument("--out", type=Path, required=True, help="run directory to write")
     parser.add_argument("--seed", type=int, default=0, help="rollout seed (sampling seeds derive from it)")
     parser.add_argument("--concurrency", type=int, default=None, help="episodes at once (default: the config's)")

@@ -56,11 +56,17 @@ def _parse_error_text(bundle, event) -> str:
     return tokenizer.decode(ids)
 
 
+def _kind(task) -> str:
+    """``format, kind`` of a CP task; ``swe, owner/name`` of an SWE instance."""
+    source_format = getattr(task, "source_format", None)
+    return f"{source_format}, {task.kind}" if source_format else f"swe, {task.repo}"
+
+
 def transcript(bundle, full: bool = False) -> str:
     """The readable transcript of a bundle."""
     t = bundle.trajectory
     lines = [
-        f"task {bundle.task.task_id} ({bundle.task.source_format}, {bundle.task.kind})  environment {bundle.environment}",
+        f"task {bundle.task.task_id} ({_kind(bundle.task)})  environment {bundle.environment}",
         f"image {bundle.image} {bundle.image_digest or '(digest unknown)'}  bundled: {bundle.reason}",
         f"reward {t.reward}  {' '.join(f'{k}={v:+.3f}' for k, v in t.reward_breakdown.items())}",
         f"masked {t.masked}  end {t.end_reason}  turns {bundle.turns}  tool calls {len(bundle.tool_calls)}  "

@@ -104,6 +104,11 @@ class SweInstance(BaseModel):
             raise ValueError(f"a JSON-encoded list was expected: {err}") from err
 
     @property
+    def task_id(self) -> str:
+        """The id the gym knows the instance by (episodes, trajectories, bundles)."""
+        return self.instance_id
+
+    @property
     def clone_name(self) -> str:
         """The directory name of the local clone (``owner__name``, the SWE-bench layout)."""
         return self.repo.replace("/", "__")

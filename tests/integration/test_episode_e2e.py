@@ -12,6 +12,7 @@ import trio
 from gym.bundle import bundle_of, read_bundle, write_bundle
 from gym.environment import Environment
 from gym.episode import EpisodeResult, run_episode
+from tasks.family import CodeFamily
 from gym.replay import replay_files
 from gym.scripted import load_scripted
 from gym.trajectory import assert_token_exact, retokenization_drift
@@ -36,7 +37,7 @@ def solved(env) -> EpisodeResult:
 
     async def main():
         async with WorkspacePool(sandbox) as pool:
-            return await run_episode(env, load_scripted("reference", env), pool, Grader(pool, env.config.grader),
+            return await run_episode(env, load_scripted("reference", env), CodeFamily(pool, Grader(pool, env.config.grader)),
                                      env.tasks[TASK], seed=1, group_id="e2e")
 
     return trio.run(main)

@@ -18,6 +18,7 @@ import trio
 from gym.engine import EngineFailure
 from gym.environment import Environment, EnvironmentConfig
 from gym.episode import EpisodeResult, run_episode
+from tasks.family import CodeFamily
 from gym.message import Message
 from gym.scripted import load_scripted
 from gym.tokenizer import load_tokenizer
@@ -128,7 +129,7 @@ def episode(env: Environment, engine, pool: FakePool | None = None, grader=None,
     pool = pool or FakePool()
     grader = grader or FakeGrader(env, pool)
     task = env.tasks[task_id] if task_id else next(iter(env.tasks.values()))
-    result = trio.run(lambda: run_episode(env, engine, pool, grader, task, seed=7, group_id="g"))
+    result = trio.run(lambda: run_episode(env, engine, CodeFamily(pool, grader), task, seed=7, group_id="g"))
     return result, pool, grader
 
 

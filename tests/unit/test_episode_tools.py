@@ -14,7 +14,7 @@ import trio
 
 from gym.message import ToolCall
 from gym.prompt import developer_message
-from gym.tools import ALL_TOOLS, Toolbox, ToolsConfig, patch_paths, schema_of, SubmitArgs
+from gym.tools import DEFAULT_TOOLS, Toolbox, ToolsConfig, patch_paths, schema_of, SubmitArgs
 from sandbox.failure import FailureKind
 from sandbox.protocol import DirEntry, ExecRequest, ExecResult, FileResult, ListDirResult, ReadFileResult
 
@@ -176,7 +176,7 @@ def test_patch_leaving_the_workspace_is_denied_before_running():
 
 def test_schemas_render_into_the_developer_message():
     text = developer_message("Solve it.", Toolbox().specs()).content
-    for name in ALL_TOOLS:
+    for name in DEFAULT_TOOLS:
         assert f"type {name} = (_: {{" in text
     assert "code: string," in text and "timeout?: number," in text  # optional, not "number | null"
     schema = schema_of(SubmitArgs)

@@ -1,0 +1,159 @@
+"""SWE instances as a task family (`tasks.family`): agents fix a real repository in the gym.
+
+* **Workspace**: a container of the instance's image (built on demand when the
+  family opens, cached by input hash, `images.swe`) with the repository at
+  ``/workspace/repo`` and the issue in ``/workspace/PROBLEM_STATEMENT.md``
+  (`tasks.swe.workspace.prepare`); budgets from ``SweFamilyConfig.budgets``
+  (a repository needs more memory and disk than a CP task).
+* **Answer**: the diff of the agent's ``/workspace/repo`` against base_commit,
+  taken in a fresh container of the same image by the pristine git directory
+  (`tasks.swe.workspace.workspace_diff`): the agent's ``.git`` plays no part.
+  Whatever ``submit`` was given, the repository's state is the answer.
+* **Grade**: `tasks.swe.grader.SweGrader` in another fresh container, turned into
+  a ``TaskResult`` (`task_result`): one test per FAIL_TO_PASS then PASS_TO_PASS
+  id, ``passed`` = resolved, ``fraction`` = F2P-weighted share of passing tests.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+
+import trio
+from pydantic import BaseModel, ConfigDict, Field
+
+from sandbox.config import SandboxConfig, WorkspaceBudgets
+from sandbox.errors import InfraError
+from sandbox.failure import Verdict
+from sandbox.pool import WorkspacePool
+from sandbox.workspace import Workspace
+from tasks.grader import TaskResult
+from tasks.judge import TestResult
+from tasks.swe.grader import SweGrader, SweGraderConfig, instance_sandbox
+from tasks.swe.instance import SweInstance
+from tasks.swe.resolution import InstanceResult
+from tasks.swe.workspace import PROBLEM_FILE, REPO, prepare, workspace_diff
+
+log = logging.getLogger(__name__)
+
+# What the shipped instances and typical SWE-Gym repositories need (a checkout plus its test run).
+SWE_BUDGETS = WorkspaceBudgets(memory_mb=2048, pids=256, workspace_mb=1024, workspace_inodes=262144, tmp_mb=256)
+
+
+class SweFamilyConfig(BaseModel):
+    """Workspaces and grading of SWE episodes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    budgets: WorkspaceBudgets = Field(SWE_BUDGETS, description="sandbox budgets of SWE workspaces and grading containers")
+    grader: SweGraderConfig = Field(default_factory=SweGraderConfig, description="deadlines and bounds of grading")
+    f2p_weight: float = Field(2.0, gt=0, description="weight of the FAIL_TO_PASS share in the fraction (P2P: 1)")
+
+
+def task_result(result: InstanceResult, f2p: tuple[str, ...], p2p: tuple[str, ...], f2p_weight: float) -> TaskResult:
+    """An SWE grade as a ``TaskResult``: one test per F2P then P2P id (passed, or ``wrong_answer``).
+
+    ``fraction`` = (w * F2P share + P2P share) / (w + 1) with w = ``f2p_weight``, 0 unless the
+    run was valid (resolved or unresolved); ``passed`` = resolved.
+    """
+    passing = set(result.f2p.success) | set(result.p2p.success)
+    tests = tuple(
+        TestResult(index=i, verdict=Verdict.PASSED if test_id in passing else Verdict.WRONG_ANSWER,
+                   detail=f"{group} {test_id}")
+        for i, (group, test_id) in enumerate([("FAIL_TO_PASS", t) for t in f2p] + [("PASS_TO_PASS", t) for t in p2p])
+    )
+    valid = result.status in ("resolved", "unresolved")
+    fraction = (f2p_weight * result.f2p.fraction + result.p2p.fraction) / (f2p_weight + 1) if valid else 0.0
+    stripped = "; ".join(f"{s.path} ({s.reason})" for s in result.stripped)
+    detail = " | ".join(part for part in (result.status, result.detail.strip()[:1500],
+                                          f"stripped: {stripped}" if stripped else "") if part)
+    return TaskResult(task_id=result.instance_id, passed=result.resolved, fraction=round(fraction, 6),
+                      infra_error=result.infra_error, tests=tests, detail=detail, wall_s=result.wall_s)
+
+
+def problem_text(instance: SweInstance) -> str:
+    """The user message of an instance: where the repository is, then the issue."""
+    return (f"The repository {instance.repo} is checked out at {REPO} (the issue is also in {PROBLEM_FILE}). "
+            "Change its code so that the issue below is fixed; hidden tests judge the result.\n\n"
+            f"{instance.problem_statement.rstrip()}")
+
+
+class SweFamily:
+    """SWE instances end to end (see the module docstring)."""
+
+    name = "swe"
+
+    def __init__(self, sandbox: SandboxConfig, config: SweFamilyConfig, instances: list[SweInstance],
+                 repos_dirs: dict[str, Path | None], images: dict[str, str] | None = None) -> None:
+        self.sandbox = sandbox.model_copy(update={"budgets": config.budgets})
+        self.config = config
+        self.instances = {i.instance_id: i for i in instances}
+        self.repos_dirs = repos_dirs
+        self.grader = SweGrader(config.grader)
+        self.images: dict[str, str] = dict(images or {})  # instance id -> image tag (given ones are not built)
+        self.build_errors: dict[str, str] = {}
+        self._pools: dict[str, WorkspacePool] = {}
+
+    def owns(self, task: object) -> bool:
+        return isinstance(task, SweInstance)
+
+    def task_text(self, task: SweInstance) -> str:
+        return problem_text(task)
+
+    async def build(self) -> None:
+        """Images of every instance not built yet (cached by input hash; a no-op once built)."""
+        from tasks.swe.evaluation import build_images
+
+        by_dir: dict[Path | None, list[SweInstance]] = {}
+        for instance_id, instance in self.instances.items():
+            if instance_id not in self.images:
+                by_dir.setdefault(self.repos_dirs.get(instance_id), []).append(instance)
+        for repos_dir, instances in by_dir.items():
+            log.info("swe: images of %d instances (built on demand, cached by input hash)", len(instances))
+            images, errors = await trio.to_thread.run_sync(build_images, instances, repos_dir)
+            self.images.update(images)
+            self.build_errors.update(errors)
+            for instance_id, error in errors.items():
+                log.error("swe: no image for %s: %s", instance_id, error.splitlines()[0][:300] if error else "")
+
+    @asynccontextmanager
+    async def opened(self) -> AsyncIterator[None]:
+        await self.build()
+        async with AsyncExitStack() as stack:
+            for instance_id, tag in self.images.items():
+                pool = WorkspacePool(instance_sandbox(self.sandbox, tag), gc_at_start=False)
+                self._pools[instance_id] = await stack.enter_async_context(pool)
+            try:
+                yield
+            finally:
+                self._pools = {}
+
+    def pool_for(self, task: SweInstance) -> WorkspacePool:
+        return self._pool(task)
+
+    def _pool(self, instance: SweInstance) -> WorkspacePool:
+        pool = self._pools.get(instance.instance_id)
+        if pool is None:
+            why = self.build_errors.get(instance.instance_id) or "the family is not open (use Families.opened())"
+            raise InfraError(f"no workspace image for {instance.instance_id}: {why[:500]}")
+        return pool
+
+    @asynccontextmanager
+    async def workspace(self, task: SweInstance, owner: str) -> AsyncIterator[Workspace]:
+        async with self._pool(task).acquire(owner=owner) as ws:
+            await prepare(ws, task)
+            yield ws
+
+    async def answer(self, task: SweInstance, ws: Workspace, submitted: str | None) -> str | None:
+        return await workspace_diff(ws, self._pool(task))
+
+    async def grade(self, task: SweInstance, answer: str) -> TaskResult:
+        try:
+            pool = self._pool(task)
+        except InfraError as err:
+            result = InstanceResult(instance_id=task.instance_id, resolved=False, status="infra_error", detail=str(err))
+        else:
+            result = await self.grader.grade(pool, task, answer)
+        return task_result(result, task.fail_to_pass, task.pass_to_pass, self.config.f2p_weight)

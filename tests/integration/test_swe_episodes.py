@@ -1,0 +1,159 @@
+"""SWE instances played through the gym: the same episode loop as CP tasks, real instance workspaces.
+
+The shipped instances (`python -m gym tasks build-swe`) with ``configs/swe_smoke.yaml``:
+``scripted:reference`` (gold patch through ``apply_patch``, tests through ``bash``, ``submit``)
+is rewarded 1.0 on every instance and every bundle replays identically; ``scripted:empty`` gets 0;
+agents that tamper (edit the tests, plant a forcing conftest, commit in the repository's own
+``.git``, rewrite ``.git`` so the change looks like base) score 0 and are never masked; a mixture
+of CP and SWE sources runs through one loop.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from gym.environment import Environment, EnvironmentConfig
+from gym.message import Message
+from gym.rollout import collect_async
+from gym.scripted import ReferencePolicy
+from gym.trajectory import read_jsonl
+from sandbox.pool import WorkspacePool
+from tasks.swe.instance import SweInstance
+from tests.swe_support import TOOLZ, images, shipped
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def gym(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gym", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def built() -> dict[str, SweInstance]:
+    instances = shipped()  # tasks build-swe: tasks/swe/instances.jsonl and the clones
+    images()
+    return instances
+
+
+def test_reference_rollout_resolves_every_instance_and_replays_identically(built, tmp_path):
+    out = tmp_path / "reference"
+    done = gym("rollout", "configs/swe_smoke.yaml", "--episodes", "3", "--policy", "scripted:reference",
+               "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["episodes"] == 3 and summary["masked"] == 0 and summary["reward_1"] == 3, summary
+    trajectories = list(read_jsonl(out / "trajectories.jsonl"))
+    assert {t.task_id for t in trajectories} == set(built) and {t.reward for t in trajectories} == {1.0}
+    bundles = sorted((out / "bundles").glob("*.json"))
+    first = json.loads(bundles[0].read_text())
+    assert first["task"]["instance_id"] in built and first["image"].startswith("gym-swe-instance:")
+    assert first["answer"].startswith("diff --git") and first["grading"]["passed"]
+    replayed = gym("replay", str(out / "bundles"))
+    assert replayed.returncode == 0, replayed.stdout[-3000:] + replayed.stderr[-3000:]
+    assert "3/3 bundles replayed identically" in replayed.stdout
+
+    # A bundle whose recorded diff was edited no longer matches what its tool calls produce.
+    first["answer"] = first["answer"].replace("initial", "initiall", 1)
+    tampered = tmp_path / "tampered.json"
+    tampered.write_text(json.dumps(first))
+    differs = gym("replay", str(tampered))
+    assert differs.returncode == 1 and "answer" in differs.stdout, differs.stdout[-2000:]
+
+    empty = gym("rollout", "configs/swe_smoke.yaml", "--episodes", "3", "--policy", "scripted:empty",
+                "--out", str(tmp_path / "empty"))
+    assert empty.returncode == 0, empty.stderr[-3000:]
+    summary = json.loads(empty.stdout)
+    assert summary["masked"] == 0 and summary["mean_reward"] == 0.0 and summary["reward_1"] == 0, summary
+
+
+class Tamperer(ReferencePolicy):
+    """Plays one fixed script of tool calls on every task, then submits."""
+
+    def __init__(self, env: Environment, turns: list[list[Message]]) -> None:
+        from gym.environment import task_text
+
+        super().__init__(env.harmony, env.tasks, {}, {i: task_text(t) for i, t in env.tasks.items()}, empty=True)
+        self.turns = turns
+
+    def script(self, task):
+        return [*self.turns, [Message.tool_call("submit", {})]]
+
+
+def _bash(command: str) -> list[Message]:
+    return [Message.tool_call("bash", {"command": command, "cwd": "repo", "timeout": 60})]
+
+
+TAMPERING = {
+    # the F2P tests made trivially true in the agent's copy of the test file
+    "edit the tests": _bash("sed -i 's/assert list(accumulate/assert True or list(accumulate/' "
+                            "toolz/tests/test_itertoolz.py"),
+    # a conftest that turns every report into a pass
+    "forcing conftest": [Message.tool_call("write_file", {"path": "repo/conftest.py", "content": (
+        "import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+        "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")})],
+    # the wrong fix committed in the agent's own .git, then the work tree put back: its .git says "fixed"
+    ".git commit": _bash("git -c user.email=a@b -c user.name=a commit -qam wip --allow-empty && "
+                         "sed -i 's/initial == no_default/initial is no_default/' toolz/itertoolz.py && "
+                         "git -c user.email=a@b -c user.name=a commit -qam fix"),
+    # a .git that no longer knows base_commit (the diff must come from the pristine copy, not from here)
+    ".git removed": _bash("rm -rf .git && git init -q && git add -A && "
+                          "git -c user.email=a@b -c user.name=a commit -qm base"),
+}
+
+
+def test_tampering_agents_score_zero_and_are_never_masked(built):
+    config = EnvironmentConfig.from_file(ROOT / "configs/swe_smoke.yaml")
+    env = Environment(config.model_copy(update={"replay": config.replay.model_copy(update={"rate": 0.0})}))
+    env.sources = [[built[TOOLZ]]]  # only toolz: the scripts above know its files
+    env.tasks = {TOOLZ: built[TOOLZ]}
+
+    async def play(turns: list[list[Message]]):
+        async with WorkspacePool(env.config.sandbox) as pool:
+            trajectories, workers = await collect_async(env, Tamperer(env, turns), pool, 1, 1, seed=0)
+            return trajectories[0], workers.results[0]
+
+    for name, turns in TAMPERING.items():
+        trajectory, result = trio.run(play, [turns])  # one turn of tampering, then submit
+        assert not trajectory.masked and trajectory.reward is not None, (name, trajectory.end_reason)
+        tamper = result.tool_calls[0].outcome
+        assert tamper.failure == "ok" and "[exit code" not in tamper.output.replace("[exit code 0]", ""), (name, tamper)
+        assert trajectory.reward_breakdown["correctness"] == 0.0, (name, result.grading)
+        assert result.grading is not None and not result.grading.passed and not result.grading.infra_error, name
+        assert "FAIL_TO_PASS" in result.grading.tests[0].detail and result.grading.tests[0].verdict != "passed", name
+
+
+def test_cp_and_swe_tasks_share_one_loop(built, tmp_path):
+    """A mixture of a CP sample file and the SWE instances: one stream, one set of workers, per-family tools."""
+    config = EnvironmentConfig.from_file(ROOT / "configs/swe_smoke.yaml", overrides=[
+        (("task_pool",), {"type": "mixture", "seed": 3, "sources": [
+            {"weight": 1, "pool": {"type": "jsonl", "path": "tasks/samples/taco.jsonl", "format": "taco",
+                                   "solutions": "tasks/samples/taco.solutions.jsonl", "id_prefix": "taco/"}},
+            {"weight": 1, "pool": {"type": "jsonl", "path": "tasks/swe/instances.jsonl", "format": "swe",
+                                   "repos_dir": "tasks/swe/repos"}}]}),
+        (("sandbox", "pool", "size"), 2),
+        (("replay", "rate"), 0.0),
+    ])
+    env = Environment(config)
+    from gym.scripted import load_scripted
+
+    async def play():
+        async with WorkspacePool(env.config.sandbox) as pool:
+            trajectories, _ = await collect_async(env, load_scripted("reference", env), pool, 6, 1, seed=0)
+            return trajectories
+
+    trajectories = trio.run(play)
+    kinds = {"swe" if t.task_id in built else "cp" for t in trajectories}
+    assert kinds == {"cp", "swe"}, [t.task_id for t in trajectories]
+    assert [t.reward for t in trajectories] == [1.0] * 6 and not any(t.masked for t in trajectories)
+    swe_prompt = env.prompt(built[TOOLZ])
+    cp_prompt = env.prompt(next(t for t in env.tasks.values() if not isinstance(t, SweInstance)))
+    assert "Submit your changes to the repository" in swe_prompt[1].content
+    assert "Submit the final program" in cp_prompt[1].content
