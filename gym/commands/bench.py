@@ -18,6 +18,7 @@ BENCHES: dict[str, tuple[str, str]] = {
     "kernels": ("kernels.bench", "reference vs Triton kernel times (GPU) for logprob/entropy, MoE permute/unpermute, grouped SwiGLU"),
     "grader": ("tasks.bench", "CP grader tests/s vs bare host subprocesses vs one docker run per test"),
     "rollout": ("gym.bench_rollout", "episodes/s of scripted:reference rollouts and the share of time in policy, tools, grading"),
+    "swe": ("gym.bench_swe", "SWE episodes/min of scripted:reference on the shipped instances, workspace-ready and grading p50"),
     "generate": ("policies.bench", "tiny policy generation tokens/s: KV cache vs full recompute"),
     "trainer": ("trainer.bench", "GRPO step tokens/s of this trainer vs TRL's GRPOTrainer (same tiny policy, prompts, reward)"),
 }

@@ -94,7 +94,8 @@ class SweFamily:
         self.grader = SweGrader(config.grader)
         self.images: dict[str, str] = dict(images or {})  # instance id -> image tag (given ones are not built)
         self.build_errors: dict[str, str] = {}
-        self._pools: dict[str, WorkspacePool] = {}
+        self._pools: dict[str, WorkspacePool] = {}  # the agent's workspaces (the environment's episode budgets)
+        self._graders: dict[str, WorkspacePool] = {}  # fresh containers for the diff and the tests (grading budgets)
 
     def owns(self, task: object) -> bool:
         return isinstance(task, SweInstance)
@@ -121,20 +122,25 @@ class SweFamily:
     @asynccontextmanager
     async def opened(self) -> AsyncIterator[None]:
         await self.build()
+        # Grading makes a dozen calls and runs the whole test file: the agent's call and wall budgets do not bind it.
+        grading = self.sandbox.model_copy(update={"episode": self.sandbox.episode.model_copy(
+            update={"wall_s": max(self.sandbox.episode.wall_s, 7200.0), "max_calls": max(self.sandbox.episode.max_calls, 64)})})
         async with AsyncExitStack() as stack:
             for instance_id, tag in self.images.items():
-                pool = WorkspacePool(instance_sandbox(self.sandbox, tag), gc_at_start=False)
-                self._pools[instance_id] = await stack.enter_async_context(pool)
+                agent = WorkspacePool(instance_sandbox(self.sandbox, tag), gc_at_start=False)
+                self._pools[instance_id] = await stack.enter_async_context(agent)
+                grader = WorkspacePool(instance_sandbox(grading, tag), gc_at_start=False)
+                self._graders[instance_id] = await stack.enter_async_context(grader)
             try:
                 yield
             finally:
-                self._pools = {}
+                self._pools, self._graders = {}, {}
 
     def pool_for(self, task: SweInstance) -> WorkspacePool:
         return self._pool(task)
 
-    def _pool(self, instance: SweInstance) -> WorkspacePool:
-        pool = self._pools.get(instance.instance_id)
+    def _pool(self, instance: SweInstance, grading: bool = False) -> WorkspacePool:
+        pool = (self._graders if grading else self._pools).get(instance.instance_id)
         if pool is None:
             why = self.build_errors.get(instance.instance_id) or "the family is not open (use Families.opened())"
             raise InfraError(f"no workspace image for {instance.instance_id}: {why[:500]}")
@@ -147,11 +153,11 @@ class SweFamily:
             yield ws
 
     async def answer(self, task: SweInstance, ws: Workspace, submitted: str | None) -> str | None:
-        return await workspace_diff(ws, self._pool(task))
+        return await workspace_diff(ws, self._pool(task, grading=True))
 
     async def grade(self, task: SweInstance, answer: str) -> TaskResult:
         try:
-            pool = self._pool(task)
+            pool = self._pool(task, grading=True)
         except InfraError as err:
             result = InstanceResult(instance_id=task.instance_id, resolved=False, status="infra_error", detail=str(err))
         else:

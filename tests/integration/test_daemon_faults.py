@@ -250,12 +250,31 @@ def daemon(second_daemon: SecondDaemon) -> SecondDaemon:
     return second_daemon
 
 
+SLOW_S = 2.0  # every run of a slow task's reference program takes this long: episodes are in flight for seconds
+
+
+def slow_tasks(tmp: Path) -> dict:
+    """A task pool whose reference programs sleep ``SLOW_S`` on every run, so that whenever the fault lands
+    (after some bundles were written) the episodes then running are inside a tool call or a grading for
+    seconds, whatever the machine's load: the fault always meets episodes in flight."""
+    program = f"import time\ntime.sleep({SLOW_S})\ns = input().strip()\nprint(sum(c in 'aeiou' for c in s))\n"
+    row = {"question": "Print how many of the letters of the input line are vowels (a, e, i, o, u).",
+           "solutions": json.dumps([program]), "starter_code": "",
+           "input_output": json.dumps({"inputs": ["hello\n", "sky\n"], "outputs": ["2\n", "0\n"]})}
+    tasks, solutions = tmp / "slow.jsonl", tmp / "slow.solutions.jsonl"
+    tasks.write_text("".join(json.dumps({**row, "name": f"slow-{i}"}) + "\n" for i in range(16)))
+    solutions.write_text("".join(json.dumps({"task_id": str(i), "completion": program, "expect": "passed"}) + "\n"
+                                 for i in range(16)))
+    return {"type": "jsonl", "path": str(tasks), "format": "taco", "solutions": str(solutions)}
+
+
 class Rollout:
     """``python -m gym rollout`` of the smoke environment against the second daemon, in the background."""
 
     def __init__(self, daemon: SecondDaemon, tmp: Path, episodes: int, outage_wait_s: float):
         config = yaml.safe_load((ROOT / "configs" / "cp_smoke.yaml").read_text())
         config["sandbox"]["engine"] = {"base_url": daemon.url, "outage_wait_s": outage_wait_s}
+        config["task_pool"] = slow_tasks(tmp)
         (tmp / "env.yaml").write_text(yaml.safe_dump(config))
         self.out = tmp / "run"
         self.log = tmp / "rollout.log"

@@ -157,3 +157,37 @@ def test_cp_and_swe_tasks_share_one_loop(built, tmp_path):
     cp_prompt = env.prompt(next(t for t in env.tasks.values() if not isinstance(t, SweInstance)))
     assert "Submit your changes to the repository" in swe_prompt[1].content
     assert "Submit the final program" in cp_prompt[1].content
+
+
+def test_another_swe_gym_file_and_clones_folder_through_set(built, tmp_path):
+    """The same rollout pointed at another SWE-Gym-format file (a plain git source: a clone DIR/owner__name)
+    with --set only; and grading is not bound by the agent's per-episode call budget."""
+    import shutil
+
+    clones = tmp_path / "clones"
+    shutil.copytree(ROOT / "tasks/swe/repos/pytoolz__toolz", clones / "pytoolz__toolz", symlinks=True)
+    row = built[TOOLZ].row()
+    row.pop("source", None)  # a published row: the repository comes from the clones folder
+    rows = tmp_path / "other.jsonl"
+    rows.write_text(json.dumps(row) + "\n")
+    out = tmp_path / "other"
+    done = gym("rollout", "configs/swe_smoke.yaml", "--episodes", "1", "--policy", "scripted:reference",
+               "--out", str(out), "--set", f"task_pool.path={rows}", "--set", f"task_pool.repos_dir={clones}",
+               "--set", "sandbox.episode.max_calls=4")
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["episodes"] == 1 and summary["reward_1"] == 1 and summary["masked"] == 0, summary
+    resolved = json.loads((out / "environment.json").read_text())["task_pool"]
+    assert resolved["path"] == str(rows) and resolved["repos_dir"] == str(clones)
+
+
+def test_bench_swe_reports_its_figures(built, tmp_path):
+    out = tmp_path / "bench.json"
+    done = gym("bench", "swe", "--episodes", "3", "--prepares", "2", "--json", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert figures["episodes"] == 3 and figures["instances"] == 3 and figures["mean_reward"] == 1.0
+    assert figures["masked"] == 0 and figures["episodes_per_min"] > 0
+    assert 0 < figures["prepare_p50_s"] <= figures["prepare_p95_s"] and figures["grade_p50_s"] > 0
+    shares = [figures[f"share_{phase}"] for phase in ("policy", "tools", "grading", "workspace")]
+    assert abs(sum(shares) - 1.0) < 1e-6

@@ -43,6 +43,9 @@ def config(run_dir: Path, steps: int, **overrides) -> TrainConfig:
             "concurrency": 4,
         },
         "policy": {"type": "rdep_moe", "seed": 0, "model": TINY},
+        # One torch thread: with two, a run beside two CPU hogs ended with weights that differed from the
+        # uninterrupted run in their last bits (fresh-clone CI, 2026-11-24); one thread is reproducible.
+        "threads": 1,
         "engine": {"max_batch_size": 1},
         "warm_start": {"steps": 4, "lr": 0.01, "batch_size": 2, "demos": "final_answers"},
         "rollout": {"group_size": 2, "groups_per_step": 2, "seed": 0},
