@@ -191,3 +191,18 @@ def test_bench_swe_reports_its_figures(built, tmp_path):
     assert 0 < figures["prepare_p50_s"] <= figures["prepare_p95_s"] and figures["grade_p50_s"] > 0
     shares = [figures[f"share_{phase}"] for phase in ("policy", "tools", "grading", "workspace")]
     assert abs(sum(shares) - 1.0) < 1e-6
+
+
+def test_grpo_trains_on_a_cp_and_swe_mixture(built, tmp_path):
+    """configs/swe_grpo_tiny.yaml cut to one step of SWE-heavy groups: summary.json, nothing masked, SWE
+    trajectories among the trained samples."""
+    run_dir = tmp_path / "run"
+    done = gym("train", "configs/swe_grpo_tiny.yaml", "--run-dir", str(run_dir), "--steps", "1",
+               "--set", "warm_start.steps=2", "--set", "rollout.groups_per_step=2", "--set", "rollout.group_size=2",
+               "--set", "algorithm.dynamic_sampling.enabled=false", "--set", "environment.task_pool.sources.2.weight=50",
+               timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 1 and summary["masked"] == 0 and summary["samples"] >= 4, summary
+    trained = {t.task_id for t in read_jsonl(run_dir / "trajectories.jsonl")}
+    assert trained & set(built), trained
