@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
-from policies.sampling import Completion, RolloutEngine, SamplingParams
+from policies.sampling import Completion, EngineFailure, RolloutEngine, SamplingParams
 
 if TYPE_CHECKING:
     from gym.environment import Environment
@@ -45,10 +45,6 @@ ENGINES: dict[str, str] = {
     "https": "gym.engine:load_http",
     "checkpoint": "gym.engine:load_checkpoint",
 }
-
-
-class EngineFailure(Exception):
-    """The policy could not be reached or refused a request; the message names the engine and why."""
 
 
 class BatchEngine(Protocol):

@@ -34,13 +34,12 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gym.engine import EngineFailure
 from gym.harmony import ParsedTurn, ParseError
 from gym.message import Message
 from gym.rubric import RubricConfig, score, total
 from gym.tools import ToolCallRecord, Toolbox, ToolWorkspace
 from gym.trajectory import Trajectory, TrajectoryBuilder
-from policies.sampling import EngineError, RolloutEngine, SamplingParams
+from policies.sampling import EngineError, EngineFailure, RolloutEngine, SamplingParams
 from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from tasks.family import TaskFamily

@@ -76,6 +76,10 @@ class EngineError(ValueError):
     """A request an engine cannot serve (prompt too long, token id outside the vocabulary, ...)."""
 
 
+class EngineFailure(Exception):
+    """The policy could not be reached or refused a request; the message names the engine and why."""
+
+
 def check_request(prompt: list[int], params: SamplingParams, vocab_size: int, context_length: int) -> None:
     """Raise EngineError naming the problem when a model with these sizes cannot serve the request."""
     if not prompt:
