@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from sandbox.failure import Verdict
 from tasks.swe.family import task_result
 from tasks.swe.resolution import InstanceResult, StrippedPath, TestGroup
@@ -40,3 +44,33 @@ def test_invalid_and_unapplied_runs_are_worth_nothing_and_infra_is_masked():
     assert task_result(result("patch_apply_failed"), F2P, P2P, 2.0).fraction == 0.0
     infra = task_result(result("infra_error", detail="engine gone"), F2P, P2P, 2.0)
     assert infra.infra_error and not infra.passed
+
+
+def test_swe_pools_load_jsonl_and_parquet_and_mix_with_cp(tmp_path):
+    import json
+
+    import datasets
+
+    from gym.environment import Environment, EnvironmentConfig, EnvironmentConfigError
+    from tasks.swe.instance import SweInstance
+    from tests.unit.test_swe_instance import row
+
+    rows = [row(), row(instance_id="owner__name-2")]
+    (tmp_path / "swe.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    datasets.Dataset.from_list([{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in r.items()}
+                                for r in rows]).to_parquet(str(tmp_path / "swe.parquet"))
+    root = Path(__file__).resolve().parents[2]
+    for pool in ({"type": "jsonl", "path": str(tmp_path / "swe.jsonl"), "format": "swe"},
+                 {"type": "hf", "path": str(tmp_path / "swe.parquet"), "format": "swe"}):
+        env = Environment(EnvironmentConfig.from_dict({"name": "mix", "task_pool": {"type": "mixture", "sources": [
+            {"weight": 1, "pool": pool},
+            {"weight": 1, "pool": {"type": "jsonl", "path": str(root / "tasks/samples/taco.jsonl"), "format": "taco",
+                                   "id_prefix": "taco/"}}]}}))
+        swe = [t for t in env.tasks.values() if isinstance(t, SweInstance)]
+        assert [t.task_id for t in swe] == ["owner__name-1", "owner__name-2"], pool["type"]
+        assert len(env.tasks) > len(swe)
+        assert env.reference_programs()["owner__name-1"] == rows[0]["patch"]
+        assert "checked out at /workspace/repo" in env.prompt(swe[0])[2].content
+    with pytest.raises(EnvironmentConfigError, match="id_prefix is not supported"):
+        Environment(EnvironmentConfig.from_dict({"name": "x", "task_pool": {
+            "type": "jsonl", "path": str(tmp_path / "swe.jsonl"), "format": "swe", "id_prefix": "p/"}}))
