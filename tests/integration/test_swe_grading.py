@@ -167,7 +167,7 @@ def test_the_conftest_attack_works_when_nothing_is_stripped(monkeypatch):
     monkeypatch.setattr(grader_module, "strip_protected", lambda diff, files: StrippedDiff(diff, ()))
     tree_check_only = run()
     assert not tree_check_only.resolved and [s.path for s in tree_check_only.stripped] == ["conftest.py"]
-    monkeypatch.setattr(grader_module, "protection", lambda path, protected: None)
+    monkeypatch.setattr(grader_module, "protection", lambda path, protected, installed=frozenset(): None)
     assert run().resolved
 
 
@@ -261,7 +261,7 @@ def test_protected_paths_are_decided_from_the_tree_after_applying(monkeypatch):
     assert {s.path for s in hooks.stripped} == {"sitecustomize/__init__.py", "random.py"} and not hooks.resolved
     assert gold_and_hooks.resolved, gold_and_hooks  # the fix still counts; the hooks are gone and reported
     # Control: without the check of the result, the context diff's conftest would resolve the instance.
-    monkeypatch.setattr(grader_module, "protection", lambda path, protected: None)
+    monkeypatch.setattr(grader_module, "protection", lambda path, protected, installed=frozenset(): None)
     [unchecked] = grade([(toolz, CONTEXT_DIFF_CONFTEST)])
     assert unchecked.resolved, unchecked
 
@@ -294,7 +294,7 @@ def test_the_test_run_starts_isolated_from_the_repository(monkeypatch):
     toolz = shipped()[TOOLZ]
     images()
     monkeypatch.setattr(grader_module, "strip_protected", lambda diff, files: StrippedDiff(diff, ()))
-    monkeypatch.setattr(grader_module, "protection", lambda path, protected: None)
+    monkeypatch.setattr(grader_module, "protection", lambda path, protected, installed=frozenset(): None)
     attacks = {"entry point": ENTRY_POINT_PLUGIN, "cwd pytest.py": CWD_PYTEST}
     isolated = dict(zip(attacks, grade([(toolz, patch) for patch in attacks.values()])))
     for name, result in isolated.items():
