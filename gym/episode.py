@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from gym.harmony import ParsedTurn, ParseError
 from gym.message import Message
 from gym.rubric import RubricConfig, score, total
-from gym.tools import ToolCallRecord, Toolbox, ToolWorkspace
+from gym.tools import ToolCallRecord, Toolbox, ToolWorkspace, printable
 from gym.trajectory import Trajectory, TrajectoryBuilder
 from policies.sampling import EngineError, EngineFailure, RolloutEngine, SamplingParams
 from sandbox.errors import InfraError
@@ -238,7 +238,9 @@ async def run_episode(env: EpisodeEnvironment, engine: RolloutEngine, family: Ta
         # the oldest weights that sampled any token: what a staleness bound must look at
         "policy_version": min(run.versions, default=0),
     })
-    return EpisodeResult(trajectory=trajectory, tool_calls=tuple(run.records), answer=run.answer,
+    # The graded answer was exact (an SWE diff may hold any bytes); what is kept must encode as UTF-8.
+    answer = None if run.answer is None else printable(run.answer)
+    return EpisodeResult(trajectory=trajectory, tool_calls=tuple(run.records), answer=answer,
                          answer_source=run.source, grading=grading, turns=run.turns)
 
 

@@ -31,7 +31,7 @@ from gym.bundle import Bundle, BundleError, image_digest, read_bundle
 from tasks.family import CodeFamily, TaskFamily
 from gym.rubric import score, total
 from gym.tokenizer import TokenizerError, load_tokenizer
-from gym.tools import Toolbox
+from gym.tools import Toolbox, printable
 from gym.trajectory import TrajectoryError, assert_token_exact
 from sandbox.config import Hardening, SandboxConfig
 from sandbox.pool import WorkspacePool
@@ -164,7 +164,7 @@ async def replay(bundle: Bundle, family: TaskFamily, *, path: str = "") -> Repla
                 answer = await family.answer(task, ws, handed_in)
             except ValueError as exc:
                 notes.append(f"no answer to grade: {exc}")
-    _diff(differences, "answer", bundle.answer, answer)
+    _diff(differences, "answer", bundle.answer, None if answer is None else printable(answer))
     grading = None
     if answer is not None and bundle.grading is not None:
         grading = await family.grade(task, answer)

@@ -113,9 +113,12 @@ class RolloutWorkers:
         image = getattr(getattr(pool, "config", None), "image", self.env.config.sandbox.image)
         if image not in self._digests:
             self._digests[image] = await image_digest(pool)
-        bundle = bundle_of(self.env, result, reason, self._digests[image], image=image)
         path = self.bundle_dir / bundle_name(index, result.trajectory.task_id)
-        self.bundles.append(await trio.to_thread.run_sync(write_bundle, path, bundle))
+        try:
+            bundle = bundle_of(self.env, result, reason, self._digests[image], image=image)
+            self.bundles.append(await trio.to_thread.run_sync(write_bundle, path, bundle))
+        except (ValueError, UnicodeError, OSError) as exc:  # a bundle that cannot be written never ends the run
+            log.error("episode %d (%s): bundle not written: %s", index + 1, result.trajectory.task_id, str(exc)[:300])
 
 
 async def collect_async(env: Environment, engine: RolloutEngine, pool: WorkspaceSource, n_groups: int,

@@ -69,6 +69,7 @@ def task_result(result: InstanceResult, f2p: tuple[str, ...], p2p: tuple[str, ..
     stripped = "; ".join(f"{s.path} ({s.reason})" for s in result.stripped)
     detail = " | ".join(part for part in (result.status, result.detail.strip()[:1500],
                                           f"stripped: {stripped}" if stripped else "") if part)
+    detail = detail.encode("utf-8", errors="replace").decode("utf-8")  # paths of the candidate's making: any bytes
     return TaskResult(task_id=result.instance_id, passed=result.resolved, fraction=round(fraction, 6),
                       infra_error=result.infra_error, tests=tests, detail=detail, wall_s=result.wall_s)
 

@@ -242,14 +242,19 @@ class SweGrader:
                                         env=isolated_environment(instance), timeout_s=self.config.test_timeout_s,
                                         output_limit_bytes=self.config.log_limit_bytes))
         text = framed_log(run)
-        return self._judge(instance, run, text).model_copy(update={"stripped": restored}), text
+        judged = await trio.to_thread.run_sync(self._judge, instance, run, text)  # 8 MiB of log: off the event loop
+        return judged.model_copy(update={"stripped": restored}), text
 
     @staticmethod
     def _judge(instance: SweInstance, run: ExecResult, text: str) -> InstanceResult:
         if run.failure == FailureKind.INFRA_ERROR:
             return SweGrader._outcome(instance, "infra_error", f"the test run was lost: {run.detail}")
-        parsed = testlog.parse(text)
-        result = grade_log(instance.instance_id, instance.fail_to_pass, instance.pass_to_pass, parsed, run.exit_code)
+        try:
+            parsed = testlog.parse(text)
+            result = grade_log(instance.instance_id, instance.fail_to_pass, instance.pass_to_pass, parsed, run.exit_code)
+        except Exception as err:  # the log is the candidate's output: what it does to the parser is the candidate's
+            log.warning("%s: the test log could not be read: %r", instance.instance_id, err)
+            return SweGrader._outcome(instance, "invalid", f"the test log could not be read: {err!r}"[:500])
         if run.failure not in (FailureKind.OK, FailureKind.NONZERO_EXIT):
             # A hang, OOM or flood from the candidate's code: not resolved, whatever the partial log says.
             detail = f"the test run ended with {run.failure.value}: {run.detail}".strip()

@@ -38,16 +38,33 @@ _SESSION_START = re.compile(r"^=+ test session starts =+$")
 _SECTION = re.compile(r"^=+ .+ =+$")
 _SUMMARY_START = re.compile(r"^=+ short test summary info =+$")
 # pytest's last line; ``-q`` prints it without the ``=`` framing.
-_FINAL = re.compile(r"^(?:=+ )?(?P<body>(?:\d+ \w+|no tests ran)(?:, \d+ \w+)*) in [\d.]+s(?: \([^)]*\))?(?: =+)?$")
-_COUNT = re.compile(r"(\d+) (passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?|rerun)")
-_VERBOSE = re.compile(r"^(?P<id>\S.*?::.+?) (?P<status>PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)(?: .*)?$")
-_SKIP_LOCATION = re.compile(r"^SKIPPED \[\d+\] (?P<where>.+?)(?:: .*)?$")
+# Counts have at most 12 digits: a longer number in captured output is not pytest's, and int() of one past
+# 4300 digits raises (the candidate's output must never crash the grader).
+_FINAL = re.compile(
+    r"^(?:=+ )?(?P<body>(?:\d{1,12} \w+|no tests ran)(?:, \d{1,12} \w+)*) in [\d.]{1,20}s(?: \([^)]*\))?(?: =+)?$")
+_COUNT = re.compile(r"(\d{1,12}) (passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?|rerun)")
+# A -v progress line: "node-id STATUS [ NN%]". Matched without backtracking over the id (a line of colons once
+# took the host 39 s): the status words are found first, then the id before one is checked.
+_STATUS_WORD = re.compile(r" (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)(?= |$)")
+_SKIP_LOCATION = re.compile(r"^SKIPPED \[\d{1,12}\] (?P<where>.+?)(?:: .*)?$")
+MAX_LINE = 16384  # pytest's own lines are far shorter (terminal width, test ids); longer ones are not read
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_COLLECTED = re.compile(r"^(?:collecting \.\.\. )?collected (?P<n>\d+) items?(?P<rest>(?: / \d+ \w+)*)\s*$")
-_XDIST_COLLECTED = re.compile(r"^\d+ workers? \[(?P<n>\d+) items?\]$")
+_COLLECTED = re.compile(r"^(?:collecting \.\.\. )?collected (?P<n>\d{1,12}) items?(?P<rest>(?: / \d{1,12} \w+)*)\s*$")
+_XDIST_COLLECTED = re.compile(r"^\d{1,6} workers? \[(?P<n>\d{1,12}) items?\]$")
 # A progress line without -v: the module's path and one mark per test phase report, then the percentage;
 # a long module goes on over lines holding only marks.
-_PROGRESS = re.compile(r"^(?:\S+\.py )?(?P<marks>[.FEsxXR]+)(?: +\[ *\d+%\])?$")
+_PROGRESS = re.compile(r"^(?:\S+\.py )?(?P<marks>[.FEsxXR]+)(?: +\[ *\d{1,3}%\])?$")
+
+
+def verbose_line(line: str) -> tuple[str, TestStatus] | None:
+    """``(node id, status)`` of a ``-v`` progress line, or None (linear time in the line's length)."""
+    if not line or line[0].isspace():
+        return None
+    for match in _STATUS_WORD.finditer(line):
+        test_id = line[: match.start()]
+        if "::" in test_id[1:] and not test_id.endswith("::"):
+            return test_id, TestStatus(match.group(1))
+    return None
 _FRAME = ">>>>> gym:"  # the grader's own framing lines around the run (tasks/swe/grader.py)
 
 
@@ -189,6 +206,9 @@ def parse(text: str) -> PytestLog:
     log = PytestLog()
     region = "before"  # before -> progress -> sections -> summary -> after
     for raw in text.splitlines():
+        if len(raw) > MAX_LINE:  # not a line of pytest's own; it still counts as something after the final line
+            log.after_final += log.final_line is not None
+            continue
         line = _ANSI.sub("", raw).rstrip()
         if _SESSION_START.match(line):
             log.session_started = True
@@ -223,8 +243,8 @@ def parse(text: str) -> PytestLog:
         if region == "progress" and _SECTION.match(line):
             region = "sections"
             continue
-        if region == "progress" and (match := _VERBOSE.match(line)):
-            _record(log, match.group("id"), TestStatus(match.group("status")))
+        if region == "progress" and (verbose := verbose_line(line)):
+            _record(log, *verbose)
             log.progress_marks += log.collected is not None
         elif region == "progress" and log.collected is not None and (marks := _PROGRESS.match(line)):
             log.progress_marks += len(marks.group("marks"))

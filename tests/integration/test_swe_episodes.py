@@ -206,3 +206,45 @@ def test_grpo_trains_on_a_cp_and_swe_mixture(built, tmp_path):
     assert summary["steps"] == 1 and summary["masked"] == 0 and summary["samples"] >= 4, summary
     trained = {t.task_id for t in read_jsonl(run_dir / "trajectories.jsonl")}
     assert trained & set(built), trained
+
+
+# Outside review of SWE episodes: an agent's bytes and output once crashed the rollout (a diff with non-UTF-8
+# bytes could not be written into its bundle), masked its failure (a 5000-digit "count" crashed the log parser:
+# grader crash -> infra_error) or froze the host's event loop (a 60,000-character line of colons took the
+# log parser's regex 39 s).
+FIX = "sed -i 's/if not initial or initial == no_default:/if initial == no_default:/' toolz/itertoolz.py"
+HUGE_COUNT = ("python3 -c \"p = 'toolz/itertoolz.py'; s = open(p).read(); open(p, 'w').write(s.replace("
+              "'    seq = iter(seq)', '    print(\\\"9\\\" * 5000 + \\\" passed in 1.0s\\\")\\n    seq = iter(seq)', 1))\"")
+COLON_LINE = ("python3 -c \"p = 'toolz/itertoolz.py'; s = open(p).read(); open(p, 'w').write(s.replace("
+              "'    seq = iter(seq)', '    import os, stat\\n    [os.write(f, b\\\"\\\\nx\\\" + b\\\":\\\" * 60000 + b\\\"\\\\n\\\") "
+              "for f in range(3, 64) if os.path.exists(\\\"/proc/self/fd/%d\\\" % f) and "
+              "stat.S_ISFIFO(os.fstat(f).st_mode)]\\n    seq = iter(seq)', 1))\"")
+
+
+def test_hostile_bytes_and_output_are_scored_never_masked_nor_a_crash(built, tmp_path):
+    config = EnvironmentConfig.from_file(ROOT / "configs/swe_smoke.yaml")
+    env = Environment(config)
+    env.sources = [[built[TOOLZ]]]
+    env.tasks = {TOOLZ: built[TOOLZ]}
+    cases = {
+        "non-UTF-8 file + fix": (FIX + "; printf '# caf\\xe9 \\xff\\n' > toolz/latin1_notes.py", 1.0, "latin1_notes"),
+        "5000-digit count, no fix": (HUGE_COUNT, 0.0, '"9" * 5000'),
+        "60,000 colons on pytest's stdout, no fix": (COLON_LINE, 0.0, 'b":" * 60000'),
+    }
+    for name, (command, reward, marker) in cases.items():
+        bundles = tmp_path / name.split(",")[0].replace(" ", "_")
+
+        async def play():
+            async with WorkspacePool(env.config.sandbox) as pool:
+                trajectories, workers = await collect_async(env, Tamperer(env, [_bash(command)]), pool, 1, 1,
+                                                            seed=0, bundle_dir=bundles)
+                return trajectories[0], workers
+
+        trajectory, workers = trio.run(play)
+        assert workers.results[0].tool_calls[0].outcome.failure == "ok", (name, workers.results[0].tool_calls[0])
+        assert marker in (workers.results[0].answer or ""), (name, workers.results[0].answer)  # the attack is in
+        assert not trajectory.masked and trajectory.reward_breakdown["correctness"] == reward, (name, trajectory)
+        assert trajectory.timings["grading"] < 60, (name, trajectory.timings)  # was 42 s for the colon line
+        assert len(workers.bundles) == 1, name  # rate 1.0: written, whatever bytes the diff holds
+    replayed = gym("replay", str(tmp_path / "non-UTF-8_file_+_fix"))
+    assert replayed.returncode == 0 and "1/1 bundles replayed identically" in replayed.stdout, replayed.stdout[-2000:]

@@ -242,3 +242,19 @@ def test_a_forged_collection_error_does_not_switch_the_checks_off():
         "===== short test summary info =====\nSKIPPED [1] test_m.py:2: m\nERROR test_broken.py\n"
         "!!!!! Interrupted: 1 error during collection !!!!!\n===== 1 skipped, 1 error in 1.52s =====\n")
     assert parse(interrupted).consistency_problem() is None and parse(interrupted).failures == 1
+
+
+def test_hostile_lines_neither_crash_nor_stall_the_parser():
+    """A 5000-digit count (int() raises past 4300 digits) and lines built to make a backtracking regex
+    quadratic (a 60,000-character line of colons once took 39 s): parsed, not trusted, in linear time."""
+    import time
+
+    huge = RA_LOG.replace("2 failed, 6 passed", "9" * 5000 + " passed")
+    assert parse(huge).consistency_problem() is not None
+    hostile = ["x" + ":" * 16000, "x" + "::" * 8000, "= " + " =" * 8000 + "x", "1 passed, " * 1600 + "x",
+               "SKIPPED [1] " + ": " * 8000, "collected 1 items" + " / 1 error" * 1500, "x" + ":" * 60000]
+    started = time.monotonic()
+    for line in hostile:
+        log = parse(RA_LOG.replace("test_demo.py .FF....sxXE.", f"{line}\ntest_demo.py .FF....sxXE.", 1))
+        assert log.statuses["test_demo.py::test_pass"] == TestStatus.PASSED
+    assert time.monotonic() - started < 5.0  # about 0.01 s; quadratic backtracking took minutes
