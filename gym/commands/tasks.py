@@ -7,6 +7,9 @@ each spec's sdist, make the local clones under ``tasks/swe/repos/`` and write
 ``derive-swe-tests``: run an instance file's tests with each gold patch and
 with none, in fresh containers, and print the FAIL_TO_PASS / PASS_TO_PASS ids
 (YAML, ready to paste into a spec).
+
+``generate``: the generated task family (`tasks/generator.py`): seeded train
+and held-out CodeContests files with their reference solutions.
 """
 
 from __future__ import annotations
@@ -32,6 +35,31 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     derive.add_argument("--tasks", type=Path, default=DEFAULT_OUT, metavar="FILE", help="instances file")
     derive.add_argument("--repos-dir", type=Path, default=None, metavar="DIR", help="local clones as DIR/owner__name")
     derive.add_argument("--instance", action="append", default=None, metavar="ID", help="only these instances")
+    generate = sub.add_parser(
+        "generate", help="seeded train/held-out CP tasks (CodeContests rows) + reference solutions",
+        description="Write DIR/train.jsonl, DIR/heldout.jsonl (CodeContests layout) and DIR/{train,heldout}"
+        ".solutions.jsonl (reference solutions, expect: passed). Held-out tasks are parameters never in train.",
+    )
+    generate.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder the four files go to")
+    generate.add_argument("--seed", type=int, default=0, metavar="S", help="picks the tasks and every test input")
+    generate.add_argument("--train", type=_count, default=1000, metavar="N", help="training tasks written")
+    generate.add_argument("--heldout", type=_count, default=200, metavar="M", help="held-out tasks written")
+    generate.add_argument("--levels", type=_levels, default=(1, 2, 3), metavar="L,L",
+                          help="difficulty levels drawn, comma-separated (1: one input, 2: t test cases, "
+                          "3: harder variant, t test cases)")
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"a count is a non-negative integer, got {text!r}")
+    return int(text)
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"levels must be comma-separated integers, got {text!r}") from None
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -69,12 +97,27 @@ def _derive(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generate(args: argparse.Namespace) -> int:
+    import time
+
+    from tasks.generator import write
+
+    started = time.monotonic()
+    counts = write(args.out, args.seed, args.train, args.heldout, args.levels)
+    for split, count in counts.items():
+        print(f"{split:<8} {count:>6} tasks -> {args.out / f'{split}.jsonl'} (+ {split}.solutions.jsonl)")
+    print(f"seed {args.seed}, levels {','.join(map(str, sorted(set(args.levels))))}, "
+          f"{time.monotonic() - started:.1f}s; load with --format codecontests")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from tasks.errors import TaskError
     from tasks.swe.repository import GitError
 
+    actions = {"build-swe": _build, "derive-swe-tests": _derive, "generate": _generate}
     try:
-        return _build(args) if args.action == "build-swe" else _derive(args)
+        return actions[args.action](args)
     except (TaskError, GitError) as err:
         print(f"tasks {args.action}: {err}", file=sys.stderr)
         return 1
