@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("gym.commands.demo", "run a short sandbox demo: acquire workspaces, run tool calls, release"),
     "bench": ("gym.commands.bench", "run a benchmark and print side-by-side figures"),
     "grade": ("gym.commands.grade", "grade solutions against CP tasks (one fresh sandbox per task)"),
-    "tasks": ("gym.commands.tasks", "build the shipped SWE instances (build-swe) or derive their test ids"),
+    "tasks": ("gym.commands.tasks", "generate the learnable CP task family (generate), build the shipped SWE instances (build-swe), derive their test ids"),
     "killtest": ("gym.commands.killtest", "run the sandbox kill-test: attack catalog, host checks, posture; exit 0 only if all contained"),
     "soak": ("gym.commands.soak", "hammer real workspaces with a seeded mix of benign calls; exit 0 only if no infra error, runner death or leak"),
     "tokenizer": ("gym.commands.tokenizer", "train the default BPE tokenizer, or describe a tokenizer spec"),
