@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rollout": ("gym.commands.rollout", "run episodes of an environment with a policy; write trajectories and replay bundles"),
     "replay": ("gym.commands.replay", "re-execute replay bundles in fresh workspaces and report any difference"),
     "show": ("gym.commands.show", "print a replay bundle as a readable transcript"),
+    "plot": ("gym.commands.plot", "draw a training run's curves (reward, pass rate, held-out pass@k, entropy, KL, time) as a PNG"),
     "serve": ("policies.serve_cli", "serve a policy: OpenAI-compatible token-in/token-out server with weight updates"),
     "train": ("gym.commands.train", "train a policy with GRPO on an environment (async rollouts, checkpoints, --resume)"),
 }

@@ -381,7 +381,17 @@ class Loop:
             "resumed": self.learner.resumed,
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        self.draw_curves()
         return summary
+
+    def draw_curves(self) -> None:
+        """``curves.png`` next to summary.json (`gym.plot`); a picture that cannot be drawn never fails the run."""
+        from gym.plot import PlotError, curves
+
+        try:
+            curves(self.run_dir)
+        except (PlotError, ImportError, OSError, ValueError, RuntimeError) as exc:
+            log.warning("curves.png not drawn: %s", exc)
 
 
 __all__ = ["Loop", "StepBatch", "TrainerState", "train"]

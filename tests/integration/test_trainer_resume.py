@@ -75,7 +75,7 @@ def test_resume_equals_uninterrupted(tmp_path):
     whole = tmp_path / "whole"
     summary = run(config(whole, 4))
     assert summary["steps"] == 4 and summary["weights_version"] == 4
-    for name in ("metrics.jsonl", "trajectories.jsonl", "config.json", "summary.json"):
+    for name in ("metrics.jsonl", "trajectories.jsonl", "config.json", "summary.json", "curves.png"):
         assert (whole / name).is_file(), name
     written = json.loads((whole / "summary.json").read_text())
     assert {"wall_s", "peak_rss_mb", "steps", "reward_first", "reward_last", "masked"} <= set(written)

@@ -1,0 +1,29 @@
+"""`python -m gym plot RUN_DIR [--out FILE]`: a training run's curves as one PNG (`gym.plot`).
+
+Reward, pass rate, held-out pass@k, entropy, KL/mismatch and the time split per GRPO step, read from
+``RUN_DIR/metrics.jsonl``; written to ``RUN_DIR/curves.png`` unless ``--out`` names another file.
+Exit 2 with one line when the directory holds no logged step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    parser.add_argument("run_dir", type=Path, help="a training run directory (holds metrics.jsonl)")
+    parser.add_argument("--out", type=Path, default=None, help="PNG to write (default RUN_DIR/curves.png)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from gym.plot import PlotError, curves
+
+    try:
+        path = curves(args.run_dir, args.out)
+    except PlotError as exc:
+        print(f"plot: {exc}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
