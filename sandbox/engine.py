@@ -195,9 +195,9 @@ class AttachedStream:
             f"POST /v{version}/containers/{container_id}/attach?stream=1&stdin=1&stdout=1&stderr=0 HTTP/1.1\r\n"
             "Host: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\nContent-Length: 0\r\n\r\n"
         ).encode()
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             with trio.fail_after(engine.config.engine.timeout_s):
-                sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                 await sock.connect(url.path)
                 stream = trio.SocketStream(sock)
                 await stream.send_all(request)
@@ -207,10 +207,16 @@ class AttachedStream:
                     if not chunk:
                         raise InfraError(f"engine closed the attach of {container_id[:12]}")
                     head += chunk
-        except (OSError, trio.TooSlowError) as exc:
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, InfraError) as exc:
+            # The engine went away mid-handshake (a daemon killed at that moment resets the socket, which trio
+            # raises as BrokenResourceError, not OSError): the engine's failure, never an exception past the pool.
+            sock.close()
+            if isinstance(exc, InfraError):
+                raise
             raise InfraError(f"cannot attach to container {container_id[:12]}: {exc!r}") from exc
         status_line, _, rest = bytes(head).partition(b"\r\n")
         if b" 101 " not in status_line and b" 200 " not in status_line:
+            sock.close()
             raise InfraError(f"attach to {container_id[:12]} refused: {status_line.decode(errors='replace')}")
         attached = cls(stream)
         attached._pending += rest.partition(b"\r\n\r\n")[2]
