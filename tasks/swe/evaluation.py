@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from sandbox.config import SandboxConfig
 from tasks.errors import TaskError
 from tasks.source import RowError, read_rows
-from tasks.swe.grader import SweGrader, SweGraderConfig, grade_predictions
+from tasks.swe.grader import SweGrader, SweGraderConfig, grade_predictions, grading_budgets
 from tasks.swe.instance import SweInstance, load_instances
 from tasks.swe.resolution import SweReport
 
@@ -114,9 +114,7 @@ def print_report(report: SweReport) -> None:
 
 
 def grading_sandbox(path: Path | None) -> SandboxConfig:
-    config = SandboxConfig.from_yaml(path) if path is not None else SandboxConfig()
-    # A grading container makes a handful of calls, the test run among them: only per-call deadlines bind.
-    return config.model_copy(update={"episode": config.episode.model_copy(update={"wall_s": 7200.0})})
+    return grading_budgets(SandboxConfig.from_yaml(path) if path is not None else SandboxConfig())
 
 
 def run_swe(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ from sandbox.pool import WorkspacePool
 from sandbox.workspace import Workspace
 from tasks.grader import TaskResult
 from tasks.judge import TestResult
-from tasks.swe.grader import SweGrader, SweGraderConfig, instance_sandbox
+from tasks.swe.grader import SweGrader, SweGraderConfig, grading_budgets, instance_sandbox
 from tasks.swe.instance import SweInstance
 from tasks.swe.resolution import InstanceResult
 from tasks.swe.workspace import PROBLEM_FILE, REPO, prepare, workspace_diff
@@ -123,9 +123,7 @@ class SweFamily:
     @asynccontextmanager
     async def opened(self) -> AsyncIterator[None]:
         await self.build()
-        # Grading makes a dozen calls and runs the whole test file: the agent's call and wall budgets do not bind it.
-        grading = self.sandbox.model_copy(update={"episode": self.sandbox.episode.model_copy(
-            update={"wall_s": max(self.sandbox.episode.wall_s, 7200.0), "max_calls": max(self.sandbox.episode.max_calls, 64)})})
+        grading = grading_budgets(self.sandbox)
         async with AsyncExitStack() as stack:
             for instance_id, tag in self.images.items():
                 agent = WorkspacePool(instance_sandbox(self.sandbox, tag), gc_at_start=False)

@@ -272,6 +272,14 @@ class SweGrader:
         (folder / "result.json").write_text(result.model_dump_json(indent=1) + "\n")
 
 
+def grading_budgets(sandbox: SandboxConfig) -> SandboxConfig:
+    """``sandbox`` for grading containers: a grading makes a dozen calls and runs whole test files, so the
+    per-episode wall clock and call count of an agent's workspace do not bind it (at least 7200 s, 64 calls)."""
+    episode = sandbox.episode.model_copy(
+        update={"wall_s": max(sandbox.episode.wall_s, 7200.0), "max_calls": max(sandbox.episode.max_calls, 64)})
+    return sandbox.model_copy(update={"episode": episode})
+
+
 def instance_sandbox(sandbox: SandboxConfig, image: str) -> SandboxConfig:
     """``sandbox`` on ``image``, with no warm containers (each instance image is used a few times at most)."""
     return sandbox.model_copy(update={"image": image, "pool": sandbox.pool.model_copy(update={"size": 0})})
