@@ -38,7 +38,7 @@ import random
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -107,7 +107,30 @@ class HFPool(_FilePool):
     type: Literal["hf"] = "hf"
 
 
-LeafPool = Annotated[JsonlPool | HFPool, Field(discriminator="type")]
+class GeneratedPool(_Config):
+    """Tasks of the project's generated family (`tasks.generator`, docs/generated_tasks.md), made in memory:
+    the rows ``python -m gym tasks generate`` would write for this split, seed and levels, with their references."""
+
+    type: Literal["generated"] = "generated"
+    split: Literal["train", "heldout"] = Field("train", description="train, or held-out parameters never in train.")
+    count: int = Field(ge=1, description="Tasks drawn (round-robin over templates and levels).")
+    seed: int = Field(0, ge=0, description="Picks the tasks and every test input.")
+    levels: tuple[Literal[1, 2, 3], ...] = Field((1, 2, 3), min_length=1, description="Difficulty levels drawn.")
+    templates: tuple[str, ...] | None = Field(None, min_length=1, description="Templates drawn (default: all 14).")
+    shuffle: bool = Field(False, description="Seeded permutation of the tasks in every epoch (else draw order).")
+    id_prefix: str = Field("", description="Prepended to every task id (keeps ids unique across mixed sources).")
+
+    @property
+    def path(self) -> str:
+        """How errors and logs name the pool."""
+        return f"generated:{self.split}(seed {self.seed}, levels {','.join(map(str, self.levels))})"
+
+    format: ClassVar[str] = "codecontests"
+    solutions: ClassVar[None] = None
+
+
+AnyPool = JsonlPool | HFPool | GeneratedPool
+LeafPool = Annotated[AnyPool, Field(discriminator="type")]
 
 
 class MixtureSource(_Config):
@@ -125,7 +148,7 @@ class MixturePool(_Config):
     seed: int = Field(0, ge=0, description="Seed of the draw order.")
 
 
-TaskPoolConfig = Annotated[JsonlPool | HFPool | MixturePool, Field(discriminator="type")]
+TaskPoolConfig = Annotated[JsonlPool | HFPool | GeneratedPool | MixturePool, Field(discriminator="type")]
 
 
 class SamplingConfig(_Config):
@@ -195,15 +218,17 @@ class EnvironmentConfig(_Config):
             raise EnvironmentConfigError(f"{source}: invalid environment:\n{problems}") from None
 
 
-def leaf_pools(config: TaskPoolConfig) -> tuple[list[JsonlPool | HFPool], list[float]]:
+def leaf_pools(config: TaskPoolConfig) -> tuple[list[AnyPool], list[float]]:
     """The file pools of a task pool and their weights."""
     if isinstance(config, MixturePool):
         return [source.pool for source in config.sources], [source.weight for source in config.sources]
     return [config], [1.0]
 
 
-def load_pool(pool: JsonlPool | HFPool) -> list[AnyTask]:
-    """The tasks of one file pool (rows that do not parse are logged and skipped by the loader)."""
+def load_pool(pool: AnyPool) -> list[AnyTask]:
+    """The tasks of one pool (rows of a file that do not parse are logged and skipped by the loader)."""
+    if isinstance(pool, GeneratedPool):
+        return generated_tasks(pool)
     reader = "datasets" if pool.type == "hf" else "plain"
     if pool.format == "swe":
         if pool.id_prefix:
@@ -223,6 +248,19 @@ def load_pool(pool: JsonlPool | HFPool) -> list[AnyTask]:
     if pool.id_prefix:
         tasks = [task.model_copy(update={"task_id": pool.id_prefix + task.task_id}) for task in tasks]
     return tasks
+
+
+def generated_tasks(pool: GeneratedPool) -> list[Task]:
+    """The generated family's tasks for a pool, parsed as the CodeContests rows they are (references included)."""
+    from tasks import generator
+    from tasks.formats import codecontests
+
+    try:
+        specs = generator.draw(pool.split, pool.count, pool.seed, pool.levels, pool.templates)
+    except generator.GeneratorError as exc:
+        raise EnvironmentConfigError(f"task pool {pool.path}: {exc}") from None
+    tasks = [codecontests.parse(i, generator.render(spec, pool.seed).row) for i, spec in enumerate(specs)]
+    return [task.model_copy(update={"task_id": pool.id_prefix + task.task_id}) for task in tasks] if pool.id_prefix else tasks
 
 
 class TaskStream:

@@ -4,7 +4,7 @@
 per GRPO step, ``eval`` per held-out evaluation) and draws, per step, six panels:
 
 * reward: mean reward of the step (and of the groups kept for the loss);
-* pass rate: share of the step's episodes that passed every hidden test;
+* pass rate: share of the step's episodes that passed every test (and that passed at least one);
 * held-out pass@k: every ``pass@k`` of the eval rows (absent: "no eval");
 * entropy of the sampled tokens;
 * KL / mismatch: ``mismatch/kl_k3`` and the mean |logprob diff| between engine and trainer;
@@ -23,7 +23,7 @@ from typing import Any
 
 PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("reward", (("reward/mean", "mean"), ("reward/kept_mean", "kept groups"))),
-    ("pass rate (all hidden tests)", (("reward/correct_share", "training episodes"),)),
+    ("pass rate (training episodes)", (("reward/pass_rate", "every test passed"), ("reward/correct_share", "some test passed"))),
     ("held-out pass@k", ()),  # filled from the eval rows
     ("entropy", (("entropy", "sampled tokens"),)),
     ("KL / mismatch", (("mismatch/kl_k3", "k3 KL engine vs trainer"), ("mismatch/abs_diff_mean", "mean |logprob diff|"))),
@@ -83,7 +83,8 @@ def curves(run_dir: Path, out: Path | None = None) -> Path:
                 drawn += 1
         ax.set_title(title)
         ax.set_xlabel("step")
-        ax.set_xlim(0.5, max(r["step"] for r in train) + 0.5)  # every panel on the training steps
+        first = 0 if any(r.get("step") == 0 for r in evals) else 1
+        ax.set_xlim(first - 0.5, max(r["step"] for r in train) + 0.5)  # every panel on the training steps (and step 0's eval)
         ax.grid(alpha=0.3)
         if drawn:
             ax.legend(fontsize=8)

@@ -11,6 +11,9 @@ has made so far, and samples (deterministically) the next turn of its script:
    (stdin tasks with an example), else ``python3 -m py_compile solution.py``;
 3. ``submit`` with ``{"path": "solution.py"}``.
 
+It uses only the tools the environment offers: without ``bash`` it skips step 2, without
+``write_file`` it submits ``{"code": PROGRAM}`` at once.
+
 For an SWE instance the reference is its gold patch: ``apply_patch`` of it in
 ``repo``, ``bash`` running the pytest files the instance's tests live in that
 exist at base_commit, then ``submit`` (the repository's diff is the answer).
@@ -45,7 +48,8 @@ class ReferencePolicy:
     """A deterministic ``RolloutEngine`` that solves tasks with their references (or, ``empty``, submits nothing)."""
 
     def __init__(self, harmony: Harmony, tasks: dict[str, Task | SweInstance], programs: dict[str, str],
-                 user_text: dict[str, str], weights_version: int = 0, empty: bool = False) -> None:
+                 user_text: dict[str, str], weights_version: int = 0, empty: bool = False,
+                 tools: tuple[str, ...] = ("bash", "write_file", "submit")) -> None:
         missing = [] if empty else sorted(set(tasks) - set(programs))
         if missing:
             raise ValueError(f"scripted:reference needs a reference solution for every task; none for {missing[:10]}")
@@ -55,6 +59,7 @@ class ReferencePolicy:
         self.by_prompt = {text: task_id for task_id, text in user_text.items()}
         self.weights_version = weights_version
         self.empty = empty
+        self.tools = tools
 
     def script(self, task: Task | SweInstance) -> list[list[Message]]:
         """The turns, each a list of assistant messages."""
@@ -62,15 +67,18 @@ class ReferencePolicy:
             return [[Message.tool_call("submit", {} if isinstance(task, SweInstance) else {"code": ""})]]
         if isinstance(task, SweInstance):
             return swe_script(task)
+        if "write_file" not in self.tools:
+            return [[Message.tool_call("submit", {"code": self.programs[task.task_id]})]]
         example = next((t for t in task.public_tests if isinstance(t, StdinTest)), None)
         if task.kind == "stdin" and example is not None:
             check = ("Let me run it on the example input.", {"command": f"python3 {PROGRAM_FILE}", "stdin": example.input})
         else:
             check = ("Let me check that it compiles.", {"command": f"python3 -m py_compile {PROGRAM_FILE}"})
+        checks = [[Message.assistant("analysis", check[0]), Message.tool_call("bash", check[1])]] if "bash" in self.tools else []
         return [
             [Message.assistant("analysis", f"I will write my solution to {PROGRAM_FILE}."),
              Message.tool_call("write_file", {"path": PROGRAM_FILE, "content": self.programs[task.task_id]})],
-            [Message.assistant("analysis", check[0]), Message.tool_call("bash", check[1])],
+            *checks,
             [Message.tool_call("submit", {"path": PROGRAM_FILE})],
         ]
 
@@ -126,4 +134,5 @@ def load_scripted(argument: str, env: Environment) -> ReferencePolicy:
 
     user_text = {task_id: task_text(task) for task_id, task in env.tasks.items()}
     empty = argument == "empty"
-    return ReferencePolicy(env.harmony, env.tasks, {} if empty else env.reference_programs(), user_text, empty=empty)
+    return ReferencePolicy(env.harmony, env.tasks, {} if empty else env.reference_programs(), user_text, empty=empty,
+                           tools=tuple(env.config.tools.enabled))

@@ -334,14 +334,18 @@ def _heldout(template: str, hard: bool) -> frozenset[tuple[tuple[str, Any], ...]
 # ---- rendering --------------------------------------------------------------------------------------
 
 
-def catalogue(levels: Sequence[int] = LEVELS) -> list[TaskSpec]:
-    """Every distinct task of the given levels, in template, level, parameter order."""
+def catalogue(levels: Sequence[int] = LEVELS, templates: Sequence[str] | None = None) -> list[TaskSpec]:
+    """Every distinct task of the given levels (and templates; default all), in template, level, parameter order."""
     unknown = sorted(set(levels) - set(LEVELS))
     if unknown:
         raise GeneratorError(f"unknown level(s) {unknown}; levels are {list(LEVELS)}")
+    names = list(TEMPLATES) if templates is None else list(dict.fromkeys(templates))
+    strangers = [name for name in names if name not in TEMPLATES]
+    if strangers or not names:
+        raise GeneratorError(f"unknown template(s) {strangers or '(none given)'}; templates are {', '.join(TEMPLATES)}")
     return [
         TaskSpec(template.name, level, tuple(params.items()))
-        for template in TEMPLATES.values()
+        for template in (TEMPLATES[name] for name in names)
         for level in sorted(set(levels))
         for params in (template.base if level < 3 else template.hard).params()
     ]
@@ -404,16 +408,18 @@ def render(spec: TaskSpec, seed: int) -> GeneratedTask:
     return GeneratedTask(spec=spec, row=row, reference=reference, wrong=wrong)
 
 
-def draw(split: Split, count: int, seed: int, levels: Sequence[int] = LEVELS) -> list[TaskSpec]:
+def draw(split: Split, count: int, seed: int, levels: Sequence[int] = LEVELS,
+         templates: Sequence[str] | None = None) -> list[TaskSpec]:
     """``count`` tasks of ``split``, round-robin over (template, level) buckets each shuffled by ``seed``,
     so every template and level is drawn about equally often."""
     buckets: dict[tuple[str, int], list[TaskSpec]] = {}
-    for spec in catalogue(levels):
+    for spec in catalogue(levels, templates):
         if spec.split == split:
             buckets.setdefault((spec.template, spec.level), []).append(spec)
     available = sum(map(len, buckets.values()))
     if count > available:
-        raise GeneratorError(f"{count} {split} tasks asked for levels {sorted(set(levels))}, {available} exist")
+        which = "" if templates is None else f" of templates {', '.join(templates)}"
+        raise GeneratorError(f"{count} {split} tasks asked for levels {sorted(set(levels))}{which}, {available} exist")
     for (template, level), specs in buckets.items():
         random.Random(f"{seed}:{split}:{template}:{level}").shuffle(specs)
     drawn: list[TaskSpec] = []

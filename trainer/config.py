@@ -128,8 +128,8 @@ class OptimizerConfig(BaseModel):
 
     model_config = _CONFIG
 
-    lr: float = Field(1e-6, gt=0)
-    """Peak learning rate."""
+    lr: float = Field(1e-6, ge=0)
+    """Peak learning rate; 0 leaves the weights as they are (a control run)."""
     betas: tuple[float, float] = (0.9, 0.999)
     """Adam betas."""
     eps: float = Field(1e-8, gt=0)
@@ -199,7 +199,8 @@ class WarmStartConfig(BaseModel):
     batch_size: int = Field(8, ge=1)
     """Trajectories per supervised step."""
     tasks: int | None = Field(None, ge=1)
-    """Demos to build, one per task in task-id order; default: every task of the environment."""
+    """Demos to build: the first N distinct tasks of the environment's task stream (spread over its sources as
+    training draws them); default: every task of the environment, in id order."""
 
 
 class LoopConfig(BaseModel):
@@ -252,6 +253,8 @@ class EvalConfig(BaseModel):
     """n: samples per held-out task."""
     k: list[int] = [1]
     """The k of each pass@k reported (each <= samples)."""
+    before: bool = False
+    """Also evaluate before the first step (after any warm start), with the same seeds as later passes."""
     @model_validator(mode="after")
     def _k_fits(self) -> EvalConfig:
         if self.every and self.environment is None:

@@ -35,6 +35,7 @@ from trainer.checkpoint import TrainerState
 from trainer.config import TrainConfig
 from trainer.distributed import World, broadcast_command, init_world, shutdown
 from trainer.errors import MaskedShareError
+from trainer.evaluation import passed
 from trainer.learner import Learner, follow
 from trainer.masking import MaskedTally
 from trainer.sample import Group
@@ -56,6 +57,10 @@ def bound_malloc_arenas(count: int = 2) -> None:
 def peak_rss_mb() -> float:
     """Peak resident memory of this process (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+PASS_WINDOW = 3
+"""Steps averaged at each end of a run for summary.json's pass_rate_first / pass_rate_last."""
 
 
 def mean(values: list[float]) -> float:
@@ -105,8 +110,11 @@ class Loop:
     def __init__(self, config: TrainConfig, learner: Learner, world: World, started: float, workspaces=None, grader=None) -> None:
         self.config, self.learner, self.world, self.started = config, learner, world, started
         self.workspaces, self.grader = workspaces, grader
+        self.correctness_weight = config.env.rubric.correctness.weight
         self.run_dir = Path(config.run_dir)
         self.step_rewards: list[float] = []
+        self.step_pass_rates: list[float] = []
+        self.evals: list[tuple[int, dict[str, float]]] = []
         self.tally = MaskedTally(config.loop)
         self.engine = None
         self.sync = None
@@ -224,6 +232,8 @@ class Loop:
         send, receive = trio.open_memory_channel[Group](math.inf)
         stop: MaskedShareError | None = None
         async with workers.families.opened(), trio.open_nursery() as nursery:
+            if config.eval.every and config.eval.before and state.step == 0:
+                await self.evaluate(pool, 0)  # the policy RL starts from (after any warm start)
             nursery.start_soon(producer.run, send)
             producer.grant((1 + config.loop.max_staleness) * config.rollout.groups_per_step)
             while state.step < config.loop.steps:
@@ -296,6 +306,8 @@ class Loop:
                 producer.grant(missing - producer.outstanding)
         scored = sorted(filler.scored, key=lambda s: (s.sample.trajectory.seeds.get("position", 0), s.sample.trajectory.seeds.get("member", 0)))
         self.step_rewards.append(mean(rewards))
+        graded = [s for g in filler.groups for s in g.samples if not s.masked]
+        self.step_pass_rates.append(mean([float(passed(s.trajectory.reward_breakdown, self.correctness_weight)) for s in graded]))
         return StepBatch(groups=filler.groups, scored=scored, counts=filler.counts, wait_s=waited,
                          version=self.learner.state.weights_version, rewards=rewards)
 
@@ -312,6 +324,7 @@ class Loop:
             "reward/std": statistics.pstdev(batch.rewards) if len(batch.rewards) > 1 else 0.0,
             "reward/kept_mean": mean([s.reward for s in batch.scored]),
             "reward/correct_share": mean([float(s.trajectory.reward_breakdown.get("correctness", 0.0) > 0) for s in graded]),
+            "reward/pass_rate": self.step_pass_rates[-1] if self.step_pass_rates else 0.0,
             "staleness/mean": mean([max(0, g) for g in gaps]),
             "staleness/max": float(max(max(gaps), 0)),
             "samples/drawn": float(len(samples)),
@@ -345,8 +358,9 @@ class Loop:
             self.eval_env = Environment(EnvironmentConfig.from_file(self.config.eval.environment))
         env = self.eval_env
         started = time.monotonic()
+        # the same seeds at every step: evaluations differ by the weights only (common random numbers)
         trajectories, _ = await collect_async(env, self.engine, pool, len(env.tasks), self.config.eval.samples,
-                                              self.config.rollout.seed + 1_000_003 * step, stream=env.stream(),
+                                              self.config.rollout.seed + 1_000_003, stream=env.stream(),
                                               grader=self.grader)
         by_group: dict[str, list] = {}
         for t in trajectories:
@@ -354,16 +368,24 @@ class Loop:
         groups = [Group(task_id=s[0].trajectory.task_id, samples=tuple(s)) for s in by_group.values()]
         figures = evaluate(groups, self.config.eval.k, env.config.rubric.correctness.weight)
         figures["time/eval"] = time.monotonic() - started
+        self.evals.append((step, figures))
+        log.info("held-out eval at step %d: %s", step, ", ".join(f"{k} {v:.3f}" for k, v in figures.items() if k.startswith("pass@")))
         self.metrics.log(step, figures, kind="eval")
 
     def summary(self, stopped: MaskedShareError | None = None) -> dict:
         """summary.json. reward_first / reward_last: mean reward over the first / last quarter of this
         run's steps (at least one step each): one step's 16 samples swing with the tasks drawn.
+        pass_rate_first / pass_rate_last: share of graded episodes passing every test over the first /
+        last 3 steps (fewer when the run has fewer than 6). heldout_pass1_before / _after: pass@1 of the
+        evaluation before the first step (``eval.before``) and of the last one after it (null if none).
         masked_share: masked / consumed samples of this run (``samples``), with the most frequent
         reasons; ``stopped``: the MaskedShareError's message when the run stopped on it, else null."""
         state = self.learner.state
-        rewards = self.step_rewards
+        rewards, rates = self.step_rewards, self.step_pass_rates
         window = max(1, len(rewards) // 4)
+        pass_window = min(PASS_WINDOW, max(1, len(rates) // 2))
+        before = next((f.get("pass@1") for step, f in self.evals if step == 0), None)
+        after = next((f.get("pass@1") for step, f in reversed(self.evals) if step > 0), None)
         summary = {
             "wall_s": round(time.monotonic() - self.started, 2),
             "peak_rss_mb": round(peak_rss_mb(), 1),
@@ -372,6 +394,11 @@ class Loop:
             "reward_last": round(mean(rewards[-window:]), 4) if rewards else None,
             "reward_window_steps": window,
             "rewards": [round(r, 4) for r in rewards],
+            "pass_rate_first": round(mean(rates[:pass_window]), 4) if rates else None,
+            "pass_rate_last": round(mean(rates[-pass_window:]), 4) if rates else None,
+            "pass_rates": [round(r, 4) for r in rates],
+            "heldout_pass1_before": round(before, 4) if before is not None else None,
+            "heldout_pass1_after": round(after, 4) if after is not None else None,
             "samples": self.tally.samples,
             "masked": self.tally.masked,
             "masked_share": round(self.tally.share, 4),

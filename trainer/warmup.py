@@ -47,13 +47,29 @@ async def reference_demos(env: Environment, pool, tasks: int | None, seed: int, 
     roomy = Environment(env.config.model_copy(update={"episode": episode.model_copy(
         update={"max_tokens_per_turn": episode.max_total_tokens})}), tokenizer=env.tokenizer)
     engine = load_scripted("reference", roomy)
-    chosen = TaskList([roomy.tasks[k] for k in sorted(roomy.tasks)][: tasks or None])
+    chosen = TaskList(demo_tasks(roomy, tasks))
     trajectories, _ = await collect_async(roomy, engine, pool, len(chosen.tasks), 1, seed, stream=chosen, grader=grader)
     kept = [t for t in trajectories if not t.masked and t.reward is not None and t.end_reason == "submit"
             and longest_turn(t.sampled) <= episode.max_tokens_per_turn]
     log.info("warm start: %d reference trajectories (%d masked, unsubmitted or over the turn budget left out)",
              len(kept), len(trajectories) - len(kept))
     return sorted(kept, key=lambda t: t.seeds.get("position", 0))
+
+
+def demo_tasks(env: Environment, count: int | None) -> list[Task]:
+    """Every task in id order, or the first ``count`` distinct tasks of the environment's task stream
+    (its mixture weights and shuffles), so a few demos spread over sources the way training draws them."""
+    if count is None or count >= len(env.tasks):
+        return [env.tasks[k] for k in sorted(env.tasks)]
+    stream, seen, chosen = env.stream(), set(), []
+    for _ in range(100 * len(env.tasks)):  # a bound: a zero-weight source never repeats forever
+        _, task = stream.next()
+        if task.task_id not in seen:
+            seen.add(task.task_id)
+            chosen.append(task)
+            if len(chosen) == count:
+                break
+    return chosen
 
 
 class TaskList:
@@ -72,7 +88,7 @@ class TaskList:
 def final_answer_demos(env: Environment, tasks: int | None) -> list[Trajectory]:
     """Prompt + ``<|channel|>final<|message|>```python PROGRAM```<|return|>`` per task, token-exact."""
     programs = env.reference_programs()
-    chosen = [task for task_id, task in sorted(env.tasks.items()) if task_id in programs][: tasks or None]
+    chosen = [task for task in demo_tasks(env, tasks) if task.task_id in programs]
     demos = []
     for task in chosen:
         answer = Message.assistant("final", f"```python\n{programs[task.task_id].rstrip()}\n```")

@@ -32,19 +32,23 @@ TINY = {"vocab_size": 8192, "hidden_size": 32, "num_hidden_layers": 2, "num_dens
         "num_experts_per_tok": 2, "num_shared_experts": 1, "max_position_embeddings": 1024}
 
 
+FAKE_ENVIRONMENT = {
+    "name": "masked",
+    "task_pool": {"type": "jsonl", "path": str(SAMPLES / "codecontests.jsonl"), "format": "codecontests",
+                  "solutions": str(SAMPLES / "codecontests.solutions.jsonl")},
+    "tools": {"enabled": ["submit"]},
+    "episode": {"max_turns": 1, "max_tokens_per_turn": 16, "max_total_tokens": 1024, "on_parse_error": "end"},
+    "replay": {"rate": 0.0, "failures": False},
+    "rubric": {"length": {"weight": 1.0, "free_tokens": 0}},  # rewards differ by length: groups are kept
+    "concurrency": 4,
+}
+"""A one-turn environment for the in-memory workspaces and grader (tests of the loop)."""
+
+
 def config_data(run_dir: Path, bound: float, steps: int = 2) -> dict:
     return {
         "run_dir": str(run_dir),
-        "environment": {
-            "name": "masked",
-            "task_pool": {"type": "jsonl", "path": str(SAMPLES / "codecontests.jsonl"), "format": "codecontests",
-                          "solutions": str(SAMPLES / "codecontests.solutions.jsonl")},
-            "tools": {"enabled": ["submit"]},
-            "episode": {"max_turns": 1, "max_tokens_per_turn": 16, "max_total_tokens": 1024, "on_parse_error": "end"},
-            "replay": {"rate": 0.0, "failures": False},
-            "rubric": {"length": {"weight": 1.0, "free_tokens": 0}},  # rewards differ by length: groups are kept
-            "concurrency": 4,
-        },
+        "environment": FAKE_ENVIRONMENT,
         "policy": {"type": "rdep_moe", "seed": 0, "model": TINY},
         "rollout": {"group_size": 4, "groups_per_step": 2, "seed": 0},
         "optimizer": {"lr": 0.001},

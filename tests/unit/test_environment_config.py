@@ -28,7 +28,7 @@ def config_error(data) -> str:
 def test_errors_name_the_file_and_the_field():
     message = config_error({"name": "x", "task_pool": {"type": "mixture", "sources": [{"weight": -1, "pool": jsonl("taco")}]}})
     assert message.startswith("env.yaml: invalid environment") and "task_pool.mixture.sources.0.weight" in message
-    assert "'jsonl', 'hf', 'mixture'" in config_error({"name": "x", "task_pool": {"type": "csv", "path": "a"}})
+    assert "'jsonl', 'hf', 'generated', 'mixture'" in config_error({"name": "x", "task_pool": {"type": "csv", "path": "a"}})
     assert "task_pool.jsonl.formt: Extra inputs" in config_error({"name": "x", "task_pool": {**jsonl("taco"), "formt": 1}})
     message = config_error({"task_pool": jsonl("taco"), "episode": {"max_turns": 0}, "sandbox": {"pool": {"size": -1}}})
     assert "name: Field required" in message and "episode.max_turns" in message and "sandbox.pool.size" in message

@@ -3,6 +3,7 @@ adapter over a fake engine, the scripted reference policy, and that the gym neve
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -80,3 +81,17 @@ def test_gym_imports_no_torch():
                "gym.commands.rollout", "gym.commands.replay", "gym.commands.show", "gym.bench_rollout"]
     code = f"import sys\nfor m in {modules!r}: __import__(m)\nassert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize(("tools", "calls"), [
+    (("bash", "write_file", "submit"), ["write_file", "bash", "submit"]),
+    (("write_file", "submit"), ["write_file", "submit"]),
+    (("bash", "submit"), ["submit"]),
+])
+def test_reference_policy_uses_only_the_tools_the_environment_offers(env, tools, calls):
+    task = next(iter(env.tasks.values()))
+    policy = ReferencePolicy(env.harmony, env.tasks, env.reference_programs(), {}, tools=tools)
+    turns = policy.script(task)
+    assert [turn[-1].recipient for turn in turns] == [f"functions.{name}" for name in calls]
+    if calls == ["submit"]:  # no write_file: the program itself is submitted
+        assert json.loads(turns[0][-1].content) == {"code": env.reference_programs()[task.task_id]}

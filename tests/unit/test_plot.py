@@ -19,7 +19,7 @@ def run_dir(tmp_path: Path, steps: int = 6, with_eval: bool = True) -> Path:
     rows = [{"kind": "warm_start", "step": 0, "warm_start/loss_first": 9.0}]
     for step in range(1, steps + 1):
         rows.append({"kind": "train", "step": step, "reward/mean": 0.1 * step, "reward/kept_mean": 0.1 * step,
-                     "reward/correct_share": 0.05 * step, "entropy": 1.0 / step, "mismatch/kl_k3": 1e-4,
+                     "reward/correct_share": 0.05 * step, "reward/pass_rate": 0.04 * step, "entropy": 1.0 / step, "mismatch/kl_k3": 1e-4,
                      "mismatch/abs_diff_mean": 2e-3, "time/wait_rollout": 3.0, "time/train": 1.0, "time/sync": 0.1})
     if with_eval:
         rows += [{"kind": "eval", "step": 0, "pass@1": 0.1, "pass@4": 0.3},

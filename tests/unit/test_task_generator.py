@@ -241,3 +241,35 @@ def test_the_cli_writes_the_four_files_and_refuses_too_many(tmp_path):
     too_many = subprocess.run(command + ["--train", "100000"], cwd=REPO, capture_output=True, text=True,
                               timeout=120)  # the last --train wins
     assert too_many.returncode == 1 and "100000 train tasks asked" in too_many.stderr
+
+
+def test_templates_narrow_the_draw_and_unknown_ones_are_refused():
+    specs = draw("train", 30, seed=0, levels=[1, 2], templates=["linear", "caesar"])
+    assert {s.template for s in specs} == {"linear", "caesar"} and {s.level for s in specs} == {1, 2}
+    assert len(catalogue([1], ["linear", "linear"])) == len(catalogue([1], ["linear"]))  # repeats count once
+    with pytest.raises(GeneratorError, match=r"unknown template\(s\) \['nope'\]"):
+        catalogue([1], ["linear", "nope"])
+    available = sum(s.split == "train" for s in catalogue([1], ["rotate"]))
+    with pytest.raises(GeneratorError, match=f"of templates rotate, {available} exist"):
+        draw("train", available + 1, seed=0, levels=[1], templates=["rotate"])
+
+
+def test_a_generated_task_pool_is_the_generators_rows_with_their_references():
+    from gym.environment import Environment, EnvironmentConfig, EnvironmentConfigError
+
+    pool = {"type": "generated", "split": "heldout", "count": 20, "seed": 4, "levels": [1, 3], "id_prefix": "gen/"}
+    env = Environment(EnvironmentConfig.model_validate({"name": "g", "task_pool": pool}))
+    specs = draw("heldout", 20, seed=4, levels=[1, 3])
+    assert list(env.tasks) == [f"gen/{s.task_id}" for s in specs]
+    references = env.reference_programs()
+    for spec in specs:
+        task, rendered = env.tasks[f"gen/{spec.task_id}"], render(spec, 4)
+        assert task.prompt == rendered.row["description"] and references[task.task_id] == rendered.reference
+        assert [t.output for t in task.tests] == rendered.row["public_tests"]["output"] + rendered.row["private_tests"]["output"]
+    mixed = {"type": "mixture", "sources": [{"weight": 1, "pool": {**pool, "id_prefix": "a/"}},
+                                            {"weight": 1, "pool": {**pool, "split": "train", "id_prefix": "b/"}}]}
+    assert len(Environment(EnvironmentConfig.model_validate({"name": "m", "task_pool": mixed})).tasks) == 40
+    with pytest.raises(EnvironmentConfigError, match=r"generated:train\(seed 0, levels 1\).* exist"):
+        Environment(EnvironmentConfig.model_validate({"name": "g", "task_pool": {"type": "generated", "count": 10**6, "levels": [1]}}))
+    with pytest.raises(EnvironmentConfigError, match="unknown template"):
+        Environment(EnvironmentConfig.model_validate({"name": "g", "task_pool": {"type": "generated", "count": 5, "templates": ["x"]}}))
