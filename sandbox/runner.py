@@ -294,14 +294,66 @@ def reap():
         reaped += 1
 
 
-def _child_setup(memory_limit):
+def _child_setup(memory_limit, cpu_limit):
     def setup():
         import resource
 
         if memory_limit:
             resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+        if cpu_limit:  # a backstop for the command's own process when the cgroup cannot be read
+            seconds = int(cpu_limit) + 2
+            resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
 
     return setup
+
+
+# ---------------------------------------------------------------- CPU time of a command's process tree
+
+CPU_POLL_S = 0.02
+
+
+def container_cpu_s():
+    """CPU seconds the container's cgroup has used (v1 cpuacct.usage, v2 cpu.stat usage_usec); None if unreadable."""
+    try:
+        with open("/sys/fs/cgroup/cpuacct/cpuacct.usage") as handle:
+            return int(handle.read()) / 1e9
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/cpu.stat") as handle:
+            for line in handle:
+                name, _, value = line.partition(" ")
+                if name == "usage_usec":
+                    return int(value) / 1e6
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def own_cpu_s():
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class TreeClock:
+    """CPU seconds of a command's whole process tree (every fork, reaped or not): the container cgroup's
+    usage since the command started, less the runner's own. Commands of a container run one at a time
+    and every process of the sandbox user is killed after each, so the rest of the cgroup is the runner."""
+
+    def __init__(self):
+        self.cgroup_start = container_cpu_s()
+        self.own_start = own_cpu_s()
+
+    def used(self):
+        """Seconds so far, or None when the cgroup cannot be read."""
+        if self.cgroup_start is None:
+            return None
+        now = container_cpu_s()
+        if now is None:
+            return None
+        return max(0.0, (now - self.cgroup_start) - (own_cpu_s() - self.own_start))
 
 
 def run_command(body, fs_paths):
@@ -320,8 +372,10 @@ def run_command(body, fs_paths):
     limit = int(body["output_limit_bytes"])
     timeout = float(body["timeout_s"])
     memory_limit = body.get("memory_limit_bytes")
+    cpu_limit = body.get("cpu_limit_s")
     stdin_data = base64.b64decode(body.get("stdin") or "")
     before = counters(fs_paths)
+    clock = TreeClock()
     started = time.monotonic()
     # The command (and all it forks) inherits an OOM score of 1000: when the container runs out of
     # memory the kernel kills the candidate's processes, not this supervisor. The command runs under
@@ -341,24 +395,30 @@ def run_command(body, fs_paths):
             process_group=0,
             close_fds=True,
             restore_signals=True,  # SIGPIPE and SIGXFSZ back at their defaults in the command
-            preexec_fn=_child_setup(memory_limit) if memory_limit else None,
+            preexec_fn=_child_setup(memory_limit, cpu_limit) if memory_limit or cpu_limit else None,
         )
     except OSError as exc:
         return _result(exit_code=127, failure="nonzero_exit", detail="cannot start %r: %s" % (body["argv"][0], exc))
     finally:
         _set_oom_score_adj(0)
 
-    out, err, timed_out, truncated, status, rusage = _supervise(proc, stdin_data, timeout, limit, started)
+    out, err, timed_out, truncated, status, rusage, cpu_out = _supervise(
+        proc, stdin_data, timeout, limit, started, cpu_limit, clock
+    )
     wall = time.monotonic() - started
+    tree_cpu = clock.used()
     survivors = sweep()
     reap()
     remove_ipc()
     after = counters(fs_paths)
     exit_code = os.waitstatus_to_exitcode(status)
     sig = -exit_code if exit_code < 0 else None
-    failure = _classify(before, after, exit_code, sig, timed_out, truncated)
+    cpu_out = cpu_out or bool(cpu_limit) and sig == signal.SIGXCPU  # the RLIMIT_CPU backstop fired
+    failure = _classify(before, after, exit_code, sig, timed_out or cpu_out, truncated)
     detail = "" if not survivors else "%d processes survived the sweep" % survivors
-    if timed_out:
+    if cpu_out:
+        detail = ("CPU limit of %.3fs passed; process group killed. " % cpu_limit) + detail
+    elif timed_out:
         detail = ("deadline of %.3fs passed; process group killed. " % timeout) + detail
     return _result(
         exit_code=None if sig else exit_code,
@@ -366,7 +426,7 @@ def run_command(body, fs_paths):
         stdout=out,
         stderr=err,
         wall_s=wall,
-        cpu_s=rusage.ru_utime + rusage.ru_stime,
+        cpu_s=tree_cpu if tree_cpu is not None else rusage.ru_utime + rusage.ru_stime,
         max_rss_kb=rusage.ru_maxrss,
         failure=failure,
         truncated=truncated,
@@ -374,8 +434,9 @@ def run_command(body, fs_paths):
     )
 
 
-def _supervise(proc, stdin_data, timeout, limit, started):
-    """Feed stdin, read stdout/stderr through a bounded reader, enforce the deadline."""
+def _supervise(proc, stdin_data, timeout, limit, started, cpu_limit=None, clock=None):
+    """Feed stdin, read stdout/stderr through a bounded reader, enforce the deadline (and the CPU limit
+    of the process tree, polled every CPU_POLL_S)."""
     sel = selectors.DefaultSelector()
     pidfd = os.pidfd_open(proc.pid)
     sel.register(pidfd, selectors.EVENT_READ, "exit")
@@ -391,13 +452,19 @@ def _supervise(proc, stdin_data, timeout, limit, started):
         proc.stdin.close()
     pending = memoryview(stdin_data)
     total = 0
-    timed_out = truncated = exited = False
+    timed_out = truncated = exited = cpu_out = False
     deadline = started + timeout
     while not exited:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             timed_out = True
             break
+        if cpu_limit:
+            used = clock.used()
+            if used is not None and used > cpu_limit:
+                timed_out = cpu_out = True
+                break
+            remaining = min(remaining, CPU_POLL_S)
         for key, _ in sel.select(remaining):
             if key.data == "exit":
                 exited = True
@@ -449,7 +516,7 @@ def _supervise(proc, stdin_data, timeout, limit, started):
     os.close(pidfd)
     _, status, rusage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return bytes(buffers["stdout"]), bytes(buffers["stderr"]), timed_out, truncated, status, rusage
+    return bytes(buffers["stdout"]), bytes(buffers["stderr"]), timed_out, truncated, status, rusage, cpu_out
 
 
 def _read_some(fd):
@@ -519,6 +586,9 @@ def op_exec_batch(body, fs_paths, emit):
         result = run_command(dict(item, allow=body["allow"]), fs_paths)
         emit({"item": index, "result": result})
         if body.get("stop_on_failure") and result["failure"] != "ok":
+            break
+        killed_at_deadline = result["failure"] == "timeout" and result["wall_s"] >= float(item["timeout_s"] or 0)
+        if body.get("stop_on_deadline") and killed_at_deadline:
             break
     return {"results": []}
 

@@ -254,7 +254,7 @@ class Workspace:
             return BatchExecResult(results=done + [ExecResult(failure=kind, detail=detail)] * (len(items) - len(done)))
         if reply is not None:  # the runner failed between items: the rest did not run
             done += [ExecResult(failure=FailureKind.TOOL_ERROR, detail=reply)] * (len(items) - len(done))
-        elif len(done) < len(items) and not request.stop_on_failure:
+        elif len(done) < len(items) and not (request.stop_on_failure or request.stop_on_deadline):
             raise InfraError(f"runner streamed {len(done)} results for {len(items)} items")
         return BatchExecResult(results=done)
 

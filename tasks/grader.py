@@ -17,6 +17,16 @@ For one (task, submission):
 3. each result is judged on the host (`tasks.judge`); the container is
    destroyed.
 
+Timing (``GraderConfig.time_model``, default ``cpu``): a test's limit (the row's, x ``time_scale``,
+within ``min_time_s``..``max_time_s``) applies to the CPU time (user + sys) of its whole process
+tree, read by the runner from the container's cgroup, so a busy machine slows a program down
+without failing it. The wall clock is only a backstop (``backstop_factor`` x limit +
+``backstop_s``) that ends sleepers and blocked programs as ``time_limit``; after one such kill the
+task's remaining tests are not run (each would wait out its own backstop). A test that ends with
+CPU time over its limit by at most ``rerun_margin`` is re-run once and judged by the re-run (one
+scheduler hiccup does not flip a verdict; ``TaskResult.reruns`` counts them); past the margin it
+is killed, ``time_limit``. ``time_model: wall`` restores a wall-clock deadline per test.
+
 A sandbox failure or a crash of the grader itself marks the task
 ``infra_error``: reported and counted, never a failed sample. Several tasks
 are graded concurrently (``GraderConfig.concurrency``), each in its own
@@ -33,6 +43,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 import trio
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -69,7 +80,16 @@ class GraderConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     tolerance: Tolerance = Field(default_factory=Tolerance, description="float tolerance of output comparison")
-    default_time_s: float = Field(4.0, gt=0, description="per-test wall-clock limit when the row has none")
+    default_time_s: float = Field(4.0, gt=0, description="per-test time limit when the row has none")
+    time_model: Literal["cpu", "wall"] = Field(
+        "cpu", description="cpu: a test's limit is CPU time (user + sys) of its process tree, the wall clock only a "
+        "backstop; wall: the limit is a wall-clock deadline (the machine's load counts against the program)")
+    backstop_factor: float = Field(10.0, ge=1, description="cpu model: wall-clock backstop = factor x limit + backstop_s "
+                                   "(kills sleepers and blocked programs: time_limit); measured: a test got 1/7 of a core "
+                                   "beside four busy containers on a 2-core machine")
+    backstop_s: float = Field(1.0, ge=0, description="cpu model: start-up allowance added to the backstop")
+    rerun_margin: float = Field(0.25, ge=0, description="cpu model: a test ending within (limit, limit x (1 + margin)] "
+                                "of CPU is re-run once and judged by the re-run; the process is killed past that")
     time_scale: float = Field(1.0, gt=0, description="multiplier on the row's time limit (Python vs C++ limits)")
     min_time_s: float = Field(1.0, gt=0, description="floor of a test's time limit (interpreter start-up counts)")
     max_time_s: float = Field(30.0, gt=0, description="ceiling of a test's time limit")
@@ -105,6 +125,7 @@ class TaskResult(BaseModel):
     tests: tuple[TestResult, ...]
     detail: str = ""
     wall_s: float = 0.0
+    reruns: int = Field(0, description="borderline tests re-run (cpu time model)")
 
 
 class GradeReport(BaseModel):
@@ -147,7 +168,7 @@ def compile_problem(source: str) -> str | None:
     return None
 
 
-def summarise(task_id: str, tests: Sequence[TestResult], detail: str = "", wall_s: float = 0.0) -> TaskResult:
+def summarise(task_id: str, tests: Sequence[TestResult], detail: str = "", wall_s: float = 0.0, reruns: int = 0) -> TaskResult:
     infra = any(t.verdict == Verdict.INFRA_ERROR for t in tests)
     passed = sum(t.verdict == Verdict.PASSED for t in tests)
     return TaskResult(
@@ -158,6 +179,7 @@ def summarise(task_id: str, tests: Sequence[TestResult], detail: str = "", wall_
         tests=tuple(tests),
         detail=detail,
         wall_s=round(wall_s, 4),
+        reruns=reruns,
     )
 
 
@@ -199,15 +221,24 @@ class Grader:
         memory = max(task.limits.memory_bytes or config.default_memory_bytes, config.min_memory_bytes)
         return time_s, memory
 
+    def deadlines(self, time_s: float) -> dict[str, float]:
+        """The ExecRequest fields that enforce a test limit of ``time_s``: a wall-clock deadline (wall model),
+        or a CPU limit of the process tree with a wall-clock backstop (cpu model)."""
+        config = self.config
+        if config.time_model == "wall":
+            return {"timeout_s": time_s}
+        return {"timeout_s": time_s * config.backstop_factor + config.backstop_s,
+                "cpu_limit_s": time_s * (1 + config.rerun_margin)}
+
     def _driver(self, request: dict, time_s: float, memory: int) -> tuple[ExecRequest, str]:
         nonce = secrets.token_hex(16)
         payload = marshal.dumps({"nonce": nonce, "program": self.program_path, **request}, 4)
         exec_request = ExecRequest(
             argv=[*self.config.python, "-c", driver_source()],
             stdin=payload,
-            timeout_s=time_s,
             memory_limit_bytes=memory,
             output_limit_bytes=self.config.output_limit_bytes,
+            **self.deadlines(time_s),
         )
         return exec_request, nonce
 
@@ -220,9 +251,9 @@ class Grader:
             request = ExecRequest(
                 argv=[*self.config.python, "solution.py"],
                 stdin=test.input.encode(),
-                timeout_s=time_s,
                 memory_limit_bytes=memory,
                 output_limit_bytes=limit,
+                **self.deadlines(time_s),
             )
             return request, lambda r: judge_stdin(index, r, test, tolerance)
         if isinstance(test, CallTest):
@@ -250,39 +281,83 @@ class Grader:
             problem = compile_problem(source)
             if problem is not None:
                 return summarise(task.task_id, _all(task, Verdict.COMPILE_ERROR, problem), problem)
-            tests = await self._run(task, source)
+            tests, reruns = await self._run(task, source)
         except Exception as err:  # a grader crash is infrastructure, never a reward of 0
             log.exception("grading %s crashed", task.task_id)
             return summarise(task.task_id, _all(task, Verdict.INFRA_ERROR, f"grader crash: {err!r}"[:200]))
-        return summarise(task.task_id, tests, wall_s=time.monotonic() - started)
+        return summarise(task.task_id, tests, wall_s=time.monotonic() - started, reruns=reruns)
 
-    async def _run(self, task: Task, source: str) -> list[TestResult]:
+    async def _run(self, task: Task, source: str) -> tuple[list[TestResult], int]:
+        """Per-test results and how many tests were re-run."""
         plans = [self.plan(task, i, test) for i, test in enumerate(task.tests)]
         if any(request is None for request, _ in plans):  # the task is refused for reward: nothing runs
             return [judge(ExecResult()) if request is None else
                     TestResult(index=i, verdict=NOT_RUN, detail="the task is refused for reward")
-                    for i, (request, judge) in enumerate(plans)]
+                    for i, (request, judge) in enumerate(plans)], 0
         if self.pool is None:
             raise RuntimeError("this Grader has no pool: it can plan tests but not run them")
+        requests = [request for request, _ in plans]
         async with self.pool.acquire(owner=f"grade:{task.task_id}") as ws:
-            budget = sum(request.timeout_s for request, _ in plans)
+            budget = self.budget(requests)
             if budget >= ws.config.episode.wall_s:
                 detail = f"tests need up to {budget:.0f}s, above the episode budget of {ws.config.episode.wall_s:.0f}s"
-                return _all(task, Verdict.INFRA_ERROR, detail)
+                return _all(task, Verdict.INFRA_ERROR, detail), 0
             written = await ws.write_file(self.program_path, source.encode())
             if written.failure != FailureKind.OK:
-                return _all(task, Verdict.INFRA_ERROR, f"writing the program: {written.failure.value}: {written.detail}")
-            outcomes: list[ExecResult] = []
-            for chunk in _chunks([request for request, _ in plans]):
-                batch = await ws.exec_batch(BatchExecRequest(items=chunk, stop_on_failure=self.config.early_stop))
-                outcomes += batch.results
-                if len(batch.results) < len(chunk):
-                    break
-        if len(outcomes) < len(plans) and not self.config.early_stop:
+                return _all(task, Verdict.INFRA_ERROR, f"writing the program: {written.failure.value}: {written.detail}"), 0
+            outcomes = await self._batches(ws, requests)
+            borderline = [i for i, (request, outcome) in enumerate(zip(requests, outcomes)) if self._borderline(request, outcome)]
+            if borderline:  # once, in the same container: the re-run decides
+                again = await self._batches(ws, [requests[i] for i in borderline])
+                for i, outcome in zip(borderline, again):
+                    outcomes[i] = outcome
+        stopped = len(outcomes) < len(plans)
+        slept = stopped and outcomes and deadline_kill(requests[len(outcomes) - 1], outcomes[-1])
+        if stopped and not self.config.early_stop and not slept:
             raise RuntimeError(f"runner returned {len(outcomes)} results for {len(plans)} tests")
-        results = [_judged(i, judge, result) for i, ((_, judge), result) in enumerate(zip(plans, outcomes))]
-        results += [TestResult(index=i, verdict=NOT_RUN, detail="early stop") for i in range(len(outcomes), len(plans))]
-        return results
+        results = [self._verdict(i, judge, request, result)
+                   for i, ((request, judge), result) in enumerate(zip(plans, outcomes))]
+        why = "an earlier test slept past its wall-clock backstop" if slept else "early stop"
+        results += [TestResult(index=i, verdict=NOT_RUN, detail=why) for i in range(len(outcomes), len(plans))]
+        return results, len(borderline)
+
+    def budget(self, requests: Sequence[ExecRequest]) -> float:
+        """Wall seconds a task's tests need: the sum of their limits (cpu model: plus one backstop, since a
+        backstop kill ends the batch)."""
+        if self.config.time_model == "wall":
+            return sum(request.timeout_s or 0.0 for request in requests)
+        limits = sum(self._limit(request) or 0.0 for request in requests)
+        return limits + max(request.timeout_s or 0.0 for request in requests)
+
+    async def _batches(self, ws, requests: list[ExecRequest]) -> list[ExecResult]:
+        """Run ``requests`` in as few runner calls as their stdin allows; stops where the runner stopped."""
+        outcomes: list[ExecResult] = []
+        stop = self.config.time_model == "cpu"
+        for chunk in _chunks(requests):
+            batch = await ws.exec_batch(BatchExecRequest(items=chunk, stop_on_failure=self.config.early_stop,
+                                                         stop_on_deadline=stop))
+            outcomes += batch.results
+            if len(batch.results) < len(chunk):
+                break
+        return outcomes
+
+    def _borderline(self, request: ExecRequest, outcome: ExecResult) -> bool:
+        """Ended with CPU time over the limit, within the margin (cpu model)."""
+        limit = self._limit(request)
+        return limit is not None and outcome.failure == FailureKind.OK and outcome.cpu_s > limit
+
+    def _limit(self, request: ExecRequest) -> float | None:
+        if request.cpu_limit_s is None:
+            return None
+        return request.cpu_limit_s / (1 + self.config.rerun_margin)
+
+    def _verdict(self, index: int, judge: Judge, request: ExecRequest, result: ExecResult) -> TestResult:
+        limit = self._limit(request)
+        if limit is not None and result.failure == FailureKind.OK and result.cpu_s > limit:
+            return TestResult(index=index, verdict=Verdict.TIME_LIMIT, wall_s=round(result.wall_s, 4),
+                              cpu_s=round(result.cpu_s, 4),
+                              detail=f"{result.cpu_s:.2f}s CPU over the limit of {limit:.2f}s, twice")
+        return _judged(index, judge, result)
 
     async def grade_many(self, pairs: Sequence[tuple[Task, Submission]]) -> list[TaskResult]:
         """Grade every pair, ``config.concurrency`` at a time; results in input order."""
@@ -299,6 +374,11 @@ class Grader:
             for i, (task, submission) in enumerate(pairs):
                 nursery.start_soon(one, i, task, submission)
         return [r for r in results if r is not None]
+
+
+def deadline_kill(request: ExecRequest, result: ExecResult) -> bool:
+    """Killed at its wall-clock deadline (not at its CPU limit, which comes first when the program computes)."""
+    return result.failure == FailureKind.TIMEOUT and request.timeout_s is not None and result.wall_s >= request.timeout_s
 
 
 def _judged(index: int, judge: Judge, result: ExecResult) -> TestResult:

@@ -47,6 +47,7 @@ class TestResult(BaseModel):
     index: int = Field(description="position of the test in the task's tests")
     verdict: Verdict | Literal["not_run"]
     wall_s: float = 0.0
+    cpu_s: float = Field(0.0, description="CPU seconds (user + sys) of the test's process tree")
     detail: str = Field("", description="what went wrong, in terms of the candidate's own output")
     split: bool | None = Field(None, description="assert tests: whether expected values stayed on the host")
     output_head: str = Field("", description="the first bytes of the candidate's stdout")
@@ -65,7 +66,7 @@ def failure_verdict(result: ExecResult) -> tuple[Verdict, str] | None:
     if failure in _INFRA:
         return Verdict.INFRA_ERROR, f"{failure.value}: {result.detail}"[:_HEAD]
     if failure == FailureKind.TIMEOUT:
-        return Verdict.TIME_LIMIT, f"killed after {result.wall_s:.2f}s"
+        return Verdict.TIME_LIMIT, f"killed after {result.cpu_s:.2f}s CPU, {result.wall_s:.2f}s wall"
     if failure == FailureKind.OOM:
         return Verdict.MEMORY_LIMIT, "killed by the container's memory limit"
     if failure == FailureKind.OUTPUT_TRUNCATED:
@@ -82,6 +83,7 @@ def _result(index: int, result: ExecResult, verdict: Verdict, detail: str = "", 
         index=index,
         verdict=verdict,
         wall_s=round(result.wall_s, 4),
+        cpu_s=round(result.cpu_s, 4),
         detail=detail,
         split=split,
         output_head=result.stdout[:_HEAD].decode("utf-8", errors="replace"),

@@ -17,6 +17,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "sandbox": ("sandbox.bench", "tool-call round trip (runner vs docker exec vs host) and workspace acquire"),
     "kernels": ("kernels.bench", "reference vs Triton kernel times (GPU) for logprob/entropy, MoE permute/unpermute, grouped SwiGLU"),
     "grader": ("tasks.bench", "CP grader tests/s vs bare host subprocesses vs one docker run per test"),
+    "timing": ("tasks.timing_bench", "time limits idle vs beside busy containers, CPU vs wall model: accepted, wrong and "
+               "too-slow jury submissions of a generated contest set, and the CPU/wall ratio of tests"),
     "rollout": ("gym.bench_rollout", "episodes/s of scripted:reference rollouts and the share of time in policy, tools, grading"),
     "swe": ("gym.bench_swe", "SWE episodes/min of scripted:reference on the shipped instances, workspace-ready and grading p50"),
     "generate": ("policies.bench", "tiny policy generation tokens/s: KV cache vs full recompute"),

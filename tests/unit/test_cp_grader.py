@@ -111,8 +111,18 @@ def test_each_test_gets_its_own_nonce_and_limits():
     grader = Grader(None, GraderConfig())
     (first, _), (second, _) = (grader.plan(t, i, test) for i, test in enumerate(t.tests))
     assert marshal.loads(first.stdin)["nonce"] != marshal.loads(second.stdin)["nonce"]
-    assert first.timeout_s == 2.0 and first.memory_limit_bytes == 200 << 20
-    assert first.argv[:3] == ["python3", "-I", "-c"]
+    assert first.cpu_limit_s == 2.0 * 1.25 and first.timeout_s == 2.0 * 10 + 1.0  # the CPU limit (+ margin), the backstop
+    assert first.memory_limit_bytes == 200 << 20 and first.argv[:3] == ["python3", "-I", "-c"]
+    walled = Grader(None, GraderConfig(time_model="wall")).plan(t, 0, t.tests[0])[0]
+    assert walled.timeout_s == 2.0 and walled.cpu_limit_s is None
+
+
+def test_the_budget_counts_limits_and_one_backstop():
+    t = task(kind="call", fn_name="f", limits=Limits(time_s=2.0),
+             tests=tuple(CallTest(args=[i], expected=i) for i in range(5)))
+    for config, expected in ((GraderConfig(), 5 * 2.0 + 21.0), (GraderConfig(time_model="wall"), 5 * 2.0)):
+        grader = Grader(None, config)
+        assert grader.budget([grader.plan(t, i, test)[0] for i, test in enumerate(t.tests)]) == pytest.approx(expected)
 
 
 def test_summaries_and_report_totals():

@@ -133,8 +133,9 @@ def test_training_loader_applies_overrides_inline_and_through_an_environment_fil
 
     with pytest.raises(ConfigError, match=r"environment\..*episode\.max_turnz: Extra inputs are not permitted"):
         TrainConfig.load(by_path, overrides=[parse_override("environment.episode.max_turnz=4")])
-    with pytest.raises(ConfigError, match="optimizer.lr: Input should be greater than 0"):
-        TrainConfig.load(TINY, overrides=[parse_override("optimizer.lr=0")])
+    with pytest.raises(ConfigError, match="optimizer.lr: Input should be greater than or equal to 0"):
+        TrainConfig.load(TINY, overrides=[parse_override("optimizer.lr=-1")])
+    assert TrainConfig.load(TINY, overrides=[parse_override("optimizer.lr=0")]).optimizer.lr == 0.0  # a control run
     with pytest.raises(OverrideError, match="'environment.task_pool.sources.9.weight': index 9 out of range"):
         TrainConfig.load(by_path, overrides=[parse_override("environment.task_pool.sources.9.weight=2")])
     by_path.write_text(yaml.safe_dump({"environment": str(tmp_path / "nowhere.yaml"), "policy": {"type": "rdep_moe"}}))
