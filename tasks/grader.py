@@ -297,20 +297,17 @@ class Grader:
         if self.pool is None:
             raise RuntimeError("this Grader has no pool: it can plan tests but not run them")
         requests = [request for request, _ in plans]
-        async with self.pool.acquire(owner=f"grade:{task.task_id}") as ws:
-            budget = self.budget(requests)
-            if budget >= ws.config.episode.wall_s:
-                detail = f"tests need up to {budget:.0f}s, above the episode budget of {ws.config.episode.wall_s:.0f}s"
-                return _all(task, Verdict.INFRA_ERROR, detail), 0
-            written = await ws.write_file(self.program_path, source.encode())
-            if written.failure != FailureKind.OK:
-                return _all(task, Verdict.INFRA_ERROR, f"writing the program: {written.failure.value}: {written.detail}"), 0
-            outcomes = await self._batches(ws, requests)
-            borderline = [i for i, (request, outcome) in enumerate(zip(requests, outcomes)) if self._borderline(request, outcome)]
-            if borderline:  # once, in the same container: the re-run decides
-                again = await self._batches(ws, [requests[i] for i in borderline])
-                for i, outcome in zip(borderline, again):
-                    outcomes[i] = outcome
+        budget = self.budget(requests)
+        outcomes = await self._execute(task, source, requests, budget)
+        if isinstance(outcomes, str):
+            return _all(task, Verdict.INFRA_ERROR, outcomes), 0
+        borderline = [i for i, (request, outcome) in enumerate(zip(requests, outcomes)) if self._borderline(request, outcome)]
+        if borderline:  # once, in a fresh container: nothing the first run left behind (files) helps the re-run
+            again = await self._execute(task, source, [requests[i] for i in borderline], budget)
+            if isinstance(again, str):
+                return _all(task, Verdict.INFRA_ERROR, f"re-running borderline tests: {again}"), len(borderline)
+            for i, outcome in zip(borderline, again):
+                outcomes[i] = outcome
         stopped = len(outcomes) < len(plans)
         slept = stopped and outcomes and deadline_kill(requests[len(outcomes) - 1], outcomes[-1])
         if stopped and not self.config.early_stop and not slept:
@@ -320,6 +317,16 @@ class Grader:
         why = "an earlier test slept past its wall-clock backstop" if slept else "early stop"
         results += [TestResult(index=i, verdict=NOT_RUN, detail=why) for i in range(len(outcomes), len(plans))]
         return results, len(borderline)
+
+    async def _execute(self, task: Task, source: str, requests: list[ExecRequest], budget: float) -> list[ExecResult] | str:
+        """The results of ``requests`` in a fresh container holding the program, or why the sandbox could not run them."""
+        async with self.pool.acquire(owner=f"grade:{task.task_id}") as ws:
+            if budget >= ws.config.episode.wall_s:
+                return f"tests need up to {budget:.0f}s, above the episode budget of {ws.config.episode.wall_s:.0f}s"
+            written = await ws.write_file(self.program_path, source.encode())
+            if written.failure != FailureKind.OK:
+                return f"writing the program: {written.failure.value}: {written.detail}"
+            return await self._batches(ws, requests)
 
     def budget(self, requests: Sequence[ExecRequest]) -> float:
         """Wall seconds a task's tests need: the sum of their limits (cpu model: plus one backstop, since a

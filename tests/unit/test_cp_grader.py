@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import marshal
+from types import SimpleNamespace
 
 import pytest
+import trio
 
-from sandbox.failure import Verdict
+from sandbox.failure import FailureKind, Verdict
+from sandbox.protocol import ExecResult
 from tasks.catalog import SAMPLE_SETS, load_sample_set
 from tasks.grader import Grader, GraderConfig, GradeReport, compile_problem, pair_submissions, summarise
 from tasks.judge import TestResult
@@ -167,3 +171,46 @@ def test_a_judge_that_cannot_read_the_output_gives_wrong_answer_not_a_grader_cra
 
     verdict = _judged(3, judge, ExecResult(exit_code=0, stdout=b"9" * 5000))
     assert verdict.index == 3 and verdict.verdict == Verdict.WRONG_ANSWER and "ValueError" in verdict.detail
+
+
+class ScriptedSandbox:
+    """A pool whose every acquire is a fresh 'container' answering exec_batch from a script of (cpu_s, stdout)."""
+
+    def __init__(self, script: list[list[tuple[float, str]]]) -> None:
+        self.script, self.acquired = list(script), 0
+
+    @contextlib.asynccontextmanager
+    async def acquire(self, owner: str):
+        self.acquired += 1
+        answers = self.script.pop(0)
+
+        class Workspace:
+            config = SimpleNamespace(episode=SimpleNamespace(wall_s=120.0))
+
+            async def write_file(self, path, data):
+                return SimpleNamespace(failure=FailureKind.OK, detail="")
+
+            async def exec_batch(self, request):
+                assert len(request.items) == len(answers) and request.stop_on_deadline
+                return SimpleNamespace(results=[ExecResult(stdout=out.encode(), cpu_s=cpu, wall_s=cpu, exit_code=0)
+                                                for cpu, out in answers])
+
+        yield Workspace()
+
+
+@pytest.mark.parametrize(("rerun", "verdict"), [((0.5, "1\n"), Verdict.PASSED), ((1.1, "1\n"), Verdict.TIME_LIMIT),
+                                                ((0.5, "2\n"), Verdict.WRONG_ANSWER)])
+def test_a_borderline_test_is_judged_by_its_rerun_in_a_fresh_container(rerun, verdict):
+    t = task(limits=Limits(time_s=1.0), tests=(StdinTest(input="1\n", output="1\n"), StdinTest(input="1\n", output="1\n")))
+    sandbox = ScriptedSandbox([[(0.2, "1\n"), (1.1, "1\n")], [rerun]])  # test 1 ends 10% over its limit
+    result = trio.run(Grader(sandbox, GraderConfig()).grade, t, Submission(task_id="t", completion="print(1)"))
+    assert sandbox.acquired == 2 and result.reruns == 1
+    assert [x.verdict for x in result.tests] == [Verdict.PASSED, verdict]
+    assert result.tests[1].cpu_s == rerun[0]
+
+
+def test_nothing_is_rerun_under_the_limit():
+    t = task(limits=Limits(time_s=1.0))
+    sandbox = ScriptedSandbox([[(0.99, "1\n")]])
+    result = trio.run(Grader(sandbox, GraderConfig()).grade, t, Submission(task_id="t", completion="print(1)"))
+    assert sandbox.acquired == 1 and result.reruns == 0 and result.passed
