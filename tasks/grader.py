@@ -18,7 +18,7 @@ For one (task, submission):
    destroyed.
 
 Timing (``GraderConfig.time_model``, default ``cpu``): a test's limit (the row's, x ``time_scale``,
-within ``min_time_s``..``max_time_s``) applies to the CPU time (user + sys) of its whole process
+x the machine's ``speed_factor``, within ``min_time_s``..``max_time_s``) applies to the CPU time (user + sys) of its whole process
 tree, read by the runner from the container's cgroup, so a busy machine slows a program down
 without failing it. The wall clock is only a backstop (``backstop_factor`` x limit +
 ``backstop_s``) that ends sleepers and blocked programs as ``time_limit``; after one such kill the
@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import marshal
+import math
 import secrets
 import time
 import warnings
@@ -91,6 +92,9 @@ class GraderConfig(BaseModel):
     rerun_margin: float = Field(0.25, ge=0, description="cpu model: a test ending within (limit, limit x (1 + margin)] "
                                 "of CPU is re-run once and judged by the re-run; the process is killed past that")
     time_scale: float = Field(1.0, gt=0, description="multiplier on the row's time limit (Python vs C++ limits)")
+    speed_factor: float | Literal["auto"] = Field(
+        "auto", description="multiplier for this machine's speed: auto measures a fixed workload once per process "
+        "(`machine_speed_factor`: 1.0 on a machine as fast as the project's reference VM, more on slower ones)")
     min_time_s: float = Field(1.0, gt=0, description="floor of a test's time limit (interpreter start-up counts)")
     max_time_s: float = Field(30.0, gt=0, description="ceiling of a test's time limit")
     default_memory_bytes: int = Field(512 << 20, gt=0, description="per-test RLIMIT_AS when the row has none")
@@ -137,15 +141,55 @@ class GradeReport(BaseModel):
     passed: int
     infra_errors: int
     tasks: tuple[TaskResult, ...]
+    time_model: str = Field("cpu", description="how limits were enforced (GraderConfig.time_model)")
+    time_scale: float = Field(1.0, description="multiplier on the rows' limits")
+    speed_factor: float = Field(1.0, description="this machine's speed factor the limits were multiplied by")
+    reruns: int = Field(0, description="borderline tests re-run, over all tasks")
 
     @classmethod
-    def of(cls, results: Sequence[TaskResult]) -> "GradeReport":
+    def of(cls, results: Sequence[TaskResult], config: GraderConfig | None = None) -> "GradeReport":
+        config = config or GraderConfig()
         return cls(
             total=len(results),
             passed=sum(r.passed for r in results),
             infra_errors=sum(r.infra_error for r in results),
             tasks=tuple(results),
+            time_model=config.time_model,
+            time_scale=config.time_scale,
+            speed_factor=machine_speed_factor() if config.speed_factor == "auto" else config.speed_factor,
+            reruns=sum(r.reruns for r in results),
         )
+
+
+REFERENCE_WORKLOAD_S = 0.25
+"""CPU seconds of `_speed_workload` on the project's reference machine (the 2-core VM the README's figures
+come from): limits are read as written for a machine that fast."""
+SPEED_DEAD_ZONE = 1.15
+"""Measured factors under this count as 1.0: a busy machine's caches stretch CPU time a little."""
+MAX_SPEED_FACTOR = 4.0
+
+
+def _speed_workload() -> int:
+    total = 0
+    for i in range(2_000_000):
+        total += i * i % 7
+    return total
+
+
+@cache
+def machine_speed_factor() -> float:
+    """How much slower this machine runs Python than the reference machine, measured once per process: the
+    least CPU time (not wall: load does not count) of three runs of a fixed pure-Python workload over
+    REFERENCE_WORKLOAD_S, within [1, MAX_SPEED_FACTOR] (a faster machine never tightens a limit)."""
+    best = math.inf
+    for _ in range(3):
+        started = time.process_time()
+        _speed_workload()
+        best = min(best, time.process_time() - started)
+    factor = best / REFERENCE_WORKLOAD_S
+    factor = 1.0 if factor < SPEED_DEAD_ZONE else min(factor, MAX_SPEED_FACTOR)
+    log.info("machine speed factor %.2f (workload %.3fs CPU, reference %.3fs)", factor, best, REFERENCE_WORKLOAD_S)
+    return factor
 
 
 @cache
@@ -216,7 +260,8 @@ class Grader:
     def limits(self, task: Task) -> tuple[float, int]:
         """``(time_s, memory_bytes)`` of each of the task's tests."""
         config = self.config
-        time_s = (task.limits.time_s or config.default_time_s) * config.time_scale
+        speed = machine_speed_factor() if config.speed_factor == "auto" else config.speed_factor
+        time_s = (task.limits.time_s or config.default_time_s) * config.time_scale * speed
         time_s = min(max(time_s, config.min_time_s), config.max_time_s)
         memory = max(task.limits.memory_bytes or config.default_memory_bytes, config.min_memory_bytes)
         return time_s, memory

@@ -38,6 +38,9 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     cp.add_argument("--solutions", type=Path, metavar="FILE", help="JSON Lines of {task_id, completion}")
     cp.add_argument("--concurrency", type=int, default=None, help="tasks graded at once (default 2)")
     cp.add_argument("--time-scale", type=float, default=None, help="multiplier on the tasks' time limits")
+    cp.add_argument("--time-model", choices=("cpu", "wall"), default=None,
+                    help="limits on CPU time of each test's process tree (default; the wall clock only a backstop) "
+                         "or on wall-clock time")
     cp.add_argument("--tolerance", type=float, default=None, help="absolute and relative float tolerance (1e-6)")
     cp.add_argument("--early-stop", action="store_true", help="stop a task at its first crash or timeout")
     swe = parser.add_argument_group("SWE patch tasks (--tasks: instances; --solutions: FILE of {instance_id, "
@@ -59,6 +62,8 @@ def _grader_config(args: argparse.Namespace):
         overrides["concurrency"] = args.concurrency
     if args.time_scale is not None:
         overrides["time_scale"] = args.time_scale
+    if args.time_model is not None:
+        overrides["time_model"] = args.time_model
     if args.tolerance is not None:
         overrides["tolerance"] = Tolerance(abs_tol=args.tolerance, rel_tol=args.tolerance)
     return GraderConfig(**overrides)
@@ -89,6 +94,8 @@ def _print_results(report) -> None:
     failed = report.total - report.passed - report.infra_errors
     rate = report.passed / report.total if report.total else 0.0
     print(f"passed {report.passed}/{report.total} ({rate:.3f}), failed {failed}, infra_errors {report.infra_errors}")
+    print(f"limits: {report.time_model} time x time_scale {report.time_scale:g} x speed factor {report.speed_factor:.2f}, "
+          f"{report.reruns} borderline re-runs")
 
 
 def _run_cp(args: argparse.Namespace) -> int:
@@ -112,7 +119,8 @@ def _run_cp(args: argparse.Namespace) -> int:
     if unknown:
         log.warning("%d solutions name tasks not in %s: %s", len(unknown), args.tasks, ", ".join(unknown[:10]))
     log.info("grading %d solutions for %d tasks (%s)", len(pairs), len(loaded.tasks), loaded.format)
-    report = GradeReport.of(grade_pairs(pairs, _grader_config(args), _sandbox_config(args)))
+    config = _grader_config(args)
+    report = GradeReport.of(grade_pairs(pairs, config, _sandbox_config(args)), config)
     _print_results(report)
     if args.json is not None:
         document = json.loads(report.model_dump_json())

@@ -87,10 +87,12 @@ def test_grade_cli_writes_the_documented_json(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(out.read_text())
-    assert {"total", "passed", "infra_errors", "tasks"} <= set(report)
+    assert {"total", "passed", "infra_errors", "tasks", "time_model", "speed_factor", "reruns"} <= set(report)
     assert (report["total"], report["passed"], report["infra_errors"]) == (7, 3, 0)
+    assert report["time_model"] == "cpu" and report["speed_factor"] >= 1.0 and "limits: cpu time" in proc.stdout
     first = report["tasks"][0]
-    assert {"task_id", "passed", "fraction", "tests"} <= set(first) and first["tests"][0]["verdict"] == "passed"
+    assert {"task_id", "passed", "fraction", "tests", "reruns"} <= set(first) and first["tests"][0]["verdict"] == "passed"
+    assert first["tests"][0]["cpu_s"] > 0
     assert "passed 3/7" in proc.stdout
 
 

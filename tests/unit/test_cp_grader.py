@@ -112,19 +112,20 @@ def test_planned_requests_never_carry_expected_values(name):
 def test_each_test_gets_its_own_nonce_and_limits():
     t = task(kind="call", fn_name="f", limits=Limits(time_s=2.0, memory_bytes=200 << 20),
              tests=(CallTest(args=[1], expected=1), CallTest(args=[2], expected=2)))
-    grader = Grader(None, GraderConfig())
+    grader = Grader(None, GraderConfig(speed_factor=1.0))
     (first, _), (second, _) = (grader.plan(t, i, test) for i, test in enumerate(t.tests))
     assert marshal.loads(first.stdin)["nonce"] != marshal.loads(second.stdin)["nonce"]
     assert first.cpu_limit_s == 2.0 * 1.25 and first.timeout_s == 2.0 * 10 + 1.0  # the CPU limit (+ margin), the backstop
     assert first.memory_limit_bytes == 200 << 20 and first.argv[:3] == ["python3", "-I", "-c"]
-    walled = Grader(None, GraderConfig(time_model="wall")).plan(t, 0, t.tests[0])[0]
+    walled = Grader(None, GraderConfig(time_model="wall", speed_factor=1.0)).plan(t, 0, t.tests[0])[0]
     assert walled.timeout_s == 2.0 and walled.cpu_limit_s is None
 
 
 def test_the_budget_counts_limits_and_one_backstop():
     t = task(kind="call", fn_name="f", limits=Limits(time_s=2.0),
              tests=tuple(CallTest(args=[i], expected=i) for i in range(5)))
-    for config, expected in ((GraderConfig(), 5 * 2.0 + 21.0), (GraderConfig(time_model="wall"), 5 * 2.0)):
+    for config, expected in ((GraderConfig(speed_factor=1.0), 5 * 2.0 + 21.0),
+                             (GraderConfig(time_model="wall", speed_factor=1.0), 5 * 2.0)):
         grader = Grader(None, config)
         assert grader.budget([grader.plan(t, i, test)[0] for i, test in enumerate(t.tests)]) == pytest.approx(expected)
 
@@ -140,7 +141,7 @@ def test_summaries_and_report_totals():
     report = GradeReport.of([a, b, c])
     assert (report.total, report.passed, report.infra_errors) == (3, 1, 1)
     document = json.loads(report.model_dump_json())
-    assert set(document) == {"total", "passed", "infra_errors", "tasks"}
+    assert set(document) == {"total", "passed", "infra_errors", "tasks", "time_model", "time_scale", "speed_factor", "reruns"}
     assert {"task_id", "passed", "fraction", "tests"} <= set(document["tasks"][0])
     assert document["tasks"][1]["tests"][1]["verdict"] == "wrong_answer"
 
@@ -214,3 +215,18 @@ def test_nothing_is_rerun_under_the_limit():
     sandbox = ScriptedSandbox([[(0.99, "1\n")]])
     result = trio.run(Grader(sandbox, GraderConfig()).grade, t, Submission(task_id="t", completion="print(1)"))
     assert sandbox.acquired == 1 and result.reruns == 0 and result.passed
+
+
+def test_the_machine_speed_factor_scales_limits_and_never_tightens_them(monkeypatch):
+    import tasks.grader as grader_module
+
+    t = task(limits=Limits(time_s=2.0))
+    assert Grader(None, GraderConfig(speed_factor=1.5)).limits(t)[0] == 3.0
+    for reference, expected in ((1e-6, grader_module.MAX_SPEED_FACTOR), (1e6, 1.0)):  # a far slower / faster machine
+        monkeypatch.setattr(grader_module, "REFERENCE_WORKLOAD_S", reference)
+        grader_module.machine_speed_factor.cache_clear()
+        assert grader_module.machine_speed_factor() == expected
+        assert Grader(None, GraderConfig()).limits(t)[0] == min(2.0 * expected, GraderConfig().max_time_s)
+    grader_module.machine_speed_factor.cache_clear()
+    report = GradeReport.of([], GraderConfig(time_model="wall", time_scale=2.0, speed_factor=1.25))
+    assert (report.time_model, report.time_scale, report.speed_factor, report.reruns) == ("wall", 2.0, 1.25, 0)
