@@ -69,7 +69,7 @@ def busy_containers(count: int) -> Iterator[None]:
     label = f"gym-bench-load={uuid.uuid4().hex[:12]}"
     try:
         for _ in range(count):
-            subprocess.run(["docker", "run", "-d", "--rm", "--label", label, "--entrypoint", "python3", runner_image(),
+            subprocess.run(["docker", "run", "-d", "--rm", "--label", label, "--network", "none", "--entrypoint", "python3", runner_image(),
                             "-c", "while 1: pass"], check=True, capture_output=True)
         time.sleep(1.0)
         yield

@@ -89,7 +89,7 @@ def test_a_correct_program_passes_while_other_containers_keep_the_cores_busy():
     program = BURN + "burn(0.6)\nprint(input())\n"  # 0.6 s of CPU against a 1 s limit
     label = f"gym-test-hog={uuid.uuid4().hex[:12]}"
     for _ in range(4):  # this test's own containers, removed below
-        subprocess.run(["docker", "run", "-d", "--rm", "--label", label, "--entrypoint", "python3", runner_image(),
+        subprocess.run(["docker", "run", "-d", "--rm", "--label", label, "--network", "none", "--entrypoint", "python3", runner_image(),
                         "-c", "while 1: pass"], check=True, capture_output=True)
     try:
         time.sleep(1.0)
