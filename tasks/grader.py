@@ -23,9 +23,9 @@ tree, read by the runner from the container's cgroup, so a busy machine slows a 
 without failing it. The wall clock is only a backstop (``backstop_factor`` x limit +
 ``backstop_s``) that ends sleepers and blocked programs as ``time_limit``; after one such kill the
 task's remaining tests are not run (each would wait out its own backstop). A test that ends with
-CPU time over its limit by at most ``rerun_margin`` is re-run once and judged by the re-run (one
-scheduler hiccup does not flip a verdict; ``TaskResult.reruns`` counts them); past the margin it
-is killed, ``time_limit``. ``time_model: wall`` restores a wall-clock deadline per test.
+CPU time over its limit by at most ``rerun_margin`` is re-run once, in a fresh container (nothing the
+first run wrote can speed the second up), and judged by the re-run (one scheduler hiccup does not flip
+a verdict; ``TaskResult.reruns`` counts them); past the margin it is killed, ``time_limit``. ``time_model: wall`` restores a wall-clock deadline per test.
 
 A sandbox failure or a crash of the grader itself marks the task
 ``infra_error``: reported and counted, never a failed sample. Several tasks
@@ -110,6 +110,11 @@ class GraderConfig(BaseModel):
     concurrency: int = Field(2, ge=1, le=64, description="tasks graded at once, each in its own container")
     python: tuple[str, ...] = Field(("python3", "-I"), min_length=1, description="interpreter argv in the container")
 
+    @property
+    def speed(self) -> float:
+        """The speed factor limits are multiplied by (``auto``: measured once per process)."""
+        return machine_speed_factor() if self.speed_factor == "auto" else self.speed_factor
+
     @model_validator(mode="after")
     def _bounds_in_order(self) -> "GraderConfig":
         if self.min_time_s > self.max_time_s:
@@ -156,7 +161,7 @@ class GradeReport(BaseModel):
             tasks=tuple(results),
             time_model=config.time_model,
             time_scale=config.time_scale,
-            speed_factor=machine_speed_factor() if config.speed_factor == "auto" else config.speed_factor,
+            speed_factor=config.speed,
             reruns=sum(r.reruns for r in results),
         )
 
@@ -260,8 +265,7 @@ class Grader:
     def limits(self, task: Task) -> tuple[float, int]:
         """``(time_s, memory_bytes)`` of each of the task's tests."""
         config = self.config
-        speed = machine_speed_factor() if config.speed_factor == "auto" else config.speed_factor
-        time_s = (task.limits.time_s or config.default_time_s) * config.time_scale * speed
+        time_s = (task.limits.time_s or config.default_time_s) * config.time_scale * config.speed
         time_s = min(max(time_s, config.min_time_s), config.max_time_s)
         memory = max(task.limits.memory_bytes or config.default_memory_bytes, config.min_memory_bytes)
         return time_s, memory
@@ -404,8 +408,8 @@ class Grader:
         return request.cpu_limit_s / (1 + self.config.rerun_margin)
 
     def _verdict(self, index: int, judge: Judge, request: ExecRequest, result: ExecResult) -> TestResult:
-        limit = self._limit(request)
-        if limit is not None and result.failure == FailureKind.OK and result.cpu_s > limit:
+        if self._borderline(request, result):  # still over its limit after the re-run
+            limit = self._limit(request)
             return TestResult(index=index, verdict=Verdict.TIME_LIMIT, wall_s=round(result.wall_s, 4),
                               cpu_s=round(result.cpu_s, 4),
                               detail=f"{result.cpu_s:.2f}s CPU over the limit of {limit:.2f}s, twice")
