@@ -117,13 +117,17 @@ class GeneratedPool(_Config):
     seed: int = Field(0, ge=0, description="Picks the tasks and every test input.")
     levels: tuple[Literal[1, 2, 3], ...] = Field((1, 2, 3), min_length=1, description="Difficulty levels drawn.")
     templates: tuple[str, ...] | None = Field(None, min_length=1, description="Templates drawn (default: all 14).")
+    params_in: Literal["statement", "input"] = Field(
+        "statement", description="statement: the values are stated and copied into the program; input: every "
+        "test's first line holds them and one program per operation and level solves every value.")
     shuffle: bool = Field(False, description="Seeded permutation of the tasks in every epoch (else draw order).")
     id_prefix: str = Field("", description="Prepended to every task id (keeps ids unique across mixed sources).")
 
     @property
     def path(self) -> str:
         """How errors and logs name the pool."""
-        return f"generated:{self.split}(seed {self.seed}, levels {','.join(map(str, self.levels))})"
+        where = ", parameters in the input" if self.params_in == "input" else ""
+        return f"generated:{self.split}(seed {self.seed}, levels {','.join(map(str, self.levels))}{where})"
 
     format: ClassVar[str] = "codecontests"
     solutions: ClassVar[None] = None
@@ -259,7 +263,7 @@ def generated_tasks(pool: GeneratedPool) -> list[Task]:
         specs = generator.draw(pool.split, pool.count, pool.seed, pool.levels, pool.templates)
     except generator.GeneratorError as exc:
         raise EnvironmentConfigError(f"task pool {pool.path}: {exc}") from None
-    tasks = [codecontests.parse(i, generator.render(spec, pool.seed).row) for i, spec in enumerate(specs)]
+    tasks = [codecontests.parse(i, generator.render(spec, pool.seed, pool.params_in).row) for i, spec in enumerate(specs)]
     return [task.model_copy(update={"task_id": pool.id_prefix + task.task_id}) for task in tasks] if pool.id_prefix else tasks
 
 

@@ -44,6 +44,7 @@ from typing import Any, Literal
 from tasks.errors import TaskError
 
 Split = Literal["train", "heldout"]
+ParamsIn = Literal["statement", "input"]
 Kind = Literal["int", "word", "line", "ints"]
 Params = dict[str, Any]
 
@@ -355,46 +356,79 @@ def _render_case(kind: Kind, case: Any) -> str:
     return f"{len(case)}\n{_join(case)}\n" if kind == "ints" else f"{case}\n"
 
 
-def program(spec: TaskSpec, body: str) -> str:
-    """Parameter assignments, then the case read and ``body``, inside a test-case loop above level 1."""
-    head = "".join(f"{k} = {v!r}\n" for k, v in spec.params)
+def _read_params(spec: TaskSpec) -> str:
+    """The lines that read the parameters from the first input line (``params_in="input"``)."""
+    names = [k for k, _ in spec.params]
+    ints = [k for k, v in spec.params if isinstance(v, int)]
+    if len(names) == 1:
+        return f"{names[0]} = " + ("int(input())" if ints else "input().strip()") + "\n"
+    if len(ints) == len(names):
+        return f"{', '.join(names)} = map(int, input().split())\n"
+    return f"{', '.join(names)} = input().split()\n" + "".join(f"{k} = int({k})\n" for k in ints)
+
+
+def _name_params(spec: TaskSpec) -> str:
+    """``the integer K``, ``the letters C and D``, ``the letter C and the integer K``."""
+    kinds = ["integer" if isinstance(v, int) else "letter" for _, v in spec.params]
+    names = [k for k, _ in spec.params]
+    if len(set(kinds)) == 1:
+        return f"the {kinds[0]}{'s' if len(names) > 1 else ''} {' and '.join(names)}"
+    return " and ".join(f"the {kind} {name}" for kind, name in zip(kinds, names))
+
+
+def program(spec: TaskSpec, body: str, params_in: ParamsIn = "statement") -> str:
+    """Parameter assignments (or their read from the first input line), then the case read and ``body``,
+    inside a test-case loop above level 1."""
+    head = (_read_params(spec) if params_in == "input" else
+            "".join(f"{k} = {v!r}\n" for k, v in spec.params))
     code = READ[TEMPLATES[spec.template].kind] + "\n" + body
     if spec.level == 1:
         return head + code + "\n"
     return head + "for _ in range(int(input())):\n" + "".join(f"    {line}\n" for line in code.splitlines())
 
 
-def _test(spec: TaskSpec, rng: random.Random, most_cases: int) -> tuple[str, str]:
+def _test(spec: TaskSpec, rng: random.Random, most_cases: int, params_in: ParamsIn) -> tuple[str, str]:
     variant, kind = spec.variant, TEMPLATES[spec.template].kind
     params = dict(spec.params)
     cases = [variant.case(rng, params) for _ in range(1 if spec.level == 1 else rng.randint(2, most_cases))]
     text = "".join(_render_case(kind, c) for c in cases)
     answers = "".join(variant.answer(c, params) + "\n" for c in cases)
-    return (text if spec.level == 1 else f"{len(cases)}\n{text}"), answers
+    head = _join(v for _, v in spec.params) + "\n" if params_in == "input" else ""
+    return head + (text if spec.level == 1 else f"{len(cases)}\n{text}"), answers
 
 
-def statement(spec: TaskSpec, example: tuple[str, str]) -> str:
+def statement(spec: TaskSpec, example: tuple[str, str], params_in: ParamsIn = "statement") -> str:
     describe = DESCRIBE[TEMPLATES[spec.template].kind]
     if spec.level == 1:
         layout, output = describe[0].upper() + describe[1:], "the answer on one line"
     else:
         layout = f"The first line holds t (1 <= t <= 5), the number of test cases; each test case is {describe}"
         output = "one line per test case, in order"
-    values = ", ".join(f"{k} = {v!r}" for k, v in spec.params)
-    return (f"{spec.variant.sentence}\nParameters: {values}.\n\nInput: {layout}.\nOutput: {output}.\n\n"
+    if params_in == "input":
+        what = _name_params(spec) + ("" if len(spec.params) == 1 else ", separated by a space")
+        rest = layout.replace("The first line holds t", "the next line holds t")
+        layout = f"The first line holds {what}; then {rest[0].lower()}{rest[1:]}"
+        stated = ""
+    else:
+        stated = "Parameters: " + ", ".join(f"{k} = {v!r}" for k, v in spec.params) + ".\n"
+    return (f"{spec.variant.sentence}\n{stated}\nInput: {layout}.\nOutput: {output}.\n\n"
             f"Example input:\n{example[0]}Example output:\n{example[1]}")
 
 
-def render(spec: TaskSpec, seed: int) -> GeneratedTask:
-    """The task's row with its tests drawn from ``(seed, task_id)`` alone (not from what else is drawn)."""
+def render(spec: TaskSpec, seed: int, params_in: ParamsIn = "statement") -> GeneratedTask:
+    """The task's row with its tests drawn from ``(seed, task_id)`` alone (not from what else is drawn).
+
+    ``params_in``: ``statement`` states the parameter values (``Parameters: K = 17.``) and the program
+    assigns them; ``input`` names the parameters only, every test's first line holds their values and the
+    program reads them, so one program per (variant, level) solves every parameter value."""
     rng = random.Random(f"{seed}:{spec.task_id}")
     # the example (in the statement) has at most 3 cases: shorter prompts for small policies
-    tests = [_test(spec, rng, 3 if n < PUBLIC_TESTS else 5) for n in range(PUBLIC_TESTS + HIDDEN_TESTS)]
+    tests = [_test(spec, rng, 3 if n < PUBLIC_TESTS else 5, params_in) for n in range(PUBLIC_TESTS + HIDDEN_TESTS)]
     public, hidden = tests[:PUBLIC_TESTS], tests[PUBLIC_TESTS:]
-    reference, wrong = program(spec, spec.variant.body), program(spec, spec.variant.wrong)
+    reference, wrong = program(spec, spec.variant.body, params_in), program(spec, spec.variant.wrong, params_in)
     row = {
         "name": spec.task_id,
-        "description": statement(spec, public[0]),
+        "description": statement(spec, public[0], params_in),
         "public_tests": {"input": [i for i, _ in public], "output": [o for _, o in public]},
         "private_tests": {"input": [i for i, _ in hidden], "output": [o for _, o in hidden]},
         "generated_tests": {"input": [], "output": []},
@@ -403,7 +437,7 @@ def render(spec: TaskSpec, seed: int) -> GeneratedTask:
         "solutions": {"language": [3], "solution": [reference]},
         "incorrect_solutions": {"language": [3], "solution": [wrong]},
         "generator": {"template": spec.template, "variant": spec.variant.name, "level": spec.level,
-                      "params": dict(spec.params), "split": spec.split, "seed": seed},
+                      "params": dict(spec.params), "params_in": params_in, "split": spec.split, "seed": seed},
     }
     return GeneratedTask(spec=spec, row=row, reference=reference, wrong=wrong)
 
@@ -431,12 +465,13 @@ def draw(split: Split, count: int, seed: int, levels: Sequence[int] = LEVELS,
     return drawn
 
 
-def write(out: Path, seed: int, train: int, heldout: int, levels: Sequence[int] = LEVELS) -> dict[str, int]:
+def write(out: Path, seed: int, train: int, heldout: int, levels: Sequence[int] = LEVELS,
+          params_in: ParamsIn = "statement") -> dict[str, int]:
     """``out/{train,heldout}.jsonl`` and ``out/{train,heldout}.solutions.jsonl``; the number of rows per file."""
     out.mkdir(parents=True, exist_ok=True)
     counts: dict[str, int] = {}
     for split, count in (("train", train), ("heldout", heldout)):
-        tasks = [render(spec, seed) for spec in draw(split, count, seed, levels)]
+        tasks = [render(spec, seed, params_in) for spec in draw(split, count, seed, levels)]
         rows = (json.dumps(t.row) + "\n" for t in tasks)
         solutions = (json.dumps({"task_id": t.spec.task_id, "completion": t.reference, "expect": "passed"}) + "\n"
                      for t in tasks)

@@ -47,6 +47,9 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     generate.add_argument("--levels", type=_levels, default=(1, 2, 3), metavar="L,L",
                           help="difficulty levels drawn, comma-separated (1: one input, 2: t test cases, "
                           "3: harder variant, t test cases)")
+    generate.add_argument("--params-in", choices=("statement", "input"), default="statement",
+                          help="statement: parameter values stated, programs assign them; input: every test's "
+                          "first line holds them, programs read them")
 
 
 def _count(text: str) -> int:
@@ -103,10 +106,11 @@ def _generate(args: argparse.Namespace) -> int:
     from tasks.generator import write
 
     started = time.monotonic()
-    counts = write(args.out, args.seed, args.train, args.heldout, args.levels)
+    counts = write(args.out, args.seed, args.train, args.heldout, args.levels, args.params_in)
     for split, count in counts.items():
         print(f"{split:<8} {count:>6} tasks -> {args.out / f'{split}.jsonl'} (+ {split}.solutions.jsonl)")
-    print(f"seed {args.seed}, levels {','.join(map(str, sorted(set(args.levels))))}, "
+    print(f"seed {args.seed}, levels {','.join(map(str, sorted(set(args.levels))))}, parameters in the "
+          f"{args.params_in}, "
           f"{time.monotonic() - started:.1f}s; load with --format codecontests")
     return 0
 

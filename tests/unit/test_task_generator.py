@@ -273,3 +273,34 @@ def test_a_generated_task_pool_is_the_generators_rows_with_their_references():
         Environment(EnvironmentConfig.model_validate({"name": "g", "task_pool": {"type": "generated", "count": 10**6, "levels": [1]}}))
     with pytest.raises(EnvironmentConfigError, match="unknown template"):
         Environment(EnvironmentConfig.model_validate({"name": "g", "task_pool": {"type": "generated", "count": 5, "templates": ["x"]}}))
+
+
+def _input_tests(spec: TaskSpec, seed: int = 0) -> list[tuple[str, str]]:
+    row = render(spec, seed, "input").row
+    groups = [row["public_tests"], row["private_tests"]]
+    return [(i, o) for group in groups for i, o in zip(group["input"], group["output"])]
+
+
+def test_parameters_in_the_input_head_every_test_and_one_program_solves_every_value():
+    for (template, level), specs in _buckets().items():
+        first, other = specs[0], specs[-1]
+        task = render(first, 0, "input")
+        description, values = task.row["description"], " ".join(str(v) for _, v in first.params)
+        assert "Parameters:" not in description and first.variant.sentence in description
+        assert all(text.split("\n", 1)[0] == values for text, _ in _input_tests(first)), first.task_id
+        # the program reads the parameters: the same text for every parameter value of this variant and level
+        assert task.reference == render(other, 0, "input").reference and first.params != other.params
+        assert not any(f"{k} = {v!r}" in task.reference for k, v in first.params)
+        # same tests as the stated form, behind the parameter line
+        stated = _tests(first)[: len(_input_tests(first))]
+        assert [(i.split("\n", 1)[1], o) for i, o in _input_tests(first)] == stated
+        assert task.spec.task_id == first.task_id and task.row["generator"]["params_in"] == "input"
+
+
+def test_parameters_in_the_input_references_pass_and_wrong_programs_fail():
+    sample = [specs[len(specs) // 2] for specs in _buckets().values()]
+    with ThreadPoolExecutor(2) as pool:
+        passing = list(pool.map(lambda s: _failures(render(s, 0, "input").reference, _input_tests(s)), sample))
+        wrong = list(pool.map(lambda s: _failures(render(s, 0, "input").wrong, _input_tests(s)), sample))
+    assert not any(passing), [(s.task_id, f[0]) for s, f in zip(sample, passing) if f]
+    assert all(wrong), [s.task_id for s, f in zip(sample, wrong) if not f]
