@@ -200,7 +200,8 @@ class WarmStartConfig(BaseModel):
     """Trajectories per supervised step."""
     tasks: int | None = Field(None, ge=1)
     """Demos to build: the first N distinct tasks of the environment's task stream (spread over its sources as
-    training draws them); default: every task of the environment, in id order."""
+    training draws them), and RL then draws on from the stream position after them (its first steps are not
+    the demos' tasks); default: every task of the environment, in id order (RL starts at the stream's start)."""
 
 
 class LoopConfig(BaseModel):

@@ -169,9 +169,11 @@ class Loop:
         await self.loop(env, pool)
 
     async def warm_start(self, env, pool) -> None:
-        from trainer.warmup import final_answer_demos, reference_demos, warm_start
+        from trainer.warmup import demo_draw, final_answer_demos, reference_demos, warm_start
 
         started = time.monotonic()
+        # RL draws on from where the demos stopped (a fresh run's cursor is 0)
+        self.learner.state.data_cursor = demo_draw(env, self.config.warm_start.tasks)[1]
         if self.config.warm_start.demos == "final_answers":
             demos = final_answer_demos(env, self.config.warm_start.tasks)
         else:

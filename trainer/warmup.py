@@ -59,8 +59,15 @@ async def reference_demos(env: Environment, pool, tasks: int | None, seed: int, 
 def demo_tasks(env: Environment, count: int | None) -> list[Task]:
     """Every task in id order, or the first ``count`` distinct tasks of the environment's task stream
     (its mixture weights and shuffles), so a few demos spread over sources the way training draws them."""
+    return demo_draw(env, count)[0]
+
+
+def demo_draw(env: Environment, count: int | None) -> tuple[list[Task], int]:
+    """`demo_tasks` and the stream position just past the last one (0 when every task is a demo): RL starts
+    there, so its first steps are not the tasks the warm start just learned (a pass rate measured over the
+    first steps would be inflated by them)."""
     if count is None or count >= len(env.tasks):
-        return [env.tasks[k] for k in sorted(env.tasks)]
+        return [env.tasks[k] for k in sorted(env.tasks)], 0
     stream, seen, chosen = env.stream(), set(), []
     for _ in range(100 * len(env.tasks)):  # a bound: a zero-weight source never repeats forever
         _, task = stream.next()
@@ -69,7 +76,7 @@ def demo_tasks(env: Environment, count: int | None) -> list[Task]:
             chosen.append(task)
             if len(chosen) == count:
                 break
-    return chosen
+    return chosen, stream.position
 
 
 class TaskList:

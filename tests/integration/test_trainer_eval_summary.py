@@ -16,12 +16,14 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from gym.environment import Environment
 from policies.serve_config import MoEPolicySource
 
 from tests.integration.test_trainer_masked import FAKE_ENVIRONMENT, TINY, train_with_fakes
 from trainer.config import TrainConfig
 from trainer.loop import PASS_WINDOW
 from trainer.policy import build_model
+from trainer.warmup import demo_tasks
 
 ENVIRONMENT = {**FAKE_ENVIRONMENT, "name": "eval_summary"}
 
@@ -69,3 +71,28 @@ def test_eval_before_and_after_and_the_summary_figures(tmp_path, lr):
     else:
         assert len(moved) > len(final) // 2
     assert (tmp_path / "run" / "curves.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_rl_draws_on_after_the_warm_start_demos(tmp_path):
+    """The warm start learns the stream's first 4 tasks; RL's groups are the next ones, not those again."""
+    environment = {**ENVIRONMENT, "task_pool": {"type": "generated", "count": 12, "levels": [1], "shuffle": True,
+                                                "params_in": "input"},
+                   "episode": {"max_turns": 1, "max_tokens_per_turn": 160, "max_total_tokens": 1024, "on_parse_error": "end"}}
+    data = {
+        "run_dir": str(tmp_path / "run"),
+        "environment": environment,
+        "policy": {"type": "rdep_moe", "seed": 0, "model": TINY},
+        "warm_start": {"steps": 1, "demos": "final_answers", "tasks": 4},
+        "rollout": {"group_size": 2, "groups_per_step": 2, "seed": 0},
+        "loop": {"steps": 2, "max_staleness": 0, "micro_batch_size": 8},
+        "checkpoint": {"every": 100},
+        "metrics": {"progress": False, "tensorboard": False},
+    }
+    config = TrainConfig.parse(data, source="test")
+    demos = {task.task_id for task in demo_tasks(Environment(config.env), 4)}
+    train_with_fakes(config)
+    rows = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
+    drawn = {int(row["group_id"].rsplit("-", 1)[1]): row["task_id"] for row in rows}  # stream position -> task
+    first_epoch = {task for position, task in drawn.items() if position < 12}
+    assert min(drawn) == 4 and len(demos) == 4 and first_epoch and not first_epoch & demos, (drawn, sorted(demos))
