@@ -41,7 +41,7 @@ import math
 import secrets
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -142,7 +142,7 @@ class GradeReport(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    total: int
+    total: int = Field(description="submissions graded (skipped ones are not counted here: see ``skipped``)")
     passed: int
     infra_errors: int
     tasks: tuple[TaskResult, ...]
@@ -150,10 +150,17 @@ class GradeReport(BaseModel):
     time_scale: float = Field(1.0, description="multiplier on the rows' limits")
     speed_factor: float = Field(1.0, description="this machine's speed factor the limits were multiplied by")
     reruns: int = Field(0, description="borderline tests re-run, over all tasks")
+    skipped: int = Field(0, ge=0, description="submissions not graded (``total`` counts only the graded ones)")
+    skipped_reasons: dict[str, int] = Field(
+        default_factory=dict, description="skipped submissions by reason, e.g. {'unknown task id': 1, 'unparseable row': 1}"
+    )
 
     @classmethod
-    def of(cls, results: Sequence[TaskResult], config: GraderConfig | None = None) -> "GradeReport":
+    def of(cls, results: Sequence[TaskResult], config: GraderConfig | None = None,
+           skipped: Mapping[str, int] | None = None) -> "GradeReport":
+        """Totals of ``results``; ``skipped``: how many submissions were left out, by reason (zeros dropped)."""
         config = config or GraderConfig()
+        reasons = {reason: n for reason, n in (skipped or {}).items() if n}
         return cls(
             total=len(results),
             passed=sum(r.passed for r in results),
@@ -163,6 +170,8 @@ class GradeReport(BaseModel):
             time_scale=config.time_scale,
             speed_factor=config.speed,
             reruns=sum(r.reruns for r in results),
+            skipped=sum(reasons.values()),
+            skipped_reasons=reasons,
         )
 
 

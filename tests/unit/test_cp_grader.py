@@ -141,7 +141,11 @@ def test_summaries_and_report_totals():
     report = GradeReport.of([a, b, c])
     assert (report.total, report.passed, report.infra_errors) == (3, 1, 1)
     document = json.loads(report.model_dump_json())
-    assert set(document) == {"total", "passed", "infra_errors", "tasks", "time_model", "time_scale", "speed_factor", "reruns"}
+    assert set(document) == {"total", "passed", "infra_errors", "tasks", "time_model", "time_scale", "speed_factor", "reruns",
+                             "skipped", "skipped_reasons"}
+    assert (document["skipped"], document["skipped_reasons"]) == (0, {})
+    skipping = GradeReport.of([a], skipped={"unknown task id": 2, "unparseable row": 0})
+    assert (skipping.total, skipping.skipped, skipping.skipped_reasons) == (1, 2, {"unknown task id": 2})
     assert {"task_id", "passed", "fraction", "tests"} <= set(document["tasks"][0])
     assert document["tasks"][1]["tests"][1]["verdict"] == "wrong_answer"
 
