@@ -15,8 +15,6 @@ bundles the same episodes.
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -25,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gym.episode import EpisodeConfig, EpisodeResult
 from gym.rubric import RubricConfig
+from gym.run_dir import write_atomic
 from gym.tools import ToolCallRecord, ToolsConfig
 from gym.trajectory import Trajectory
 from sandbox.config import SandboxConfig
@@ -96,18 +95,7 @@ def bundle_of(env: Environment, result: EpisodeResult, reason: BundleReason, dig
 
 def write_bundle(path: Path, bundle: Bundle) -> Path:
     """Write atomically: a temporary file in the same folder, flushed to disk, then renamed over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(bundle.model_dump_json(indent=1))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, bundle.model_dump_json(indent=1))
 
 
 def read_bundle(path: Path) -> Bundle:

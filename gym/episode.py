@@ -83,6 +83,7 @@ class EpisodeResult(BaseModel):
     answer_source: Literal["submit", "final"] | None = Field(description="Where the answer came from.")
     grading: TaskResult | None = Field(description="Per-test verdicts (None when nothing was graded).")
     turns: int = Field(ge=0, description="Sampled turns.")
+    infra: str = Field("", description="What the infrastructure failed at when the episode is masked; '' otherwise.")
 
     @property
     def failed(self) -> bool:
@@ -241,7 +242,7 @@ async def run_episode(env: EpisodeEnvironment, engine: RolloutEngine, family: Ta
     # The graded answer was exact (an SWE diff may hold any bytes); what is kept must encode as UTF-8.
     answer = None if run.answer is None else printable(run.answer)
     return EpisodeResult(trajectory=trajectory, tool_calls=tuple(run.records), answer=answer,
-                         answer_source=run.source, grading=grading, turns=run.turns)
+                         answer_source=run.source, grading=grading, turns=run.turns, infra=run.infra)
 
 
 async def _play(run: _Run, engine: RolloutEngine, ws: ToolWorkspace) -> None:

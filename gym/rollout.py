@@ -21,13 +21,16 @@ version when weights changed mid-episode). ``run`` closes the send channel
 it is given when done: pass ``send.clone()`` to keep yours open.
 
 ``collect(env, engine, n_groups, group_size, seed)`` is the synchronous
-helper: it opens a pool, runs the workers and returns the trajectories.
+helper: it opens a pool, runs the workers and returns the trajectories;
+``collect_into(workers, ..., keep)`` hands each one over as it finishes
+(``rollout`` streams them to disk).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
@@ -125,14 +128,27 @@ async def collect_async(env: Environment, engine: RolloutEngine, pool: Workspace
                         group_size: int, seed: int, **options: object) -> tuple[list[Trajectory], RolloutWorkers]:
     """Run the workers on ``pool`` and gather every trajectory (in finishing order)."""
     workers = RolloutWorkers(env, engine, pool, **options)  # type: ignore[arg-type]
-    send, receive = trio.open_memory_channel[Trajectory](0)
     trajectories: list[Trajectory] = []
+
+    async def gather(trajectory: Trajectory) -> None:
+        trajectories.append(trajectory)
+
+    await collect_into(workers, n_groups, group_size, seed, gather)
+    return trajectories, workers
+
+
+async def collect_into(workers: RolloutWorkers, n_groups: int, group_size: int, seed: int,
+                       keep: Callable[[Trajectory], Awaitable[object]]) -> None:
+    """Run ``workers``, awaiting ``keep(trajectory)`` as each episode finishes (the next one waits for it).
+
+    Cancelling it stops the episodes in flight; every trajectory already kept stays kept.
+    """
+    send, receive = trio.open_memory_channel[Trajectory](0)
     async with workers.families.opened(), trio.open_nursery() as nursery:
         nursery.start_soon(_run_workers, workers, send, n_groups, group_size, seed)
         async with receive:
             async for trajectory in receive:
-                trajectories.append(trajectory)
-    return trajectories, workers
+                await keep(trajectory)
 
 
 async def _run_workers(workers: RolloutWorkers, send: trio.MemorySendChannel[Trajectory], groups: int,

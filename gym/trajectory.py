@@ -18,6 +18,7 @@ data, where decoding and re-encoding would not give the stored ids back.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
@@ -288,6 +289,35 @@ def write_jsonl(path: Path, trajectories: Iterable[Trajectory], *, append: bool 
             out.write(trajectory.model_dump_json() + "\n")
             count += 1
     return count
+
+
+class TrajectoryLog:
+    """A JSON Lines file trajectories are appended to as their episodes finish (``rollout``'s run directory).
+
+    Each line is flushed and fsynced before `append` returns: a run that is interrupted or
+    crashes keeps every trajectory it finished (a SIGKILL mid-write can tear only the last line).
+    """
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.count = 0
+        self._file = path.open("a", encoding="utf-8")
+
+    def append(self, trajectory: Trajectory) -> None:
+        self._file.write(trajectory.model_dump_json() + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self.count += 1
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> TrajectoryLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def read_jsonl(path: Path) -> Iterator[Trajectory]:

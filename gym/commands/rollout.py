@@ -10,6 +10,19 @@ of the rest, per the environment's ``replay`` section) and ``summary.json``
 ``http://HOST:PORT``, ``checkpoint:DIR`` (see gym/engine.py). ``--set KEY=VALUE``
 (repeatable) overrides a field of the file before validation (gym/overrides.py),
 e.g. ``--set episode.max_turns=4``; ``environment.json`` shows the result.
+
+A run never mixes with an earlier one: a non-empty ``--out`` is first moved
+aside to ``OUT.<timestamp>`` (as `train` does). Each trajectory is appended to
+``trajectories.jsonl`` (flushed and fsynced) as its episode finishes; on
+SIGINT (Ctrl-C) or SIGTERM the episodes in flight are cancelled and
+``summary.json`` is written with ``"interrupted": true`` and the counts so far.
+
+Exit codes: 0 when the run finished and at least one episode was not masked
+(masked episodes are then counted on stderr); 1 for a bad config or policy
+spec; 3 (`ALL_MASKED`, the infrastructure class of gym/fault.py) when every
+episode was masked (an unreachable policy URL, Docker gone), with the first
+episode's cause on stderr; 130 / 143 when SIGINT / SIGTERM interrupted it
+(128 + the signal number).
 """
 
 from __future__ import annotations
@@ -17,9 +30,15 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
+import sys
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+ALL_MASKED = 3
+"""Exit code when every episode was masked: masked means infra_error (gym/fault.py's infrastructure class)."""
 
 
 def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
@@ -38,16 +57,10 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import time
-
-    import trio
-
     from gym.engine import load_engine
     from gym.environment import Environment, EnvironmentConfig, EnvironmentConfigError
     from gym.overrides import OverrideError, exit_usage
-    from gym.rollout import collect_async, summarize
-    from gym.trajectory import write_jsonl
-    from sandbox.pool import WorkspacePool
+    from gym.run_dir import set_aside
 
     if args.episodes < 1 or args.group_size < 1 or args.episodes % args.group_size:
         raise SystemExit(f"--episodes ({args.episodes}) must be a positive multiple of --group-size ({args.group_size})")
@@ -63,19 +76,93 @@ def run(args: argparse.Namespace) -> int:
     except (EnvironmentConfigError, ValueError, OSError) as exc:
         raise SystemExit(str(exc)) from None
     out: Path = args.out
+    set_aside(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "environment.json").write_text(env.resolved())
+    run = _Run(args, env, engine)
+    return run.main()
 
-    async def main():
-        async with WorkspacePool(config.sandbox) as pool:
-            return await collect_async(env, engine, pool, args.episodes // args.group_size, args.group_size,
-                                       args.seed, concurrency=args.concurrency, bundle_dir=out / "bundles")
 
-    started = time.monotonic()
-    trajectories, workers = trio.run(main)
-    summary = {**summarize(trajectories, time.monotonic() - started), "policy": args.policy,
-               "bundles": len(workers.bundles), "stream_position": workers.stream.position}
-    write_jsonl(out / "trajectories.jsonl", trajectories)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
-    return 0
+class _Run:
+    """One rollout into ``--out``: trajectories streamed to disk, the summary written however the run ends."""
+
+    def __init__(self, args: argparse.Namespace, env, engine) -> None:
+        self.args, self.env, self.engine = args, env, engine
+        self.out: Path = args.out
+        self.trajectories: list = []
+        self.workers = None
+        self.signal: str | None = None  # the signal that interrupted the run
+        self.started = time.monotonic()
+
+    def main(self) -> int:
+        import trio
+
+        from gym.trajectory import TrajectoryLog
+
+        with TrajectoryLog(self.out / "trajectories.jsonl") as sink:
+            try:
+                trio.run(self._collect, sink)
+            except* KeyboardInterrupt:  # SIGINT outside the signal window (pool start or close)
+                self.signal = self.signal or "SIGINT"
+        summary = self._write_summary()
+        print(json.dumps(summary, indent=2))
+        return self._verdict(summary)
+
+    async def _collect(self, sink) -> None:
+        import trio
+
+        from gym.rollout import RolloutWorkers, collect_into
+        from sandbox.pool import WorkspacePool
+
+        async def keep(trajectory) -> None:
+            await trio.to_thread.run_sync(sink.append, trajectory)  # fsync off the event loop
+            self.trajectories.append(trajectory)
+
+        args = self.args
+        async with WorkspacePool(self.env.config.sandbox) as pool:
+            self.workers = RolloutWorkers(self.env, self.engine, pool, concurrency=args.concurrency,
+                                          bundle_dir=self.out / "bundles")
+            # Inside the pool: these handlers replace its SIGTERM backstop while episodes run, so the
+            # episodes are cancelled and their workspaces released the ordinary way.
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._stop_on_signal, signals, nursery.cancel_scope)
+                    await collect_into(self.workers, args.episodes // args.group_size, args.group_size, args.seed, keep)
+                    nursery.cancel_scope.cancel()
+            self._write_summary()  # before the pool closes: a signal during its shutdown finds it written
+
+    async def _stop_on_signal(self, signals, scope) -> None:
+        async for signum in signals:
+            self.signal = signal.Signals(signum).name
+            log.warning("%s: stopping; finished trajectories are kept in %s", self.signal, self.out)
+            scope.cancel()
+            return
+
+    def _write_summary(self) -> dict:
+        from gym.rollout import summarize
+        from gym.run_dir import write_atomic
+
+        workers = self.workers
+        summary = {**summarize(self.trajectories, time.monotonic() - self.started), "policy": self.args.policy,
+                   "episodes_requested": self.args.episodes, "interrupted": self.signal is not None,
+                   "bundles": len(workers.bundles) if workers else 0,
+                   "stream_position": workers.stream.position if workers else 0}
+        write_atomic(self.out / "summary.json", json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    def _verdict(self, summary: dict) -> int:
+        """The exit code (module docstring), with a one-line reason on stderr when it is not a clean 0."""
+        done, masked = summary["episodes"], summary["masked"]
+        if self.signal is not None:
+            print(f"rollout: interrupted by {self.signal} after {done}/{self.args.episodes} episodes; "
+                  f"kept in {self.out}", file=sys.stderr)
+            return 128 + signal.Signals[self.signal].value
+        if not masked:
+            return 0
+        reasons = [r.infra for r in self.workers.results if r.trajectory.masked and r.infra] if self.workers else []
+        why = f": {reasons[0][:300]}" if reasons else ""
+        if masked == done:
+            print(f"rollout: every episode was masked ({masked}/{done}){why}", file=sys.stderr)
+            return ALL_MASKED
+        print(f"rollout: {masked} of {done} episodes masked (infra_error, excluded from training){why}", file=sys.stderr)
+        return 0

@@ -10,55 +10,24 @@ reward of 0).
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
-from aiohttp import web
 
 from gym.engine import EngineFailure, HttpEngine
 from gym.environment import Environment
 from gym.rollout import collect_async
 from gym.scripted import load_scripted
 from gym.trajectory import assert_token_exact
-from policies.sampling import Completion, EngineError, SamplingParams
-from policies.serve_config import ServerOptions
-from policies.server import PolicyServer
+from policies.sampling import SamplingParams
 from sandbox.pool import WorkspacePool
+from tests.policy_server_support import ServedReference, serving
 from tests.unit.test_episode_loop import FakeGrader, FakePool
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class ServedReference:
-    """The scripted reference policy as a `ServingEngine` (what the server drives)."""
-
-    model_name = "scripted-reference"
-    context_length = 1 << 16
-
-    def __init__(self, env: Environment, weights_version: int) -> None:
-        self.policy = load_scripted("reference", env)
-        self.vocab_size = env.tokenizer.vocab_size
-        self.weights_version = weights_version
-        self.batches: list[int] = []
-
-    def check_request(self, prompt: list[int], params: SamplingParams) -> None:
-        if not prompt:
-            raise EngineError("prompt is empty")
-
-    def generate_batch(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
-        self.batches.append(len(prompts))
-        return [self.policy.complete(p, q).model_copy(update={"weights_version": self.weights_version})
-                for p, q in zip(prompts, params)]
-
-    def load_checkpoint(self, path, version=None) -> int:
-        raise NotImplementedError
-
-    def load_safetensors(self, data, version=None) -> int:
-        raise NotImplementedError
 
 
 @pytest.fixture(scope="module")
@@ -69,19 +38,8 @@ def env() -> Environment:
 @pytest.fixture(scope="module")
 def served(env) -> Iterator[tuple[str, ServedReference]]:
     engine = ServedReference(env, weights_version=3)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(PolicyServer(engine, ServerOptions(port=0)).app(), access_log=None)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{port}", engine
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.run_until_complete(runner.cleanup())
-    loop.close()
+    with serving(engine) as url:
+        yield url, engine
 
 
 def test_http_completions_round_trip(env, served):

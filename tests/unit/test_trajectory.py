@@ -17,6 +17,7 @@ from gym.trajectory import (
     Trajectory,
     TrajectoryBuilder,
     TrajectoryError,
+    TrajectoryLog,
     assert_token_exact,
     read_jsonl,
     retokenization_drift,
@@ -169,3 +170,16 @@ def test_jsonl_round_trip_and_bad_line(harmony: Harmony, tmp_path: Path) -> None
     path.write_text(path.read_text() + json.dumps(record) + "\n{not json\n")
     with pytest.raises(TrajectoryError, match=r"trajectories\.jsonl:3: not a trajectory"):
         list(read_jsonl(path))
+
+
+def test_trajectory_log_has_each_line_on_disk_when_append_returns(harmony: Harmony, tmp_path: Path) -> None:
+    trajectory = episode(harmony)
+    path = tmp_path / "run" / "trajectories.jsonl"
+    with TrajectoryLog(path) as log:
+        log.append(trajectory)
+        assert list(read_jsonl(path)) == [trajectory]  # readable before the log is closed
+        log.append(trajectory.model_copy(update={"masked": True}))
+        assert log.count == 2 and [t.masked for t in read_jsonl(path)] == [False, True]
+    with TrajectoryLog(path) as log:  # appends, never truncates
+        log.append(trajectory)
+    assert len(list(read_jsonl(path))) == 3

@@ -1,0 +1,49 @@
+"""Run directories: a fresh run never mixes its files with an earlier run's, and what it writes survives a crash.
+
+``set_aside(RUN)`` moves an existing, non-empty ``RUN`` to ``RUN.<timestamp>`` (the
+rule `train` follows for a run it does not resume, trainer/loop.py), so old
+trajectories and bundles are kept whole and never appended to or mixed in.
+``write_atomic`` replaces a file in one step (a temporary file in the same folder,
+flushed to disk, then renamed), so a reader finds the old text or the new, never half.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def set_aside(run_dir: Path) -> Path | None:
+    """Move an earlier run out of ``run_dir`` to ``RUN.<timestamp>``; returns where, or None when there was none."""
+    if not run_dir.is_dir() or not any(run_dir.iterdir()):
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = run_dir.with_name(f"{run_dir.name}.{stamp}")
+    suffix = 1
+    while aside.exists():  # two runs set aside within one second: never rename onto the first
+        aside = run_dir.with_name(f"{run_dir.name}.{stamp}.{suffix}")
+        suffix += 1
+    run_dir.rename(aside)
+    log.warning("%s held an earlier run: moved to %s", run_dir, aside)
+    return aside
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Replace ``path`` with ``text`` (UTF-8) in one step: a temporary file beside it, fsynced, renamed over it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
