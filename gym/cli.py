@@ -3,6 +3,8 @@
 Each command lives in its own module exposing ``configure(parser, argv)`` and
 ``run(args) -> int``. Modules are imported only when their command runs (or
 its ``--help`` is asked for), so `python -m gym --help` never imports torch.
+A command that fails for a known reason prints one line and exits with its
+class's code (`gym.fault`, docs/cli.md); ``-v`` anywhere adds the traceback.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ import argparse
 import importlib
 import logging
 import sys
+import traceback
 
-from sandbox.errors import ImageMissing
+from gym.fault import describe
 
 DESCRIPTION = (
     "Sandboxed agentic code-RL gym: hardened Docker workspaces, graders nobody can fool, "
@@ -39,6 +42,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+VERBOSE_HELP = "debug logging, and the traceback of a failure, on stderr"
+
+
 def _configure_logging(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
@@ -50,13 +56,26 @@ def _configure_logging(verbose: bool) -> None:
 def build_parser(command: str | None = None, argv: list[str] | None = None) -> argparse.ArgumentParser:
     """Top-level parser; only ``command``'s module is imported to add its arguments."""
     parser = argparse.ArgumentParser(prog="python -m gym", description=DESCRIPTION)
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging on stderr")
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_path, help_text) in COMMANDS.items():
         cmd_parser = sub.add_parser(name, help=help_text, description=help_text)
         if name == command:
             importlib.import_module(module_path).configure(cmd_parser, argv or [])
+            _accept_verbose(cmd_parser)
     return parser
+
+
+def _accept_verbose(parser: argparse.ArgumentParser) -> None:
+    """``-v`` after the command too (``demo -v``, ``tokenizer info X -v``), at every level of sub-commands.
+
+    SUPPRESS keeps an absent ``-v`` from resetting the one given before the command."""
+    if not any("-v" in action.option_strings for action in parser._actions):
+        parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _accept_verbose(child)
 
 
 def selected(argv: list[str], names: object) -> str | None:
@@ -77,14 +96,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     _configure_logging(args.verbose)
     module = importlib.import_module(COMMANDS[args.command][0])
-    missing: list[BaseException] = []
     try:
-        code = int(module.run(args) or 0)
-    except* ImageMissing as group:  # a set-up fault: its message says what to run, a traceback adds nothing
-        missing += group.exceptions
-    if missing:
-        while isinstance(missing[0], BaseExceptionGroup):
-            missing = list(missing[0].exceptions)
-        logging.getLogger("gym").error("%s", missing[0])
-        return 1
-    return code
+        return int(module.run(args) or 0)
+    except BaseException as exc:  # Ctrl-C and groups too; anything not a known fault is re-raised untouched
+        fault = describe(exc)
+        if fault is None:
+            raise
+        if args.verbose:
+            traceback.print_exception(exc)
+        print(fault.line(), file=sys.stderr)
+        return int(fault.code)

@@ -1,7 +1,8 @@
 """`python -m gym serve CONFIG`: run the token-in/token-out policy server.
 
 CONFIG is a YAML `policies.serve_config.ServeConfig` (see configs/policy_tiny.yaml);
-`--host` and `--port` override its `server:` section.
+`--host` and `--port` override its `server:` section. The port is bound before the policy is
+built, so a port in use fails at once (exit 6, docs/cli.md), not after the model loads.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import socket
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -21,27 +23,36 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     parser.add_argument("--port", type=int, default=None, help="TCP port; 0 picks a free one (default: the config's)")
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (port 0: a free one); OSError EADDRINUSE when the port is taken."""
+    family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    return socket.create_server(address, family=family, backlog=128)  # SO_REUSEADDR, as aiohttp's own bind
+
+
 def run(args: argparse.Namespace) -> int:
-    from policies.serve_config import ServeConfig, build_engine
-    from policies.server import PolicyServer, serve
-    from policies.tokenizer import TextTokenizer
+    from policies.serve_config import ServeConfig, ServeConfigError, build_engine
 
     config = ServeConfig.load(args.config)
     overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     if overrides:  # validated like the YAML itself
         server_options = type(config.server).model_validate({**config.server.model_dump(), **overrides})
         config = config.model_copy(update={"server": server_options})
+    sock = listen(config.server.host, config.server.port)
     log.info("serve config: %s", config.model_dump_json())
+
+    from policies.server import PolicyServer, serve
+    from policies.tokenizer import TextTokenizer
+
     tokenizer = TextTokenizer(config.tokenizer) if config.tokenizer else None
     engine = build_engine(config)
     if tokenizer is not None and tokenizer.vocab_size > engine.vocab_size:
-        raise SystemExit(
-            f"tokenizer {config.tokenizer} has {tokenizer.vocab_size} tokens but the policy's vocabulary is "
-            f"{engine.vocab_size}: ids past it could not be embedded"
+        raise ServeConfigError(
+            f"{args.config}: tokenizer {config.tokenizer} has {tokenizer.vocab_size} tokens but the policy's "
+            f"vocabulary is {engine.vocab_size}: ids past it could not be embedded"
         )
     server = PolicyServer(engine, config.server, tokenizer)
     try:
-        asyncio.run(serve(server, config.server.host, config.server.port))
+        asyncio.run(serve(server, sock))
     except KeyboardInterrupt:
         log.info("stopped")
     return 0

@@ -6,11 +6,15 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from policies.config import MoEArchitecture
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+
+
+class ServeConfigError(ValueError):
+    """A serve config file that cannot be used; the message names the file and the field."""
 
 
 class MoEPolicySource(BaseModel):
@@ -96,8 +100,19 @@ class ServeConfig(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> ServeConfig:
-        """Read a YAML file; relative paths inside are relative to the working directory (the repo root)."""
-        return cls.model_validate(yaml.safe_load(Path(path).read_text()) or {})
+        """Read a YAML file; relative paths inside are relative to the working directory (the repo root).
+
+        ServeConfigError names the file and, for an invalid field, its dotted path."""
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+            raise ServeConfigError(f"{path}: cannot read the serve config: {getattr(err, 'strerror', None) or err}") from err
+        try:
+            return cls.model_validate(data)
+        except ValidationError as err:
+            fields = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in err.errors())
+            raise ServeConfigError(f"{path}: {fields}") from err
 
 
 def build_engine(config: ServeConfig):  # -> GenerationEngine (imports torch lazily)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import time
 import uuid
 from collections import deque
@@ -346,13 +347,13 @@ def _usage(prompts: list[list[int]], results: list[Completion]) -> Usage:
     return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
 
 
-async def serve(server: PolicyServer, host: str, port: int) -> None:
-    """Run until cancelled; logs the bound address (port 0 picks a free one)."""
+async def serve(server: PolicyServer, sock: socket.socket) -> None:
+    """Run on a listening socket (`policies.serve_cli.listen`) until cancelled; logs the bound address."""
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
+    site = web.SockSite(runner, sock)
     await site.start()
-    bound = site._server.sockets[0].getsockname()  # type: ignore[union-attr]
+    bound = sock.getsockname()
     log.info("policy server listening on http://%s:%d (model %s)", bound[0], bound[1], server.model_name)
     try:
         await asyncio.Event().wait()

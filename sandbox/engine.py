@@ -20,11 +20,12 @@ from typing import Any, Callable, TypeVar
 from urllib.parse import urlparse
 
 import docker
+import requests
 import trio
 from docker.types import LogConfig, Ulimit
 
 from sandbox.config import SandboxConfig
-from sandbox.errors import ImageMissing, InfraError
+from sandbox.errors import EngineUnreachable, ImageMissing, InfraError
 from sandbox.labels import Labels
 from sandbox.seccomp import security_opt
 
@@ -39,6 +40,13 @@ STREAM_HEADER = struct.Struct(">BxxxI")
 IPC_SYSCTLS = {"kernel.shmmni": "256", "kernel.msgmni": "256", "kernel.sem": "250 32000 32 256"}
 # trio renamed the flag; support both so a newer trio does not break thread calls.
 _ABANDON = "abandon_on_cancel" if "abandon_on_cancel" in inspect.signature(trio.to_thread.run_sync).parameters else "cancellable"
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The first error of a chain (requests wraps urllib3, which wraps the socket's ``ENOENT``)."""
+    while exc.__cause__ or exc.__context__:
+        exc = exc.__cause__ or exc.__context__
+    return exc
 
 
 def engine_url(config: SandboxConfig) -> str:
@@ -63,7 +71,7 @@ class Engine:
                     base_url=self.url, timeout=int(self.config.engine.timeout_s), version=self.config.engine.api_version
                 )
             except docker.errors.DockerException as exc:
-                raise InfraError(f"cannot reach the Docker engine at {self.url}: {exc}") from exc
+                raise EngineUnreachable(f"cannot reach the Docker engine at {self.url}: {exc}") from exc
         return self._client
 
     async def call(self, what: str, fn: Callable[..., T], *args: Any, timeout: float | None = None, **kwargs: Any) -> T:
@@ -76,6 +84,9 @@ class Engine:
             raise InfraError(f"Docker engine call {what!r} did not answer within {deadline:.0f}s") from None
         except docker.errors.NotFound:
             raise
+        except requests.exceptions.ConnectionError as exc:  # no socket, refused: nothing listens (not a slow engine)
+            raise EngineUnreachable(f"the Docker engine at {self.url} does not answer: {root_cause(exc)} "
+                                    f"(call {what!r})") from exc
         except (docker.errors.DockerException, OSError, ValueError) as exc:
             raise InfraError(f"Docker engine call {what!r} failed: {exc}") from exc
 
@@ -89,7 +100,7 @@ class Engine:
 
     def image_missing(self) -> ImageMissing:
         return ImageMissing(
-            f"image {self.config.image} is not on the Docker engine at {self.url}: build it with "
+            f"image {self.config.image} is not on the Docker engine at {self.url} — build it with "
             "`python -m gym images build` (`bin/setup` runs it; SWE instance images need `--swe FILE`)"
         )
 

@@ -9,6 +9,10 @@ class InfraError(SandboxError):
     """The sandbox itself failed (engine down or slow, runner lost). Never a reward of 0."""
 
 
+class EngineUnreachable(InfraError):
+    """The Docker engine does not answer at all (no socket, connection refused): dockerd is down or elsewhere."""
+
+
 class ImageMissing(InfraError):
     """The workspace image is not on the engine: a set-up fault, named with the command that builds it."""
 
@@ -19,3 +23,7 @@ class BudgetExceeded(SandboxError):
 
 class WorkspaceClosed(SandboxError):
     """The workspace was released; no more calls."""
+
+
+class SandboxConfigError(SandboxError, ValueError):
+    """A sandbox config file that cannot be used; the message names the file and the field."""

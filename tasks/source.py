@@ -22,6 +22,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -129,4 +130,9 @@ def read_rows(path: Path, reader: Reader = "auto") -> Iterator[tuple[int, dict[s
         return
     if not path.name.endswith(_JSONL_SUFFIXES + _JSON_SUFFIXES):
         raise SourceError(f"{path}: the plain reader handles .jsonl, .ndjson and .json (optionally .gz)")
-    yield from _plain_rows(path)
+    try:  # a whole file that is not text is the file's fault, not one row's
+        yield from _plain_rows(path)
+    except UnicodeDecodeError as err:
+        raise SourceError(f"{path}: not UTF-8 text (a binary file?): {err.reason}") from err
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        raise SourceError(f"{path}: not a readable gzip file: {err}") from err

@@ -15,16 +15,12 @@ def run(args: argparse.Namespace) -> int:
 
     from sandbox.config import SandboxConfig
     from sandbox.engine import Engine
-    from sandbox.errors import InfraError
     from sandbox.gc import collect
 
     async def main() -> int:
         engine = Engine(SandboxConfig())
-        try:
+        try:  # an engine that does not answer is the CLI's one-line error (exit 3)
             removed = await collect(engine, everything=args.all, dry_run=args.dry_run)
-        except InfraError as exc:
-            print(f"gc failed: {exc}")
-            return 1
         finally:
             engine.close()
         verb = "would remove" if args.dry_run else "removed"

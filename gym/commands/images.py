@@ -7,10 +7,8 @@
 from __future__ import annotations
 
 import argparse
-import logging
+import os
 from pathlib import Path
-
-log = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
@@ -30,23 +28,21 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import docker
 
-    from images.build import ImageBuildError, build_all
+    from images.build import build_all
+    from sandbox.engine import DEFAULT_SOCKET, root_cause
+    from sandbox.errors import EngineUnreachable
 
     try:
         client = docker.from_env(version="auto", timeout=600)
         client.ping()
-    except docker.errors.DockerException as exc:
-        log.error("cannot reach the Docker engine (is dockerd running? `bin/setup` starts it): %s", exc)
-        return 1
-    try:
-        images = build_all(client, force=args.force)
-        if args.swe is not None:
-            from images.swe import build_task_file
+    except docker.errors.DockerException as exc:  # one line, exit 3 (docs/cli.md); a failed build exits 4
+        url = os.environ.get("DOCKER_HOST") or DEFAULT_SOCKET
+        raise EngineUnreachable(f"the Docker engine at {url} does not answer: {root_cause(exc)}") from exc
+    images = build_all(client, force=args.force)
+    if args.swe is not None:
+        from images.swe import build_task_file
 
-            images += build_task_file(client, args.swe, args.repos_dir, force=args.force)
-    except ImageBuildError as exc:
-        log.error("%s", exc)
-        return 1
+        images += build_task_file(client, args.swe, args.repos_dir, force=args.force)
     for image in images:
         state = f"built in {image.seconds:.1f}s" if image.built else "cached"
         print(f"{image.tag:<32} inputs={image.inputs} {state}")

@@ -2,13 +2,12 @@
 
 Reward, pass rate, held-out pass@k, entropy, KL/mismatch and the time split per GRPO step, read from
 ``RUN_DIR/metrics.jsonl``; written to ``RUN_DIR/curves.png`` unless ``--out`` names another file.
-Exit 2 with one line when the directory holds no logged step.
+Exit 5 with one line when the directory holds no logged step (docs/cli.md).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 
@@ -18,12 +17,7 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gym.plot import PlotError, curves
+    from gym.plot import curves
 
-    try:
-        path = curves(args.run_dir, args.out)
-    except PlotError as exc:
-        print(f"plot: {exc}", file=sys.stderr)
-        return 2
-    print(path)
+    print(curves(args.run_dir, args.out))
     return 0

@@ -4,8 +4,8 @@ Each bundle's tool calls run again, in order, in a fresh workspace; its answer
 is graded again in another fresh container; the bundle is also checked
 against its own trajectory (see gym/replay.py). A folder argument means every
 ``*.json`` bundle in it. Prints one line per bundle (and each difference);
-exits 0 when every bundle replayed identically, 1 otherwise. ``--json FILE``
-writes the reports.
+exits 0 when every bundle replayed identically, 1 otherwise (5 for a file that
+is not a bundle, docs/cli.md). ``--json FILE`` writes the reports.
 """
 
 from __future__ import annotations
@@ -33,16 +33,14 @@ def bundle_paths(arguments: list[Path]) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gym.bundle import BundleError
+    from gym.fault import CommandError, ExitCode
     from gym.replay import replay_files
 
     paths = bundle_paths(args.bundles)
     if not paths:
-        raise SystemExit(f"no bundles in {', '.join(map(str, args.bundles))}")
-    try:
-        reports = replay_files(paths, concurrency=args.concurrency, trust_sandbox=args.trust_bundle_sandbox)
-    except BundleError as exc:
-        raise SystemExit(str(exc)) from None
+        raise CommandError(f"no bundles in {', '.join(map(str, args.bundles))}",
+                           "pass bundle files, or a folder of them (RUN/bundles/)", ExitCode.INPUT)
+    reports = replay_files(paths, concurrency=args.concurrency, trust_sandbox=args.trust_bundle_sandbox)
     for report in reports:
         status = "identical" if report.identical else f"{len(report.differences)} DIFFERENCES"
         print(f"{report.bundle}: {report.task_id}: {report.tool_calls} tool calls, reward "

@@ -110,11 +110,7 @@ def transcript(bundle, full: bool = False) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gym.bundle import BundleError, read_bundle
+    from gym.bundle import read_bundle
 
-    try:
-        bundle = read_bundle(args.bundle)
-    except BundleError as exc:
-        raise SystemExit(str(exc)) from None
-    print(transcript(bundle, args.full))
+    print(transcript(read_bundle(args.bundle), args.full))
     return 0

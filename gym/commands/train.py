@@ -6,7 +6,8 @@ error names the field. ``--set KEY=VALUE`` (repeatable) overrides a field before
 ``torchrun --nproc-per-node N -m gym train CONFIG`` rank 0 runs the rollouts and every rank trains
 its shard. The run directory gets checkpoints, metrics.jsonl, trajectories.jsonl, replay bundles,
 config.json and summary.json. A run that stops on a trainer error (too many masked samples:
-`loop.max_masked_share`) prints it as one line and exits 1.
+`loop.max_masked_share`) prints it as one line and exits 1; a bad config exits 2, a run directory
+that cannot be written 6, checked before the policy is built (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import tempfile
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -33,9 +35,19 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
                  scope=" from the top of the training config (an environment given as a file is read in first)")
 
 
+def writable(run_dir: Path) -> None:
+    """Raise the OSError now, not after the policy is built, when ``run_dir`` cannot be written.
+
+    An empty directory left behind is no earlier run to set aside (trainer.loop)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=run_dir):
+        pass
+
+
 def run(args: argparse.Namespace) -> int:
+    from gym.fault import CommandError
     from gym.overrides import OverrideError, exit_usage
-    from trainer.config import ConfigError, TrainConfig
+    from trainer.config import TrainConfig
 
     overrides = list(args.set)  # the dedicated flags are overrides too, applied after --set
     if args.steps is not None:
@@ -48,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
         config = TrainConfig.load(args.config, overrides=overrides)
     except OverrideError as err:
         exit_usage("train", err)
-    except ConfigError as err:
-        raise SystemExit(f"config error:\n{err}") from None
+    writable(Path(config.run_dir))
 
     from trainer.errors import TrainerError
     from trainer.loop import train
@@ -57,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         summary = train(config, resume=args.resume)
     except TrainerError as err:  # e.g. MaskedShareError: summary.json is already written
-        raise SystemExit(f"train stopped: {err} (summary: {config.run_dir / 'summary.json'})") from None
+        raise CommandError(f"train stopped: {err}", f"see {config.run_dir / 'summary.json'}") from err
     if summary:
         print(json.dumps(summary, indent=2))
         log.info("run %s: %d steps in %.1f s, peak RSS %.0f MB, reward %s -> %s, %d masked (share %.3f)",

@@ -91,4 +91,4 @@ def test_cli_lists_the_catalog_and_refuses_unknown_names():
     listing = subprocess.run([sys.executable, "-m", "gym", "killtest", "--list"], cwd=ROOT, capture_output=True, text=True)
     assert listing.returncode == 0 and f"{len(CATALOG)} attacks" in listing.stdout
     unknown = subprocess.run([sys.executable, "-m", "gym", "killtest", "--only", "nope"], cwd=ROOT, capture_output=True, text=True)
-    assert unknown.returncode == 2 and "unknown attack or group: nope" in unknown.stdout
+    assert unknown.returncode == 2 and unknown.stderr == "gym: error: unknown attack or group: nope — see `python -m gym killtest --list`\n"

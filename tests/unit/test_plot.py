@@ -49,7 +49,7 @@ def test_a_run_without_eval_or_steps(tmp_path):
         curves(tmp_path / "missing")
 
 
-def test_the_cli_writes_the_png_or_exits_2_with_one_line(tmp_path):
+def test_the_cli_writes_the_png_or_exits_5_with_one_line(tmp_path):
     folder = run_dir(tmp_path)
     out = tmp_path / "out.png"
     done = subprocess.run([sys.executable, "-m", "gym", "plot", str(folder), "--out", str(out)], cwd=ROOT,
@@ -57,4 +57,5 @@ def test_the_cli_writes_the_png_or_exits_2_with_one_line(tmp_path):
     assert done.returncode == 0 and done.stdout.strip() == str(out) and out.read_bytes()[:8] == PNG
     missing = subprocess.run([sys.executable, "-m", "gym", "plot", str(tmp_path / "nope")], cwd=ROOT,
                              capture_output=True, text=True, timeout=120)
-    assert missing.returncode == 2 and missing.stderr.strip().startswith("plot: ") and "Traceback" not in missing.stderr
+    assert missing.returncode == 5 and "Traceback" not in missing.stderr
+    assert missing.stderr.startswith(f"gym: error: {tmp_path / 'nope'}") and missing.stderr.count("\n") == 1

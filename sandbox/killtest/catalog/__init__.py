@@ -31,6 +31,6 @@ def select(names: list[str] | None, catalog: tuple[Attack, ...] = CATALOG) -> tu
     known = {a.name for a in catalog}
     unknown = [n for n in names if n not in known and n not in GROUPS]
     if unknown:
-        raise UnknownAttack(f"unknown attack or group: {', '.join(unknown)} (see `python -m gym killtest --list`)")
+        raise UnknownAttack(f"unknown attack or group: {', '.join(unknown)} — see `python -m gym killtest --list`")
     wanted = set(names)
     return tuple(a for a in catalog if a.name in wanted or a.group in wanted)
