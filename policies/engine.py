@@ -1,12 +1,20 @@
 """The generation engine: batched sampling with a KV cache, token ids and logprobs out.
 
-Prompts are left-padded into one batch; the prompt is prefilled once and every following step
-feeds only the newly sampled token against the cache (`mode="recompute"` re-runs the whole
-sequence each step instead; the benchmark and the equality test use it). Each row has its own
-sampling settings and seeded generator, its own stop tokens and token budget.
+Three modes, one contract (each row has its own sampling settings and seeded generator, its own
+stop tokens and token budget; every token of a completion comes from one weights version, which
+the completion reports):
 
-Weight updates and generation take the same lock, so every token of a completion comes from one
-weights version, which the completion reports.
+* ``continuous`` (the default for our MoE policy): `policies.continuous` — a worker thread runs
+  one decode step at a time over a static KV cache; sequences of every caller join and leave the
+  running batch per step, identical prompts are prefilled once. Weight updates wait for the running
+  rows to finish.
+* ``kv_cache`` (the default for other `transformers` models, whose attention takes a
+  `DynamicCache`): each call's prompts are left-padded into one batch, prefilled once, then every
+  step feeds only the newly sampled token; the batch runs until its longest row stops.
+* ``recompute``: as ``kv_cache`` but re-runs the whole sequence every step (the benchmark and the
+  equality tests use it as the reference).
+
+In the batch modes weight updates and generation take the same lock.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -24,13 +33,14 @@ import torch
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import load_file
 
+from policies.continuous import ContinuousBatcher, append_sample, completion_routes, left_padded
 from policies.hf_adapter import CausalLMPolicy
 from policies.sampler import RowSampling, sample
 from policies.sampling import Completion, SamplingParams, check_request
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["kv_cache", "recompute"]
+Mode = Literal["continuous", "kv_cache", "recompute"]
 
 
 @dataclass
@@ -63,16 +73,21 @@ class GenerationEngine:
         self,
         policy: CausalLMPolicy,
         max_batch_size: int = 64,
-        mode: Mode = "kv_cache",
+        mode: Mode | None = None,
         pad_token_id: int = 0,
         weights_version: int = 0,
     ) -> None:
         self.policy = policy
         self.max_batch_size = max_batch_size
-        self.mode: Mode = mode
+        if mode == "continuous" and not policy.is_moe:
+            raise ValueError("continuous batching needs the RDEP MoE policy (its attention takes the slot cache)")
+        self.mode: Mode = mode or ("continuous" if policy.is_moe else "kv_cache")
         self.pad_token_id = pad_token_id
         self.weights_version = weights_version
         self._lock = threading.Lock()
+        self._batcher: ContinuousBatcher | None = None
+        if self.mode == "continuous":
+            self._batcher = ContinuousBatcher(policy, max_batch_size, pad_token_id, lambda: self.weights_version)
 
     @property
     def model_name(self) -> str:
@@ -92,15 +107,34 @@ class GenerationEngine:
     def check_request(self, prompt: list[int], params: SamplingParams) -> None:
         check_request(prompt, params, self.vocab_size, self.context_length)
 
-    def generate_batch(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
+    @property
+    def continuous(self) -> bool:
+        """Whether `submit` admits rows into a running batch (else each call is its own batch)."""
+        return self._batcher is not None
+
+    @staticmethod
+    def _seeds(params: list[SamplingParams]) -> list[int]:
+        return [(p.seed + i) if p.seed is not None else int.from_bytes(os.urandom(7), "little")
+                for i, p in enumerate(params)]
+
+    def _check(self, prompts: list[list[int]], params: list[SamplingParams]) -> None:
         if len(prompts) != len(params):
             raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
         for prompt, p in zip(prompts, params):
             self.check_request(prompt, p)
-        seeds = [
-            (p.seed + i) if p.seed is not None else int.from_bytes(os.urandom(7), "little")
-            for i, p in enumerate(params)
-        ]
+
+    def submit(self, prompts: list[list[int]], params: list[SamplingParams]) -> Future:
+        """Continuous mode: queue the rows and return the future of their completions (any thread)."""
+        if self._batcher is None:
+            raise RuntimeError(f"submit needs the continuous mode, this engine runs {self.mode}")
+        self._check(prompts, params)
+        return self._batcher.submit(prompts, params, self._seeds(params))
+
+    def generate_batch(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
+        if self._batcher is not None:
+            return self.submit(prompts, params).result()
+        self._check(prompts, params)
+        seeds = self._seeds(params)
         out: list[Completion] = []
         with self._lock:
             for start in range(0, len(prompts), self.max_batch_size):
@@ -112,13 +146,7 @@ class GenerationEngine:
         device = self.policy.device
         rows = [_Row(params=p) for p in params]
         sampling = RowSampling.build(params, seeds, device)
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.int64, device=device)
-        mask = torch.zeros_like(ids)
-        for b, prompt in enumerate(prompts):
-            ids[b, width - len(prompt) :] = torch.tensor(prompt, device=device)
-            mask[b, width - len(prompt) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp_min(0)
+        ids, mask, positions = left_padded(prompts, self.pad_token_id, device)
         budget = max(p.max_tokens for p in params)
         prompt_routes = None
         for step, (logits, routes) in enumerate(self._decode(ids, mask, positions, rows, sampling, budget)):
@@ -131,7 +159,7 @@ class GenerationEngine:
             drawn = sample(logits, sampling)
             for b, row in enumerate(rows):
                 if row.finish_reason is None:
-                    self._append(row, drawn, b)
+                    append_sample(row, drawn, b)
         return [self._completion(row, prompt_routes, b, len(prompts[b])) for b, row in enumerate(rows)]
 
     def _decode(self, ids, mask, positions, rows, sampling, budget) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
@@ -161,24 +189,11 @@ class GenerationEngine:
                 out = self.policy.step(seq, seq_mask, seq_pos, None)
             yield out.logits[:, -1], None if out.routes is None else out.routes[:, :, -1]
 
-    @staticmethod
-    def _append(row: _Row, drawn, b: int) -> None:
-        token = int(drawn.tokens[b])
-        row.tokens.append(token)
-        row.logprobs.append(float(drawn.logprobs[b]))
-        row.raw_logprobs.append(float(drawn.raw_logprobs[b]))
-        if token in row.params.stop_token_ids:
-            row.finish_reason = "stop"
-        elif len(row.tokens) >= row.params.max_tokens:
-            row.finish_reason = "length"
-
     def _completion(self, row: _Row, prompt_routes: torch.Tensor | None, b: int, prompt_len: int) -> Completion:
         routes = None
         if row.params.return_routed_experts and prompt_routes is not None:
             prompt_part = prompt_routes[:, b, prompt_routes.shape[2] - prompt_len :]  # (L, P, K)
-            fed = [r[:, None] for r in row.routes[: len(row.tokens) - 1]]  # each (L, 1, K)
-            last = torch.full_like(prompt_part[:, :1], -1)  # the last token is never fed forward
-            routes = torch.cat([prompt_part, *fed, last], dim=1).tolist()
+            routes = completion_routes(prompt_part, row.routes, len(row.tokens))
         return Completion(
             token_ids=row.tokens,
             logprobs=row.logprobs,
@@ -189,12 +204,18 @@ class GenerationEngine:
         )
 
     def load_state_dict(self, state: dict[str, torch.Tensor], version: int | None = None) -> int:
-        """Swap in new weights between batches; returns the new weights version."""
+        """Swap in new weights between batches (continuous: once the running rows finished); returns the
+        new weights version."""
+        if self._batcher is not None:
+            return int(self._batcher.run_exclusive(lambda: self._load(state, version)))
         with self._lock:
-            count = self.policy.load_state_dict(state)
-            self.weights_version = self.weights_version + 1 if version is None else version
-            log.info("loaded %d tensors; weights version %d", count, self.weights_version)
-            return self.weights_version
+            return self._load(state, version)
+
+    def _load(self, state: dict[str, torch.Tensor], version: int | None) -> int:
+        count = self.policy.load_state_dict(state)
+        self.weights_version = self.weights_version + 1 if version is None else version
+        log.info("loaded %d tensors; weights version %d", count, self.weights_version)
+        return self.weights_version
 
     def load_checkpoint(self, path: Path, version: int | None = None) -> int:
         return self.load_state_dict(checkpoint_tensors(Path(path)), version)

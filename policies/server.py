@@ -93,6 +93,7 @@ class PolicyServer:
         self.model_name = options.served_model_name or engine.model_name
         self._pending: deque[_Job] = deque()  # requests waiting for the engine (bounded)
         self._arrived = asyncio.Event()
+        self._inflight = 0  # continuous engine: jobs handed over and not done yet
         self._worker: asyncio.Task | None = None
 
     def app(self) -> web.Application:
@@ -129,6 +130,10 @@ class PolicyServer:
             while not self._pending:
                 self._arrived.clear()
                 await self._arrived.wait()
+            if getattr(self.engine, "continuous", False):  # each job joins the running batch at the next step
+                while self._pending:
+                    self._submit(self._pending.popleft())
+                continue
             jobs = self._next_batch()
             prompts = [p for job in jobs for p in job.prompts]
             params = [p for job in jobs for p in job.params]
@@ -145,6 +150,27 @@ class PolicyServer:
                 if not job.done.done():
                     job.done.set_result(results[start : start + len(job.prompts)])
                 start += len(job.prompts)
+
+    def _submit(self, job: _Job) -> None:
+        """Continuous engine: hand the job over now; it stays counted against the queue bound until done."""
+        self._inflight += 1
+        try:
+            future = asyncio.wrap_future(self.engine.submit(job.prompts, job.params))
+        except Exception as exc:  # refused before it ran (the engine is closed)
+            self._inflight -= 1
+            job.done.set_exception(exc)
+            return
+
+        def settle(done: asyncio.Future) -> None:
+            self._inflight -= 1
+            if job.done.done():
+                return
+            if done.exception() is not None:
+                job.done.set_exception(done.exception())
+            else:
+                job.done.set_result(done.result())
+
+        future.add_done_callback(settle)
 
     async def _run_alone(self, job: _Job) -> None:
         try:
@@ -165,8 +191,8 @@ class PolicyServer:
                 self.engine.check_request(prompt, p)
             except EngineError as exc:
                 raise BadRequest(str(exc)) from exc
-        if len(self._pending) >= self.options.max_queued_requests:
-            raise _Overloaded(len(self._pending))
+        if len(self._pending) + self._inflight >= self.options.max_queued_requests:
+            raise _Overloaded(len(self._pending) + self._inflight)
         job = _Job(prompts, params)
         self._pending.append(job)
         self._arrived.set()

@@ -1,9 +1,11 @@
 """The rollout engine as the trainer drives it: shared batches for concurrent episodes, routes kept for R3.
 
 * `BatchingEngine`: a trio `RolloutEngine` over a synchronous engine (`GenerationEngine`). Episodes
-  call `generate` with one context each; calls that arrive together are served in one
-  `generate_batch` (each row keeps its own seed, so a sample does not depend on its batch mates),
-  run in a worker thread so tools and grading go on meanwhile.
+  call `generate` with one context each. A continuous engine (`GenerationEngine.continuous`) takes
+  every call as it comes (`submit`) and joins its rows into the running batch at the next decode
+  step; otherwise calls that arrive together are served in one `generate_batch`, run in a worker
+  thread so tools and grading go on meanwhile. Each row keeps its own seed, so a sample does not
+  depend on its batch mates.
 * `RouteRecorder`: wraps any `RolloutEngine`, asks for the routed experts of every call and keeps
   them keyed by the token sequence they cover, so the trainer can attach the routes of a finished
   trajectory (`take`) without the gym carrying them.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,6 +56,9 @@ class BatchingEngine:
     async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         for prompt in prompts:
             self.engine.check_request(prompt, params)  # raises EngineError for this caller only
+        if getattr(self.engine, "continuous", False):
+            self.batches.append(len(prompts))
+            return await wait_future(self.engine.submit(prompts, [params] * len(prompts)))
         request = _Request(prompts=prompts, params=params)
         self._pending.append(request)
         while not request.done:
@@ -93,6 +99,21 @@ class BatchingEngine:
         finally:
             self._busy = False
             self._finished.set()
+
+
+async def wait_future(future: Future):
+    """The result of a `concurrent.futures.Future` completed by another thread, without holding a trio thread."""
+    token, done = trio.lowlevel.current_trio_token(), trio.Event()
+
+    def wake(_: Future) -> None:
+        try:
+            token.run_sync_soon(done.set)
+        except trio.RunFinishedError:  # the run ended while the rows were decoding: nobody waits
+            pass
+
+    future.add_done_callback(wake)
+    await done.wait()
+    return future.result()
 
 
 def sequence_key(ids: Sequence[int]) -> str:

@@ -4,6 +4,7 @@ loopback aiohttp server in this process, with the deterministic ScriptedEngine b
 from __future__ import annotations
 
 import asyncio
+import time
 
 import aiohttp
 from aiohttp.test_utils import TestServer
@@ -102,3 +103,45 @@ def test_requests_are_bounded_in_sequences_and_body_size() -> None:
     assert statuses == [400, 413, 400, 200], results
     assert "max_sequences_per_request" in results[0][1]["error"]["message"]
     assert "max_json_body_bytes" in results[1][1]["error"]["message"]
+
+
+def test_a_continuous_engine_answers_a_short_request_before_a_long_one_that_came_first() -> None:
+    from policies.engine import GenerationEngine
+    from policies.hf_adapter import CausalLMPolicy
+    from tests.unit.test_policy_model import small_model
+
+    class Paced(CausalLMPolicy):  # 20 ms a forward: the long request runs about 2 s
+        def step(self, *args, **kwargs):
+            time.sleep(0.02)
+            return super().step(*args, **kwargs)
+
+    engine = GenerationEngine(Paced(small_model()), max_batch_size=8)
+    assert engine.continuous
+    server = PolicyServer(engine, ServerOptions(max_queued_requests=2))
+    finished: list[str] = []
+
+    async def scenario() -> list[tuple[int, dict]]:
+        async with TestServer(server.app(), host="127.0.0.1") as test_server:
+            async with aiohttp.ClientSession() as session:
+                async def one(name: str, body: dict, delay_s: float) -> tuple[int, dict]:
+                    await asyncio.sleep(delay_s)
+                    async with session.post(test_server.make_url("/v1/completions"), json=body) as response:
+                        result = response.status, await response.json()
+                    finished.append(name)
+                    return result
+
+                return await asyncio.gather(
+                    one("long", {"prompt": [1, 2, 3], "max_tokens": 100, "seed": 1}, 0.0),
+                    one("short", {"prompt": [4, 5], "max_tokens": 20, "seed": 2}, 0.1),
+                    one("over", {"prompt": [6], "max_tokens": 2, "seed": 3}, 0.2),  # a third while two run: 503
+                )
+
+    (long_status, long_body), (short_status, short_body), (over_status, _) = asyncio.run(scenario())
+    assert (long_status, short_status, over_status) == (200, 200, 503)
+    assert finished.index("short") < finished.index("long")
+    alone = GenerationEngine(CausalLMPolicy(small_model()), mode="kv_cache")
+    from policies.sampling import SamplingParams
+
+    for body, prompt, n, seed in ((long_body, [1, 2, 3], 100, 1), (short_body, [4, 5], 20, 2)):
+        expected = alone.generate_batch([prompt], [SamplingParams(max_tokens=n, seed=seed)])[0].token_ids
+        assert body["choices"][0]["token_ids"] == expected

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -140,3 +142,102 @@ def test_scripted_engine_is_deterministic() -> None:
     out = engine.generate_batch([[1, 2]], [SamplingParams(max_tokens=5, stop_token_ids=[5])])
     assert out[0].token_ids == [7, 5] and out[0].finish_reason == "stop"
     assert engine.load_safetensors(b"") == 1 and engine.generate_batch([[1]], [SamplingParams(max_tokens=1)])[0].weights_version == 1
+
+
+def _same(a, b) -> None:
+    assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
+    # measured max |diff| ~5e-7 (kv vs recompute); margin 20x
+    assert max(abs(x - y) for x, y in zip(a.raw_logprobs, b.raw_logprobs)) < 1e-5
+    assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-5
+
+
+def test_continuous_batching_equals_the_batch_path_routes_included(policy) -> None:
+    params = [SamplingParams(max_tokens=n, seed=5, return_routed_experts=True, stop_token_ids=[3]) for n in (9, 2, 6)]
+    continuous = GenerationEngine(policy)
+    assert continuous.mode == "continuous" and continuous.continuous
+    for a, b in zip(continuous.generate_batch(PROMPTS, params), GenerationEngine(policy, mode="kv_cache").generate_batch(PROMPTS, params)):
+        _same(a, b)
+        assert a.routed_experts == b.routed_experts
+
+
+def test_rows_join_a_running_batch_and_leave_it_when_they_stop(policy) -> None:
+    engine = GenerationEngine(policy, max_batch_size=4)
+    order: list[str] = []
+    long = engine.submit([PROMPTS[0]], [SamplingParams(max_tokens=60, seed=1)])
+    long.add_done_callback(lambda _: order.append("long"))
+    short = engine.submit(PROMPTS[1:], [SamplingParams(max_tokens=3, seed=2)] * 2)
+    short.add_done_callback(lambda _: order.append("short"))
+    # more rows than slots: they wait for a free slot, then run
+    many = engine.submit([PROMPTS[2]] * 6, [SamplingParams(max_tokens=4, seed=3)] * 6)
+    results = long.result(), short.result(), many.result()
+    assert order[0] == "short"  # a 3-token row did not wait for the 60-token one
+    alone = GenerationEngine(policy, mode="kv_cache")
+    expected = (alone.generate_batch([PROMPTS[0]], [SamplingParams(max_tokens=60, seed=1)]),
+                alone.generate_batch(PROMPTS[1:], [SamplingParams(max_tokens=3, seed=2)] * 2),
+                alone.generate_batch([PROMPTS[2]] * 6, [SamplingParams(max_tokens=4, seed=3)] * 6))
+    for got, want in zip(results, expected):
+        for a, b in zip(got, want, strict=True):
+            _same(a, b)
+
+
+def test_identical_prompts_are_prefilled_once(policy) -> None:
+    engine = GenerationEngine(policy)
+    group = engine.generate_batch([PROMPTS[0]] * 8, [SamplingParams(max_tokens=5, seed=9)] * 8)
+    assert engine._batcher.prefills == 1 and engine._batcher.admitted == 8
+    assert len({tuple(c.token_ids) for c in group}) > 1  # 8 seeds, one prefill, different samples
+
+
+def test_the_live_window_moves_for_long_prompts_and_at_the_capacity(policy) -> None:
+    """A 100-token prompt joins a row that has 5 (the window moves right), and rows keep running past the
+    128-column capacity (it moves back left); every row still samples what it samples alone."""
+    engine = GenerationEngine(policy, max_batch_size=4)
+    prompts = [[1] * 5, list(range(1, 61)) + list(range(1, 41)), [2] * 20]
+    params = [SamplingParams(max_tokens=n, seed=4) for n in (120, 25, 100)]
+    futures = [engine.submit([p], [q]) for p, q in zip(prompts, params)]
+    got = [f.result()[0] for f in futures]
+    assert engine._batcher.cache.moves >= 2
+    alone = GenerationEngine(policy, mode="kv_cache")
+    for p, q, a in zip(prompts, params, got):
+        _same(a, alone.generate_batch([p], [q])[0])
+
+
+def test_a_weight_update_waits_for_running_rows(policy) -> None:
+    engine = GenerationEngine(CausalLMPolicy(small_model()))
+    running = engine.submit([PROMPTS[0]], [SamplingParams(max_tokens=40, temperature=0.0)])
+    while not engine._batcher.admitted:  # the row runs before the update is asked for
+        time.sleep(0.001)
+    with ThreadPoolExecutor(1) as pool:
+        update = pool.submit(engine.load_state_dict, small_model(seed=3).state_dict())
+        assert update.result() == 1
+    after = engine.generate_batch([PROMPTS[0]], [SamplingParams(max_tokens=40, temperature=0.0)])[0]
+    before = running.result()[0]
+    assert before.weights_version == 0 and after.weights_version == 1 and before.token_ids != after.token_ids
+    # the row that ran across the update call used the old weights only
+    old = GenerationEngine(CausalLMPolicy(small_model()), mode="kv_cache")
+    _same(before, old.generate_batch([PROMPTS[0]], [SamplingParams(max_tokens=40, temperature=0.0)])[0])
+
+
+def test_continuous_needs_our_policy() -> None:
+    class Other:
+        is_moe = False
+
+    with pytest.raises(ValueError, match="RDEP MoE"):
+        GenerationEngine(Other(), mode="continuous")
+
+
+def test_a_dropped_or_closed_engine_stops_its_worker(policy) -> None:
+    import gc
+
+    engine = GenerationEngine(policy)
+    thread = engine._batcher.thread
+    engine.generate_batch(PROMPTS[:1], [SamplingParams(max_tokens=2, seed=0)])
+    del engine
+    for _ in range(50):  # the worker drops its reference within a second of idling; then a collection frees it
+        gc.collect()
+        thread.join(timeout=0.2)
+    assert not thread.is_alive()
+    closed = GenerationEngine(policy)
+    closed._batcher.close()
+    assert not closed._batcher.thread.is_alive()
+    with pytest.raises(EngineError, match="closed"):
+        closed.generate_batch(PROMPTS[:1], [SamplingParams(max_tokens=2, seed=0)])

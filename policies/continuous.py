@@ -1,0 +1,382 @@
+"""Continuous batching over a static KV cache: sequences join and leave the running batch per decode step.
+
+One worker thread owns the model. Callers `submit` prompts (any thread) and get a future of their
+completions; the worker, between two decode steps, admits waiting sequences into free slots
+(prefilling them together, each distinct prompt once: the G samples of a GRPO group share one
+prefill), runs one decode step for every running sequence, and frees the slot of a sequence the
+moment it stops. No batch waits for its longest row.
+
+The cache is preallocated once: keys and values of shape (layers, slots, kv_heads, capacity,
+head_dim), capacity = the model's context. Running sequences occupy slots 0..n-1 and every one
+of them ends at the same column ``end``: a step writes each row's new key/value at ``end`` and
+attends over ``[start, end]``, where ``start`` is where the longest running row begins; shorter
+rows mask the columns before their own start. A prompt is placed so that it ends at ``end``
+(the live window moves right when a prompt is longer than ``end``, and left when ``end`` reaches
+the capacity: one copy of the window, rarely). A finished row's slot is refilled by the last row
+(one row's copy), so every step works on the contiguous slots 0..n-1 without gathering.
+
+Weights: `update` runs on the worker when no sequence is running; while one waits, nothing new is
+admitted, so every completion comes from one weights version (an update waits for the running
+rows to finish; requests that arrive meanwhile start on the new weights).
+
+Rotary positions are per row (a row's position is its own token count), so where a row sits in the
+cache never changes what it computes; samples draw from each row's own seeded generator, so they do
+not depend on batch mates either.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from transformers import DynamicCache
+
+from policies.hf_adapter import CausalLMPolicy
+from policies.sampler import RowSampling, sample
+from policies.sampling import Completion, EngineError, SamplingParams
+
+log = logging.getLogger(__name__)
+
+_LIVE: weakref.WeakSet[ContinuousBatcher] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Stop every worker before the interpreter tears torch down (a thread left inside it aborts the process)."""
+    for batcher in list(_LIVE):
+        batcher.close()
+
+
+def left_padded(prompts, pad_token_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Prompts as one left-padded batch: ids, attention mask (1 = token) and positions, each (B, longest)."""
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.int64, device=device)
+    mask = torch.zeros_like(ids)
+    for b, prompt in enumerate(prompts):
+        ids[b, width - len(prompt):] = torch.tensor(prompt, device=device)
+        mask[b, width - len(prompt):] = 1
+    return ids, mask, (mask.cumsum(-1) - 1).clamp_min(0)
+
+
+def append_sample(row, drawn, b: int) -> None:
+    """Append row ``b`` of a `Sample` to a sequence's tokens and logprobs; set why it stops, if it does."""
+    token = int(drawn.tokens[b])
+    row.tokens.append(token)
+    row.logprobs.append(float(drawn.logprobs[b]))
+    row.raw_logprobs.append(float(drawn.raw_logprobs[b]))
+    if token in row.params.stop_token_ids:
+        row.finish_reason = "stop"
+    elif len(row.tokens) >= row.params.max_tokens:
+        row.finish_reason = "length"
+
+
+def completion_routes(prompt: torch.Tensor, fed: list[torch.Tensor], tokens: int) -> list:
+    """Routes (L, P + tokens, K) of a completion: the prompt's (L, P, K), then each fed token's (L, K), then -1
+    for the last sampled token, which is never fed forward."""
+    steps = [r[:, None] for r in fed[: tokens - 1]]
+    return torch.cat([prompt, *steps, torch.full_like(prompt[:, :1], -1)], dim=1).tolist()
+
+
+class SlotCache:
+    """The static KV cache, seen by the model's attention through the `Cache.update` contract."""
+
+    def __init__(self, layers: int, slots: int, kv_heads: int, capacity: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device) -> None:
+        shape = (layers, slots, kv_heads, capacity, head_dim)
+        self.keys = torch.zeros(shape, dtype=dtype, device=device)
+        self.values = torch.zeros(shape, dtype=dtype, device=device)
+        self.capacity = capacity
+        self.n = 0  # running rows: slots 0..n-1
+        self.start = 0  # first live column
+        self.end = 0  # the column the next step writes
+        self.moves = 0  # live-window copies (a prompt longer than `end`, or `end` at the capacity)
+
+    # -- the `Cache` contract used by `Attention.forward` and `RdepMoeModel.forward` during a decode step
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.end - self.start
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the step's (n, kv_heads, 1, D) keys/values at column ``end``; return the live window."""
+        self.keys[layer_idx, : self.n, :, self.end] = k[:, :, 0]
+        self.values[layer_idx, : self.n, :, self.end] = v[:, :, 0]
+        window = slice(self.start, self.end + 1)
+        return self.keys[layer_idx, : self.n, :, window], self.values[layer_idx, : self.n, :, window]
+
+    # -- placement
+    def make_room(self, need_end: int) -> None:
+        """Make ``end >= need_end`` and leave a free column at ``end``, moving the live window if needed."""
+        if self.n == 0:
+            self.start = self.end = need_end
+            return
+        if need_end <= self.end < self.capacity:
+            return
+        width = self.end - self.start
+        new_end = max(need_end, width)
+        if new_end >= self.capacity:
+            raise EngineError(f"the KV cache of {self.capacity} columns cannot hold a window of {new_end + 1}")
+        live = (slice(None), slice(0, self.n), slice(None), slice(self.start, self.end))
+        moved = (slice(None), slice(0, self.n), slice(None), slice(new_end - width, new_end))
+        for buffer in (self.keys, self.values):
+            buffer[moved] = buffer[live].clone()
+        self.start, self.end = new_end - width, new_end
+        self.moves += 1
+
+    def move_row(self, source: int, target: int) -> None:
+        """Copy a row's live window from slot ``source`` to slot ``target``."""
+        for buffer in (self.keys, self.values):
+            buffer[:, target, :, self.start : self.end] = buffer[:, source, :, self.start : self.end]
+
+
+@dataclass
+class _Job:
+    """One `submit` call: its sequences and the future of their completions."""
+
+    future: Future
+    completions: list[Completion | None]
+    remaining: int
+
+
+@dataclass
+class _Sequence:
+    """One prompt of a job while it waits or runs."""
+
+    job: _Job
+    index: int  # in the job
+    prompt: list[int]
+    params: SamplingParams
+    generator: torch.Generator
+    length: int = 0  # tokens in the cache
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    raw_logprobs: list[float] = field(default_factory=list)
+    prompt_routes: torch.Tensor | None = None  # (L, P, K)
+    routes: list[torch.Tensor] = field(default_factory=list)  # (L, K) per fed token
+    finish_reason: Literal["stop", "length"] | None = None
+    version: int = 0
+
+
+def _sampling(rows: list[_Sequence], device: torch.device) -> RowSampling:
+    params = [row.params for row in rows]
+    return RowSampling(
+        temperature=torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device),
+        top_k=torch.tensor([p.top_k for p in params], dtype=torch.int64, device=device),
+        top_p=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
+        generators=[row.generator for row in rows],
+    )
+
+
+class ContinuousBatcher:
+    """The worker thread and its scheduling (see the module docstring)."""
+
+    def __init__(self, policy: CausalLMPolicy, slots: int, pad_token_id: int = 0,
+                 version: Callable[[], int] = lambda: 0) -> None:
+        config = policy.model.config
+        self.policy = policy
+        self.slots = slots
+        self.pad_token_id = pad_token_id
+        self.version = version
+        self.cache = SlotCache(config.num_hidden_layers, slots, config.num_key_value_heads, policy.context_length,
+                               config.head_dim, next(policy.model.parameters()).dtype, policy.device)
+        self.running: list[_Sequence] = []
+        self.waiting: deque[_Sequence] = deque()
+        self.updates: deque[tuple[Callable[[], object], Future]] = deque()
+        self.condition = threading.Condition()
+        self.wakeup = threading.Event()  # set with every notify: the idle worker waits on it holding no reference
+        self.prefills = 0  # distinct prompts prefilled (prefix sharing makes it < prompts admitted)
+        self.admitted = 0
+        self.closed = False
+        self.thread = threading.Thread(target=_work, args=(weakref.ref(self),), name="continuous-batcher", daemon=True)
+        self.thread.start()
+        _LIVE.add(self)
+        weakref.finalize(self, self.wakeup.set)
+
+    def close(self) -> None:
+        """Stop the worker once its running rows are done (waiting ones fail); idempotent."""
+        with self.condition:
+            self.closed = True
+            self.condition.notify_all()
+            self.wakeup.set()
+        if threading.current_thread() is not self.thread:
+            self.thread.join(timeout=30)
+
+    # -- callers (any thread)
+    def submit(self, prompts: list[list[int]], params: list[SamplingParams], seeds: list[int]) -> Future:
+        job = _Job(future=Future(), completions=[None] * len(prompts), remaining=len(prompts))
+        device = self.policy.device
+        with self.condition:
+            if self.closed:
+                raise EngineError("the generation engine was closed")
+            for i, (prompt, p, seed) in enumerate(zip(prompts, params, seeds)):
+                generator = torch.Generator(device=device)
+                generator.manual_seed(seed)
+                self.waiting.append(_Sequence(job=job, index=i, prompt=list(prompt), params=p, generator=generator))
+            if not prompts:
+                job.future.set_result([])
+            self.condition.notify_all()
+            self.wakeup.set()
+        return job.future
+
+    def run_exclusive(self, action: Callable[[], object]) -> object:
+        """Run ``action`` on the worker once no sequence is running (nothing is admitted meanwhile)."""
+        future: Future = Future()
+        with self.condition:
+            if self.closed:
+                raise EngineError("the generation engine was closed")
+            self.updates.append((action, future))
+            self.condition.notify_all()
+            self.wakeup.set()
+        return future.result()
+
+    # -- the worker
+    def _next(self) -> tuple[str, object]:
+        """Wait for work: ``("stop", None)``, ``("update", (action, future))`` or ``("step", admitted rows)``."""
+        with self.condition:
+            if not (self.waiting or self.running or self.updates or self.closed):
+                return "idle", None
+            if self.closed and not self.running:
+                error = EngineError("the generation engine was closed")
+                for row in self.waiting:
+                    if not row.job.future.done():
+                        row.job.future.set_exception(error)
+                self.waiting.clear()
+                return "stop", None
+            if self.updates and not self.running:
+                return "update", self.updates.popleft()
+            free = self.slots - len(self.running)
+            blocked = self.updates or self.closed
+            return "step", [] if blocked else [self.waiting.popleft() for _ in range(min(free, len(self.waiting)))]
+
+    def _step(self, admit: list[_Sequence]) -> None:
+        try:
+            if admit:
+                self._prefill(admit)
+            if self.running:
+                self._decode()
+        except Exception as exc:  # a fault of the model step: every running and admitted row fails
+            log.exception("continuous batcher step failed")
+            self._fail(admit + self.running, EngineError(f"generation failed: {type(exc).__name__}: {exc}"))
+
+    def _fail(self, rows: list[_Sequence], error: EngineError) -> None:
+        for row in rows:
+            if not row.job.future.done():
+                row.job.future.set_exception(error)
+        self.running = []
+        self.cache.n, self.cache.start, self.cache.end = 0, 0, 0
+
+    @torch.no_grad()
+    def _prefill(self, admit: list[_Sequence]) -> None:
+        """Prefill each distinct prompt once, place every admitted row in a slot, sample its first token."""
+        device = self.policy.device
+        distinct: dict[tuple[int, ...], int] = {}
+        for row in admit:
+            distinct.setdefault(tuple(row.prompt), len(distinct))
+        prompts = list(distinct)
+        ids, mask, positions = left_padded(prompts, self.pad_token_id, device)
+        width = ids.shape[1]
+        prefill = DynamicCache()
+        out = self.policy.step(ids, mask, positions, prefill)
+        self.prefills += len(prompts)
+        self.admitted += len(admit)
+        cache = self.cache
+        cache.make_room(max(len(row.prompt) for row in admit))
+        version = self.version()
+        for row in admit:
+            b, length = distinct[tuple(row.prompt)], len(row.prompt)
+            slot = cache.n
+            for layer, kv in enumerate(prefill.layers):
+                cache.keys[layer, slot, :, cache.end - length : cache.end] = kv.keys[b, :, width - length :]
+                cache.values[layer, slot, :, cache.end - length : cache.end] = kv.values[b, :, width - length :]
+            cache.n += 1
+            cache.start = min(cache.start, cache.end - length)
+            row.length, row.version = length, version
+            if out.routes is not None and row.params.return_routed_experts:
+                row.prompt_routes = out.routes[:, b, width - length :]
+            self.running.append(row)
+        logits = out.logits[:, -1][[distinct[tuple(row.prompt)] for row in admit]]
+        self._take(admit, logits)
+
+    @torch.no_grad()
+    def _decode(self) -> None:
+        """One step for every running row: feed its last token, sample the next."""
+        device, cache, rows = self.policy.device, self.cache, self.running
+        cache.make_room(0)  # a free column at `end`
+        fed = torch.tensor([row.tokens[-1] for row in rows], dtype=torch.int64, device=device)[:, None]
+        lengths = torch.tensor([row.length for row in rows], dtype=torch.int64, device=device)
+        columns = torch.arange(cache.start, cache.end + 1, device=device)
+        mask = (columns[None, :] >= (cache.end - lengths)[:, None]).to(torch.int64)
+        out = self.policy.step(fed, mask, lengths[:, None], cache)
+        cache.end += 1
+        for b, row in enumerate(rows):
+            row.length += 1
+            if out.routes is not None and row.params.return_routed_experts:
+                row.routes.append(out.routes[:, b, -1])
+        self._take(rows, out.logits[:, -1])
+
+    def _take(self, rows: list[_Sequence], logits: torch.Tensor) -> None:
+        """Append each row's sample; free the slots of rows that stopped, resolve finished jobs."""
+        drawn = sample(logits, _sampling(rows, logits.device))
+        finished = []
+        for b, row in enumerate(rows):
+            append_sample(row, drawn, b)
+            if row.finish_reason is not None:
+                finished.append(row)
+        for row in finished:
+            self._release(row)
+            job = row.job
+            job.completions[row.index] = self._completion(row)
+            job.remaining -= 1
+            if job.remaining == 0 and not job.future.done():
+                job.future.set_result(job.completions)
+
+    def _release(self, row: _Sequence) -> None:
+        slot, last = self.running.index(row), len(self.running) - 1
+        if slot != last:
+            self.cache.move_row(last, slot)
+            self.running[slot] = self.running[last]
+        self.running.pop()
+        self.cache.n -= 1
+        if self.cache.n == 0:
+            self.cache.start = self.cache.end = 0
+        else:
+            self.cache.start = self.cache.end - max(r.length for r in self.running)
+
+    @staticmethod
+    def _completion(row: _Sequence) -> Completion:
+        routes = None if row.prompt_routes is None else completion_routes(row.prompt_routes, row.routes, len(row.tokens))
+        return Completion(token_ids=row.tokens, logprobs=row.logprobs, raw_logprobs=row.raw_logprobs,
+                          routed_experts=routes, finish_reason=row.finish_reason or "length",
+                          weights_version=row.version)
+
+
+def _work(ref: weakref.ref[ContinuousBatcher]) -> None:
+    """The worker loop; it holds its batcher only while there is work, so a dropped engine is collected."""
+    while True:
+        batcher = ref()
+        if batcher is None:
+            return
+        kind, work = batcher._next()
+        if kind == "stop":
+            return
+        if kind == "idle":
+            wakeup = batcher.wakeup
+            del batcher
+            wakeup.wait(timeout=1.0)
+            wakeup.clear()  # `_next` looks again after this: a wake-up set meanwhile is not lost
+            continue
+        if kind == "update":
+            action, future = work
+            try:
+                future.set_result(action())
+            except BaseException as exc:  # the caller sees the error (a bad state dict)
+                future.set_exception(exc)
+        elif kind == "step":
+            batcher._step(work)
+        del batcher, work
