@@ -1,4 +1,7 @@
-"""`python -m gym bench generate`: tokens/s of the tiny policy with the KV cache vs full recompute.
+"""`python -m gym bench generate`: tokens/s of the tiny policy's generation engine.
+
+Two workloads. With ``--requests N``: a GRPO-like stream (below). Without: one batch, KV cache vs
+full recompute (the rest of this paragraph).
 
 Both modes run in one process on the same model, prompts and seeds, and sample exactly
 `new_tokens` per row (no stop tokens), so the ratio compares equal work. In float32 the sampled
@@ -6,13 +9,28 @@ tokens must also be identical (checked); in bf16/fp16 the two paths round differ
 may diverge, so the share of identical tokens is reported (`token_agreement`) instead. Figures (`--json FILE`):
 `tokens_per_s_kv`, `tokens_per_s_recompute`, `speedup`, `new_tokens` (per mode), `batch`,
 `prompt_tokens`, `threads`.
+
+The stream (``--requests N --concurrency C --group G``): N requests in groups of G sharing a prompt
+(GRPO), prompt lengths drawn from [P/2, 3P/2] and token budgets from [O/4, O] (P = --prompt-tokens,
+O = --new-tokens; no stop tokens, so every request samples exactly its budget), issued by C clients
+that each send their next request when the last one returned (closed loop, like C concurrent
+episodes). The same requests, model and weights run through three engines in one process: the
+continuous engine (`policies.continuous`) and the per-call batch engine (`kv_cache`, what the
+trainer ran before), both behind the trainer's `BatchingEngine`, and Hugging Face `generate()`
+in static batches of C (it pads every batch to its longest budget; only requested tokens count).
+Figures: `tokens_per_s` (continuous), `tokens_per_s_batch`, `tokens_per_s_hf`, `speedup_vs_batch`,
+`speedup_vs_hf`, `ttft_p50_ms` / `tpot_p50_ms` (continuous: submit to first token, then per later
+token), `prefills` (distinct prompts the continuous engine prefilled), `new_tokens`, `requests`,
+`concurrency`, `group`, `threads`.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -25,9 +43,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--new-tokens", type=int, default=128, help="tokens sampled per prompt")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    parser.add_argument("--requests", type=int, default=0, metavar="N",
+                        help="run the GRPO-like request stream of N requests (continuous vs batch engine vs HF generate)")
+    parser.add_argument("--concurrency", type=int, default=16, metavar="C", help="stream: clients in flight")
+    parser.add_argument("--group", type=int, default=4, metavar="G", help="stream: requests sharing one prompt")
 
 
 def run(args: argparse.Namespace) -> dict:
+    if args.requests:
+        return run_stream(args)
     import torch
 
     from policies.engine import GenerationEngine
@@ -62,4 +86,105 @@ def run(args: argparse.Namespace) -> dict:
     figures["token_agreement"] = agreement
     figures["speedup"] = figures["tokens_per_s_kv"] / figures["tokens_per_s_recompute"]
     figures.update(batch=args.batch, prompt_tokens=args.prompt_tokens, threads=torch.get_num_threads())
+    return figures
+
+
+@dataclass(frozen=True)
+class _Request:
+    prompt: list[int]
+    max_tokens: int
+    seed: int
+
+
+def _workload(args: argparse.Namespace, vocab_size: int) -> list[_Request]:
+    rng = random.Random(args.seed)
+    requests: list[_Request] = []
+    while len(requests) < args.requests:
+        length = rng.randint(max(1, args.prompt_tokens // 2), args.prompt_tokens * 3 // 2)
+        prompt = [rng.randrange(10, vocab_size) for _ in range(length)]
+        for _ in range(min(args.group, args.requests - len(requests))):
+            budget = rng.randint(max(1, args.new_tokens // 4), args.new_tokens)
+            requests.append(_Request(prompt, budget, rng.randrange(1 << 31)))
+    return requests
+
+
+def _through_batching_engine(engine, requests: list[_Request], concurrency: int) -> float:
+    """Seconds for C trio clients to run every request through the trainer's `BatchingEngine`."""
+    import trio
+
+    from policies.sampling import SamplingParams
+    from trainer.engine import BatchingEngine
+
+    batching = BatchingEngine(engine, engine.max_batch_size)
+    queue = list(reversed(requests))
+
+    async def client() -> None:
+        while queue:
+            request = queue.pop()
+            await batching.generate([request.prompt], SamplingParams(max_tokens=request.max_tokens, seed=request.seed))
+
+    async def main() -> float:
+        started = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(concurrency):
+                nursery.start_soon(client)
+        return time.perf_counter() - started
+
+    return trio.run(main)
+
+
+def _hf_generate(model, requests: list[_Request], batch: int, pad_token_id: int = 0) -> float:
+    """Seconds for `transformers` `generate()` over the requests in static batches (left-padded, sampled)."""
+    import torch
+
+    from policies.continuous import left_padded
+
+    started = time.perf_counter()
+    for start in range(0, len(requests), batch):
+        chunk = requests[start : start + batch]
+        ids, mask, _ = left_padded([r.prompt for r in chunk], pad_token_id, torch.device("cpu"))
+        torch.manual_seed(chunk[0].seed)
+        with torch.no_grad():
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max(r.max_tokens for r in chunk),
+                           min_new_tokens=max(r.max_tokens for r in chunk), do_sample=True, temperature=1.0,
+                           top_k=0, top_p=1.0, pad_token_id=pad_token_id, use_cache=True)
+    return time.perf_counter() - started
+
+
+def run_stream(args: argparse.Namespace) -> dict:
+    import statistics
+
+    import torch
+
+    from policies.engine import GenerationEngine
+    from policies.serve_config import ServeConfig, build_engine
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    served = build_engine(ServeConfig.load(args.config))
+    policy = served.policy
+    requests = _workload(args, served.vocab_size)
+    new_tokens = sum(r.max_tokens for r in requests)
+    warm = requests[: args.concurrency]
+    figures: dict = {}
+    continuous = GenerationEngine(policy, max_batch_size=args.concurrency, mode="continuous")
+    batch = GenerationEngine(policy, max_batch_size=args.concurrency, mode="kv_cache")
+    for name, engine in (("batch", batch), ("continuous", continuous)):
+        _through_batching_engine(engine, warm, args.concurrency)  # warm-up
+        elapsed = _through_batching_engine(engine, requests, args.concurrency)
+        figures[f"tokens_per_s_{name}"] = new_tokens / elapsed
+        log.info("%s engine: %d new tokens in %.2fs", name, new_tokens, elapsed)
+    timings = list(continuous._batcher.timings)[-len(requests):]
+    figures["tokens_per_s"] = figures.pop("tokens_per_s_continuous")
+    _hf_generate(policy.model, warm, args.concurrency)
+    elapsed = _hf_generate(policy.model, requests, args.concurrency)
+    figures["tokens_per_s_hf"] = new_tokens / elapsed
+    log.info("HF generate: %d requested tokens in %.2fs", new_tokens, elapsed)
+    figures["speedup_vs_batch"] = figures["tokens_per_s"] / figures["tokens_per_s_batch"]
+    figures["speedup_vs_hf"] = figures["tokens_per_s"] / figures["tokens_per_s_hf"]
+    figures["ttft_p50_ms"] = 1000 * statistics.median(first - sent for sent, first, _, _ in timings)
+    figures["tpot_p50_ms"] = 1000 * statistics.median((done - first) / (n - 1) for _, first, done, n in timings if n > 1)
+    figures["prefills"] = continuous._batcher.prefills - len(set(map(lambda r: tuple(r.prompt), warm)))
+    figures.update(new_tokens=new_tokens, requests=len(requests), concurrency=args.concurrency, group=args.group,
+                   prompt_tokens=args.prompt_tokens, threads=torch.get_num_threads())
     return figures

@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -161,6 +162,8 @@ class _Sequence:
     routes: list[torch.Tensor] = field(default_factory=list)  # (L, K) per fed token
     finish_reason: Literal["stop", "length"] | None = None
     version: int = 0
+    submitted: float = field(default_factory=time.perf_counter)
+    first_token: float = 0.0
 
 
 def _sampling(rows: list[_Sequence], device: torch.device) -> RowSampling:
@@ -192,6 +195,8 @@ class ContinuousBatcher:
         self.wakeup = threading.Event()  # set with every notify: the idle worker waits on it holding no reference
         self.prefills = 0  # distinct prompts prefilled (prefix sharing makes it < prompts admitted)
         self.admitted = 0
+        # (submitted, first token, done, tokens) of the latest finished rows, perf_counter seconds (bench generate)
+        self.timings: deque[tuple[float, float, float, int]] = deque(maxlen=100_000)
         self.closed = False
         self.thread = threading.Thread(target=_work, args=(weakref.ref(self),), name="continuous-batcher", daemon=True)
         self.thread.start()
@@ -324,10 +329,13 @@ class ContinuousBatcher:
         """Append each row's sample; free the slots of rows that stopped, resolve finished jobs."""
         drawn = sample(logits, _sampling(rows, logits.device))
         finished = []
+        now = time.perf_counter()
         for b, row in enumerate(rows):
             append_sample(row, drawn, b)
+            row.first_token = row.first_token or now
             if row.finish_reason is not None:
                 finished.append(row)
+                self.timings.append((row.submitted, row.first_token, now, len(row.tokens)))
         for row in finished:
             self._release(row)
             job = row.job

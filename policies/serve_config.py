@@ -53,9 +53,12 @@ class EngineOptions(BaseModel):
     model_config = _CONFIG
 
     max_batch_size: int = Field(32, ge=1)
-    """Most sequences decoded together; the server also batches queued requests up to this."""
-    mode: Literal["kv_cache", "recompute"] = "kv_cache"
-    """KV cache (normal), or recompute the whole sequence every step (reference/benchmark)."""
+    """Most sequences decoded together (continuous: the KV cache's slots); the batch modes' server merges
+    queued requests up to this."""
+    mode: Literal["continuous", "kv_cache", "recompute"] | None = None
+    """continuous (the default for the RDEP policy): rows join and leave the running batch per step over a
+    static KV cache; kv_cache (the default for other models): one batch per call with a growing cache;
+    recompute: the whole sequence every step (reference/benchmark). See policies/engine.py."""
     pad_token_id: int = Field(0, ge=0)
     """Id used to left-pad prompts (masked out, never attended to)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"

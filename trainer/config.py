@@ -169,7 +169,10 @@ class EngineConfig(BaseModel):
     url: str | None = None
     """Base URL of the policy server (http only), e.g. http://policy:8000."""
     max_batch_size: int = Field(32, ge=1)
-    """Most episodes' turns decoded together (in_process)."""
+    """Most episodes' turns decoded together (in_process; continuous: the KV cache's slots)."""
+    mode: Literal["continuous", "kv_cache"] | None = None
+    """in_process: continuous batching (the default for the RDEP policy) or one batch per merged call
+    (kv_cache, the default for other models); see policies/engine.py."""
 
     @model_validator(mode="after")
     def _url(self) -> EngineConfig:

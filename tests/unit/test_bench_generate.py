@@ -1,0 +1,37 @@
+"""`python -m gym bench generate`: both workloads run end to end on the tiny policy and report their figures."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from policies import bench
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _args(**overrides) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    bench.configure(parser)
+    args = parser.parse_args(["--config", str(REPO / "configs" / "policy_tiny.yaml"), "--threads", "1"])
+    for key, value in overrides.items():
+        setattr(args, key, value)
+    return args
+
+
+def test_the_request_stream_compares_three_engines_on_the_same_requests() -> None:
+    args = _args(requests=12, concurrency=4, group=3, prompt_tokens=16, new_tokens=12)
+    figures = bench.run(args)
+    requests = bench._workload(args, 8192)
+    assert figures["new_tokens"] == sum(r.max_tokens for r in requests) and figures["requests"] == 12
+    assert len({tuple(r.prompt) for r in requests}) == 4  # groups of 3 share a prompt
+    assert all(3 <= r.max_tokens <= 12 and 8 <= len(r.prompt) <= 24 for r in requests)
+    for key in ("tokens_per_s", "tokens_per_s_batch", "tokens_per_s_hf", "ttft_p50_ms", "tpot_p50_ms"):
+        assert figures[key] > 0, key
+    assert figures["speedup_vs_batch"] == figures["tokens_per_s"] / figures["tokens_per_s_batch"]
+    assert 4 <= figures["prefills"] <= 12  # every distinct prompt at least once, never more than one per request
+
+
+def test_the_single_batch_workload_checks_kv_against_recompute() -> None:
+    figures = bench.run(_args(batch=2, prompt_tokens=8, new_tokens=6))
+    assert figures["token_agreement"] == 1.0 and figures["new_tokens"] == 12
