@@ -23,12 +23,10 @@ in-process ``ServingEngine`` (the trainer's, say) in it.
 from __future__ import annotations
 
 import importlib
-import json
-import time
-import urllib.error
-import urllib.request
+import random
 from typing import TYPE_CHECKING, Any, Protocol
 
+import httpx
 import trio
 
 from policies.sampling import Completion, EngineFailure, RolloutEngine, SamplingParams
@@ -66,12 +64,20 @@ class InProcessEngine:
 
 
 class HttpEngine:
-    """A ``RolloutEngine`` speaking to ``python -m gym serve`` (or any server with the same ``/v1/completions``)."""
+    """A ``RolloutEngine`` speaking to ``python -m gym serve`` (or any server with the same ``/v1/completions``).
 
-    def __init__(self, url: str, timeout_s: float = 600.0, busy_retries: int = 120) -> None:
+    httpx on trio, so a cancelled episode cancels its request. Connection failures are retried by
+    httpx's transport (``connect_retries``, 0.5 s, 1 s, ... apart); a busy server (503, queue full) is
+    waited out ``busy_retries`` times, Retry-After apart when it says so, else with exponential backoff
+    (``busy_delay``). Anything else (refused, timed out, another HTTP error, a reply that is not JSON)
+    is an ``EngineFailure`` naming the URL: the episode is masked as an infrastructure failure.
+    """
+
+    def __init__(self, url: str, timeout_s: float = 600.0, busy_retries: int = 120, connect_retries: int = 2) -> None:
         self.url = url.rstrip("/")
-        self.timeout_s = timeout_s
-        self.busy_retries = busy_retries  # 503 (queue full) answers waited out, Retry-After apart
+        self.timeout_s = timeout_s  # each of connect, read, write (as a socket timeout), not the whole call
+        self.busy_retries = busy_retries
+        self.connect_retries = connect_retries
 
     def request_body(self, prompts: list[list[int]], params: SamplingParams) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -87,26 +93,28 @@ class HttpEngine:
             body["seed"] = params.seed
         return body
 
-    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Blocking POST (runs in a worker thread); a busy server (503) is retried, anything else fails."""
-        data = json.dumps(body).encode()
-        for attempt in range(self.busy_retries + 1):
-            request = urllib.request.Request(f"{self.url}/v1/completions", data=data,
-                                             headers={"Content-Type": "application/json"})
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                    return json.loads(response.read())
-            except urllib.error.HTTPError as exc:
-                detail = exc.read().decode("utf-8", errors="replace")[:500]
-                if exc.code != 503 or attempt == self.busy_retries:
-                    raise EngineFailure(f"{self.url}: HTTP {exc.code}: {detail}") from None
-                time.sleep(_retry_after(exc.headers.get("Retry-After")))
-            except (urllib.error.URLError, OSError, json.JSONDecodeError) as exc:
-                raise EngineFailure(f"{self.url}: {exc}") from None
-        raise AssertionError("unreachable: the last attempt returns or raises")
+    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``/v1/completions``; a busy server (503) is retried, anything else fails (class docstring)."""
+        # One client per call: an engine outlives trio.run calls (the trainer's steps), a client may not.
+        transport = httpx.AsyncHTTPTransport(retries=self.connect_retries)
+        async with httpx.AsyncClient(transport=transport, timeout=self.timeout_s) as client:
+            for attempt in range(self.busy_retries + 1):
+                try:
+                    response = await client.post(f"{self.url}/v1/completions", json=body)
+                except httpx.HTTPError as exc:
+                    raise EngineFailure(f"{self.url}: {type(exc).__name__}: {exc}") from None
+                if response.status_code != 503 or attempt == self.busy_retries:
+                    break
+                await trio.sleep(busy_delay(attempt, response.headers.get("Retry-After")))
+        if response.is_error:
+            raise EngineFailure(f"{self.url}: HTTP {response.status_code}: {response.text[:500]}")
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise EngineFailure(f"{self.url}: reply is not JSON ({exc}): {response.text[:300]}") from None
 
     async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        reply = await trio.to_thread.run_sync(self._post, self.request_body(prompts, params))
+        reply = await self._post(self.request_body(prompts, params))
         try:
             choices = sorted(reply["choices"], key=lambda choice: choice["index"])
             version = int(reply["weights_version"])
@@ -125,11 +133,15 @@ class HttpEngine:
             raise EngineFailure(f"{self.url}: unexpected /v1/completions reply ({exc!r}): {str(reply)[:300]}") from None
 
 
-def _retry_after(header: str | None) -> float:
+def busy_delay(attempt: int, retry_after: str | None, base_s: float = 0.25, cap_s: float = 8.0) -> float:
+    """Seconds before retry ``attempt + 1`` of a 503: the server's Retry-After (0.05 to 30 s) when it
+    gives a number, else ``base_s * 2**attempt`` up to ``cap_s``; either with up to 25% jitter on top,
+    so the many episodes a full queue turned away do not all come back in the same instant."""
     try:
-        return min(max(float(header or 1.0), 0.05), 30.0)
-    except ValueError:
-        return 1.0
+        delay = min(max(float(retry_after), 0.05), 30.0) if retry_after is not None else min(base_s * 2**attempt, cap_s)
+    except ValueError:  # an HTTP date or garbage: back off as if none was given
+        delay = min(base_s * 2**attempt, cap_s)
+    return delay * (1.0 + 0.25 * random.random())
 
 
 def load_http(argument: str, env: Environment) -> HttpEngine:

@@ -1,4 +1,4 @@
-"""Step metrics: JSONL always, TensorBoard when installed, W&B when configured, a progress bar.
+"""Step metrics: JSONL always, TensorBoard (a dependency; on by default), W&B when configured, a progress bar.
 
 Every record is one JSON line in ``RUN/metrics.jsonl`` (``{"step": N, "kind": "train", ...}``).
 Optional sinks load lazily and are skipped with one log line when their package is missing.
@@ -93,7 +93,8 @@ def _tensorboard_writer(directory: Path):
         writer_cls = importlib.import_module(module).SummaryWriter
         log.info("TensorBoard events in %s", directory)
         return writer_cls(log_dir=str(directory))
-    log.info("TensorBoard not installed: metrics go to metrics.jsonl only")
+    log.warning("TensorBoard not installed (metrics.tensorboard is on): metrics go to metrics.jsonl only; "
+                "`bash bin/setup` installs it, or set metrics.tensorboard: false")
     return None
 
 
