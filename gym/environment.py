@@ -35,13 +35,11 @@ from __future__ import annotations
 
 import json
 import random
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from gym.episode import EpisodeConfig
 from gym.harmony import Harmony
@@ -53,6 +51,7 @@ from gym.tokenizer import Tokenizer, load_tokenizer
 from gym.tools import Toolbox, ToolsConfig
 from policies.sampling import SamplingParams
 from sandbox.config import SandboxConfig
+from sandbox.config_file import read_config, validate_config
 from tasks.errors import TaskError
 from tasks.family import CodeFamily, Families, TaskFamily, TaskGrader, WorkspaceSource, code_task_text
 from tasks.grader import GraderConfig
@@ -200,26 +199,15 @@ class EnvironmentConfig(_Config):
     @classmethod
     def from_file(cls, path: str | Path, overrides: Sequence[Override] = ()) -> EnvironmentConfig:
         """Read YAML (or TOML for ``*.toml``), apply ``overrides`` (gym.overrides); errors name the file and every bad field."""
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-            data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
-        except (OSError, yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise EnvironmentConfigError(f"{path}: cannot read the environment: {exc}") from None
-        return cls.from_dict(data if data is not None else {}, source=str(path), overrides=overrides)
+        data = read_config(path, EnvironmentConfigError)
+        return cls.from_dict(data, source=str(path), overrides=overrides)
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "environment", overrides: Sequence[Override] = ()) -> EnvironmentConfig:
         """Validate a mapping after applying ``overrides``; raises OverrideError for one that does not fit it."""
         if overrides:
             data, source = apply_overrides(data, overrides), f"{source} (with overrides)"
-        try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            problems = "\n".join(
-                f"  {'.'.join(str(p) for p in error['loc']) or '(top level)'}: {error['msg']}" for error in exc.errors()
-            )
-            raise EnvironmentConfigError(f"{source}: invalid environment:\n{problems}") from None
+        return validate_config(cls, data, source, EnvironmentConfigError)
 
 
 def leaf_pools(config: TaskPoolConfig) -> tuple[list[AnyPool], list[float]]:

@@ -127,8 +127,9 @@ def _leaf(exc: BaseException) -> Fault | None:
     if isinstance(exc, KeyboardInterrupt):
         return Fault(ExitCode.INTERRUPTED, "interrupted", "`python -m gym gc` removes any containers left behind")
     if isinstance(exc, ValidationError):  # a model validated outside a loader that names its file
-        fields = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in exc.errors())
-        return Fault(ExitCode.USAGE, f"invalid {exc.title}: {fields}", "fix the field named")
+        from sandbox.config_file import describe_errors  # torch- and Docker-free, as every loader uses
+
+        return Fault(ExitCode.USAGE, one_line(describe_errors(exc, f"invalid {exc.title}")), "fix the field named")
     if isinstance(exc, (UnicodeDecodeError, gzip.BadGzipFile, zlib.error)):
         return Fault(ExitCode.INPUT, f"a file cannot be read: {one_line(exc)}", "pass a UTF-8 text file (a real .gz if so named)")
     if isinstance(exc, OSError) and exc.errno in HOST_FAULTS:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from policies.config import MoEArchitecture
+from sandbox.config_file import load_config
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -103,19 +103,9 @@ class ServeConfig(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> ServeConfig:
-        """Read a YAML file; relative paths inside are relative to the working directory (the repo root).
-
-        ServeConfigError names the file and, for an invalid field, its dotted path."""
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-            raise ServeConfigError(f"{path}: cannot read the serve config: {getattr(err, 'strerror', None) or err}") from err
-        try:
-            return cls.model_validate(data)
-        except ValidationError as err:
-            fields = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in err.errors())
-            raise ServeConfigError(f"{path}: {fields}") from err
+        """Read a YAML (or ``*.toml``) file (sandbox.config_file); relative paths inside are relative to the
+        working directory (the repo root). ServeConfigError names the file and every invalid field's dotted path."""
+        return load_config(path, cls, ServeConfigError)
 
 
 def build_engine(config: ServeConfig):  # -> GenerationEngine (imports torch lazily)

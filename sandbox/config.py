@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from images.inputs import runner_image
+from sandbox.config_file import read_config, validate_config
 from sandbox.errors import SandboxConfigError
 
 
@@ -122,16 +122,9 @@ class SandboxConfig(_Config):
 
     @classmethod
     def from_yaml(cls, path: Path) -> "SandboxConfig":
-        """Read a YAML file (its ``sandbox:`` section, or the whole file); SandboxConfigError names the file and field."""
-        path = Path(path)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-            raise SandboxConfigError(f"{path}: cannot read the sandbox config: {getattr(err, 'strerror', None) or err}") from err
+        """Read a YAML (or ``*.toml``) file, its ``sandbox:`` section or the whole file (sandbox.config_file);
+        SandboxConfigError names the file and every invalid field."""
+        data = read_config(path, SandboxConfigError)
         if not isinstance(data, dict):
             raise SandboxConfigError(f"{path}: a sandbox config is a mapping, not a {type(data).__name__}")
-        try:
-            return cls.model_validate(data.get("sandbox", data))
-        except ValidationError as err:
-            fields = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in err.errors())
-            raise SandboxConfigError(f"{path}: {fields}") from err
+        return validate_config(cls, data.get("sandbox", data), str(path), SandboxConfigError)

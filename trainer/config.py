@@ -7,17 +7,16 @@ directory (the repository root).
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gym.environment import EnvironmentConfig, EnvironmentConfigError
 from gym.overrides import Override, apply_overrides
 from policies.serve_config import HFPolicySource, MoEPolicySource
+from sandbox.config_file import read_config, validate_config
 from trainer.errors import ConfigError
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
@@ -336,34 +335,20 @@ class TrainConfig(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path, overrides: Sequence[Override] = ()) -> TrainConfig:
-        """Read a YAML file, apply ``overrides`` (gym.overrides) and validate; raises ConfigError naming the
-        field at fault, OverrideError for an override that does not fit the file. An ``environment`` given as
+        """Read a YAML (or ``*.toml``) file (sandbox.config_file), apply ``overrides`` (gym.overrides) and
+        validate; raises ConfigError naming the field at fault, OverrideError for an override that does not fit the file. An ``environment`` given as
         a file is read into the mapping first when an override reaches into it (``environment.episode.max_turns``)."""
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such config file")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        data = read_config(path, ConfigError)
         if not overrides:
             return cls.parse(data, source=str(path))
         env = data.get("environment") if isinstance(data, dict) else None
         if isinstance(env, str) and any(keys[0] == "environment" and len(keys) > 1 for keys, _ in overrides):
-            try:  # the environment file's own reader (YAML, or TOML for *.toml), as EnvironmentConfig.from_file
-                text = Path(env).read_text(encoding="utf-8")
-                data = {**data, "environment": tomllib.loads(text) if env.endswith(".toml") else yaml.safe_load(text)}
-            except (OSError, yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-                raise ConfigError(f"{path}: environment: cannot read {env}: {err}") from None
+            data = {**data, "environment": read_config(env, _environment_read_error(path))}
         return cls.parse(apply_overrides(data, overrides), source=f"{path} (with overrides)")
 
     @classmethod
     def parse(cls, data: dict, source: str = "config") -> TrainConfig:
-        try:
-            config = cls.model_validate(data)
-        except ValidationError as err:
-            raise ConfigError(describe_errors(err, source)) from None
-        return config.resolved(source)
+        return validate_config(cls, data, source, ConfigError).resolved(source)
 
     def resolved(self, source: str = "config") -> TrainConfig:
         """Load the environment files it names, so their errors surface now, naming the field."""
@@ -395,10 +380,7 @@ def _environment(path: Path, where: str) -> EnvironmentConfig:
         raise ConfigError(f"{where}: {err}") from None
 
 
-def describe_errors(err: ValidationError, source: str) -> str:
-    """One line per error: ``source: field.path: reason``."""
-    lines = []
-    for item in err.errors():
-        where = ".".join(str(part) for part in item["loc"]) or "(top level)"
-        lines.append(f"{source}: {where}: {item['msg']}")
-    return "\n".join(lines)
+
+def _environment_read_error(path: Path):
+    """ConfigError for an environment file the train config names: ``TRAIN: environment: ENV: problem``."""
+    return lambda message: ConfigError(f"{path}: environment: {message}")
