@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import logging
+import re
 import sys
 import traceback
+from pathlib import Path
 
 from gym.fault import describe
 
@@ -42,6 +45,45 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# name -> example command lines, shown under `python -m gym NAME --help`
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "images": ("python -m gym images build", "python -m gym images tag"),
+    "gc": ("python -m gym gc --dry-run", "python -m gym gc"),
+    "demo": ("python -m gym demo", "python -m gym demo --workspaces 2 -v"),
+    "bench": ("python -m gym bench sandbox", "python -m gym bench grader --help"),
+    "grade": ("python -m gym grade --tasks tasks/samples/taco.jsonl --solutions tasks/samples/taco.solutions.jsonl",),
+    "tasks": ("python -m gym tasks generate --help", "python -m gym tasks build-swe"),
+    "killtest": ("python -m gym killtest", "python -m gym killtest --list",
+                 "python -m gym killtest --config configs/killtest_weak_pids.yaml"),
+    "soak": ("python -m gym soak --workspaces 4 --minutes 2 --json soak.json",),
+    "tokenizer": ("python -m gym tokenizer train", "python -m gym tokenizer info bpe"),
+    "rollout": ("python -m gym rollout configs/cp_smoke.yaml --episodes 16 --policy scripted:reference --out runs/smoke",
+                "python -m gym rollout configs/cp_smoke.yaml --episodes 4 --out runs/s --set episode.max_turns=4"),
+    "replay": ("python -m gym replay runs/smoke/bundles/*.json",),
+    "show": ("python -m gym show runs/smoke/bundles/BUNDLE.json --full",),
+    "plot": ("python -m gym plot runs/cp_grpo_tiny", "python -m gym plot runs/cp_grpo_tiny --out curves.png"),
+    "serve": ("python -m gym serve configs/policy_tiny.yaml --port 8000",),
+    "train": ("python -m gym train configs/cp_grpo_tiny.yaml", "python -m gym train configs/cp_grpo_tiny.yaml --resume",
+              "python -m gym train my_run.toml --steps 3 --set optimizer.lr=1e-3"),
+}
+
+
+def examples(name: str) -> str | None:
+    """The ``--help`` epilog of command ``name``."""
+    lines = EXAMPLES.get(name)
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines) if lines else None
+
+
+def version() -> str:
+    """The project version: the installed distribution's, else pyproject.toml's (a checkout run in place)."""
+    try:
+        return importlib.metadata.version("code-rl-gym")
+    except importlib.metadata.PackageNotFoundError:
+        text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text(encoding="utf-8")
+        found = re.search(r'^version\s*=\s*"([^"]+)"', text, re.MULTILINE)
+        return found.group(1) if found else "unknown"
+
+
 VERBOSE_HELP = "debug logging, and the traceback of a failure, on stderr"
 
 
@@ -56,10 +98,12 @@ def _configure_logging(verbose: bool) -> None:
 def build_parser(command: str | None = None, argv: list[str] | None = None) -> argparse.ArgumentParser:
     """Top-level parser; only ``command``'s module is imported to add its arguments."""
     parser = argparse.ArgumentParser(prog="python -m gym", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_path, help_text) in COMMANDS.items():
-        cmd_parser = sub.add_parser(name, help=help_text, description=help_text)
+        cmd_parser = sub.add_parser(name, help=help_text, description=help_text, epilog=examples(name),
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
         if name == command:
             importlib.import_module(module_path).configure(cmd_parser, argv or [])
             _accept_verbose(cmd_parser)

@@ -55,13 +55,21 @@ def load_config(path: str | Path, model: type[Model], error: ErrorType = ValueEr
 
 def describe_errors(err: ValidationError, source: str, data: Any = None) -> str:
     """One line per problem: ``source: dotted.field.path: message`` (union member labels dropped when
-    ``data``, the validated input, is given); problems at the same path are merged."""
-    merged: dict[str, list[str]] = {}
+    ``data``, the validated input, is given); problems at the same path are merged.
+
+    A union tries every member: the error of a member the input does not resemble (``environment``: not a
+    path) is dropped when another member's error reaches deeper into what the user wrote."""
+    found = []
     for item in err.errors():
-        where = ".".join(str(part) for part in _written(item["loc"], data, item["type"] == "missing")) or "(top level)"
-        messages = merged.setdefault(where, [])
-        if item["msg"] not in messages:
-            messages.append(item["msg"])
+        parts = _written(item["loc"], data, item["type"] == "missing")
+        found.append((tuple(parts), len(parts) < len(item["loc"]), item["msg"]))
+    merged: dict[str, list[str]] = {}
+    for parts, in_union, message in found:
+        if in_union and any(len(other) > len(parts) and other[:len(parts)] == parts for other, _, _ in found):
+            continue
+        messages = merged.setdefault(".".join(str(part) for part in parts) or "(top level)", [])
+        if message not in messages:
+            messages.append(message)
     return "\n".join(f"{source}: {where}: {' or '.join(messages)}" for where, messages in merged.items())
 
 
