@@ -85,14 +85,20 @@ def version() -> str:
 
 
 VERBOSE_HELP = "debug logging, and the traceback of a failure, on stderr"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_LEVEL_HELP = "log level on stderr (default INFO; per-episode and per-task lines are DEBUG; -v implies DEBUG)"
 
 
-def _configure_logging(verbose: bool) -> None:
+def _configure_logging(verbose: bool, level: str = "INFO") -> None:
+    level_no = logging.DEBUG if verbose else getattr(logging, level)
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
+        level=level_no,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # httpx logs every request at INFO (gym/engine.py's policy client): a line per model call
+    for chatty in ("httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(max(level_no, logging.WARNING) if not verbose else logging.DEBUG)
 
 
 def build_parser(command: str | None = None, argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -100,6 +106,8 @@ def build_parser(command: str | None = None, argv: list[str] | None = None) -> a
     parser = argparse.ArgumentParser(prog="python -m gym", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
+    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", metavar="LEVEL",
+                        help=LOG_LEVEL_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_path, help_text) in COMMANDS.items():
         cmd_parser = sub.add_parser(name, help=help_text, description=help_text, epilog=examples(name),
@@ -111,21 +119,33 @@ def build_parser(command: str | None = None, argv: list[str] | None = None) -> a
 
 
 def _accept_verbose(parser: argparse.ArgumentParser) -> None:
-    """``-v`` after the command too (``demo -v``, ``tokenizer info X -v``), at every level of sub-commands.
+    """``-v`` and ``--log-level`` after the command too (``demo -v``, ``tokenizer info X -v``), at every
+    level of sub-commands.
 
-    SUPPRESS keeps an absent ``-v`` from resetting the one given before the command."""
-    if not any("-v" in action.option_strings for action in parser._actions):
+    SUPPRESS keeps an absent option from resetting the one given before the command."""
+    options = {option for action in parser._actions for option in action.option_strings}
+    if "-v" not in options:
         parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
+    if "--log-level" not in options:
+        parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default=argparse.SUPPRESS,
+                            metavar="LEVEL", help=LOG_LEVEL_HELP)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():
                 _accept_verbose(child)
 
 
+TAKES_VALUE = ("--log-level",)
+"""Top-level options whose value is the next token (never the command's name)."""
+
+
 def selected(argv: list[str], names: object) -> str | None:
     """The first positional token of ``argv`` when it names one of ``names``."""
-    for token in argv:
-        if not token.startswith("-"):
+    tokens = iter(argv)
+    for token in tokens:
+        if token in TAKES_VALUE:
+            next(tokens, None)
+        elif not token.startswith("-"):
             return token if token in names else None
     return None
 
@@ -138,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    _configure_logging(args.verbose)
+    _configure_logging(args.verbose, args.log_level)
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
         return int(module.run(args) or 0)

@@ -102,7 +102,7 @@ class HttpEngine:
                 try:
                     response = await client.post(f"{self.url}/v1/completions", json=body)
                 except httpx.HTTPError as exc:
-                    raise EngineFailure(f"{self.url}: {type(exc).__name__}: {exc}") from None
+                    raise EngineFailure(f"{self.url}: {type(exc).__name__}: {_root_cause(exc)}") from None
                 if response.status_code != 503 or attempt == self.busy_retries:
                     break
                 await trio.sleep(busy_delay(attempt, response.headers.get("Retry-After")))
@@ -131,6 +131,19 @@ class HttpEngine:
             ]
         except (KeyError, TypeError, ValueError) as exc:
             raise EngineFailure(f"{self.url}: unexpected /v1/completions reply ({exc!r}): {str(reply)[:300]}") from None
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost error under ``exc``: trio's connect error wraps each address's refusal in a group
+    ("all attempts to connect ... failed"), and the refusal is what names the problem."""
+    for _ in range(20):  # a bound, not a walk of a cycle
+        inner = exc.__cause__ or exc.__context__
+        if isinstance(inner, BaseExceptionGroup) and inner.exceptions:
+            inner = inner.exceptions[0]
+        if inner is None:
+            break
+        exc = inner
+    return exc
 
 
 def busy_delay(attempt: int, retry_after: str | None, base_s: float = 0.25, cap_s: float = 8.0) -> float:

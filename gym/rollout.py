@@ -97,7 +97,7 @@ class RolloutWorkers:
         self.results.append(result)
         await self._maybe_bundle(result, index, f"{seed}:{position}:{member}")
         trajectory = result.trajectory
-        log.info("episode %d done: task %s reward %s end %s%s", index + 1, task.task_id, trajectory.reward,
+        log.debug("episode %d done: task %s reward %s end %s%s", index + 1, task.task_id, trajectory.reward,
                  trajectory.end_reason, " (masked)" if trajectory.masked else "")
         await send.send(trajectory)
 

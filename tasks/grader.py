@@ -424,16 +424,21 @@ class Grader:
                               detail=f"{result.cpu_s:.2f}s CPU over the limit of {limit:.2f}s, twice")
         return _judged(index, judge, result)
 
-    async def grade_many(self, pairs: Sequence[tuple[Task, Submission]]) -> list[TaskResult]:
-        """Grade every pair, ``config.concurrency`` at a time; results in input order."""
+    async def grade_many(self, pairs: Sequence[tuple[Task, Submission]],
+                         on_result: Callable[[TaskResult], object] | None = None) -> list[TaskResult]:
+        """Grade every pair, ``config.concurrency`` at a time; results in input order.
+
+        ``on_result(result)`` is called as each task's grading finishes (the CLI's progress bar)."""
         results: list[TaskResult | None] = [None] * len(pairs)
         limiter = trio.CapacityLimiter(self.config.concurrency)
 
         async def one(i: int, task: Task, submission: Submission) -> None:
             async with limiter:
                 results[i] = await self.grade(task, submission)
-                log.info("graded %d/%d: %s passed=%s", sum(r is not None for r in results), len(pairs),
-                         task.task_id, results[i].passed)
+                log.debug("graded %d/%d: %s passed=%s", sum(r is not None for r in results), len(pairs),
+                          task.task_id, results[i].passed)
+                if on_result is not None:
+                    on_result(results[i])
 
         async with trio.open_nursery() as nursery:
             for i, (task, submission) in enumerate(pairs):
@@ -469,12 +474,13 @@ def pair_submissions(
 
 
 def grade_pairs(
-    pairs: Sequence[tuple[Task, Submission]], config: GraderConfig, sandbox: SandboxConfig
+    pairs: Sequence[tuple[Task, Submission]], config: GraderConfig, sandbox: SandboxConfig,
+    on_result: Callable[[TaskResult], object] | None = None,
 ) -> list[TaskResult]:
     """Grade ``pairs`` with a pool of its own (synchronous entry point for the CLI and the bench)."""
 
     async def main() -> list[TaskResult]:
         async with WorkspacePool(sandbox) as pool:
-            return await Grader(pool, config).grade_many(pairs)
+            return await Grader(pool, config).grade_many(pairs, on_result)
 
     return trio.run(main)

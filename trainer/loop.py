@@ -181,7 +181,8 @@ class Loop:
         self.command({"kind": "warm_start", "demos": demos})
         losses = await trio.to_thread.run_sync(
             lambda: warm_start(self.learner.model, demos, self.config.warm_start, self.config.seed, self.learner.sync,
-                               0, self.world.world_size, self.learner.update.temperature)
+                               0, self.world.world_size, self.learner.update.temperature,
+                               progress=self.config.metrics.progress)
         )
         self.metrics.log(0, {"warm_start/loss_first": losses[0], "warm_start/loss_last": losses[-1],
                              "warm_start/demos": len(demos), "time/warm_start": time.monotonic() - started}, kind="warm_start")

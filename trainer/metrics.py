@@ -2,7 +2,7 @@
 
 Every record is one JSON line in ``RUN/metrics.jsonl`` (``{"step": N, "kind": "train", ...}``).
 Optional sinks load lazily and are skipped with one log line when their package is missing.
-The progress bar (tqdm, on stderr) shows step, reward, tokens/s and staleness.
+The progress bar (tqdm, on stderr when it is a terminal) shows step, reward, tokens/s and staleness.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ class MetricsLogger:
         if config.progress:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total_steps, initial=start_step, desc="grpo", unit="step", dynamic_ncols=True)
+            self._bar = tqdm(total=total_steps, initial=start_step, desc="grpo", unit="step", dynamic_ncols=True,
+                             disable=None)  # none when stderr is not a terminal (logs, CI), as gym/progress.py
 
     def log(self, step: int, metrics: dict[str, Any], kind: str = "train") -> None:
         if not self.enabled:

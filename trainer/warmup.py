@@ -25,6 +25,7 @@ from gym.environment import Environment
 from gym.rollout import collect_async
 from gym.scripted import load_scripted
 from gym.message import Message
+from gym.progress import progress as bar_of
 from gym.trajectory import Trajectory, TrajectoryBuilder
 from tasks.task import Task
 from trainer.batch import collate, shard
@@ -127,8 +128,11 @@ def warm_start(
     rank: int = 0,
     world_size: int = 1,
     temperature: float = 1.0,
+    progress: bool = True,
 ) -> list[float]:
-    """Run the supervised steps; returns the loss of each step (summed over ranks)."""
+    """Run the supervised steps; returns the loss of each step (summed over ranks).
+
+    ``progress``: a bar of steps on stderr (rank 0, a terminal only; gym/progress.py)."""
     if not demos:
         raise ValueError("warm start has no reference trajectories to learn from")
     sync = sync or GradientSync()
@@ -138,28 +142,37 @@ def warm_start(
     losses = []
     device = next(model.parameters()).device
     model.train()
-    for step in range(config.steps):
-        batch = order.sample(items, min(config.batch_size, len(items)))
-        mine = shard(batch, rank, world_size)
-        tokens = float(sum(s.sample.num_sampled for s in batch))  # every rank drew the same batch
-        optimizer.zero_grad(set_to_none=True)
-        micro = (collate(mine) if mine else empty_batch()).to(device)  # an idle rank still joins the RDEP exchanges
-        scores = score(model, micro, temperature, replay=False)
-        loss = -(scores.logprobs * micro.loss_mask).sum() / tokens
-        loss.backward()
-        sync.reduce_gradients(model)
-        norm = sync.grad_norm(model)
-        if norm > 1.0:
-            for p in model.parameters():
-                if p.grad is not None:
-                    p.grad.mul_(1.0 / (norm + 1e-6))
-        optimizer.step()
-        total = float(sync.all_reduce(torch.tensor([float(loss.detach())]))[0])
-        losses.append(total)
-        if step % 10 == 0 or step == config.steps - 1:
-            log.info("warm start step %d/%d: loss %.4f", step + 1, config.steps, total)
+    with bar_of(config.steps, "warm start", "step", enabled=progress and rank == 0) as bar:
+        for step in range(config.steps):
+            losses.append(_warm_step(model, optimizer, sync, order.sample(items, min(config.batch_size, len(items))),
+                                     rank, world_size, device, temperature))
+            bar.set_postfix({"loss": f"{losses[-1]:.4f}"}, refresh=False)
+            bar.update(1)
+            if step % 10 == 0 or step == config.steps - 1:
+                log.debug("warm start step %d/%d: loss %.4f", step + 1, config.steps, losses[-1])
+    log.info("warm start: %d steps, loss %.4f -> %.4f", config.steps, losses[0], losses[-1])
     _reset_router_loads(model)
     return losses
+
+
+def _warm_step(model: nn.Module, optimizer: torch.optim.Optimizer, sync: GradientSync, batch: list[Scored], rank: int,
+               world_size: int, device: torch.device, temperature: float) -> float:
+    """One supervised step on ``batch`` (every rank drew the same one); its loss summed over ranks."""
+    mine = shard(batch, rank, world_size)
+    tokens = float(sum(s.sample.num_sampled for s in batch))
+    optimizer.zero_grad(set_to_none=True)
+    micro = (collate(mine) if mine else empty_batch()).to(device)  # an idle rank still joins the RDEP exchanges
+    scores = score(model, micro, temperature, replay=False)
+    loss = -(scores.logprobs * micro.loss_mask).sum() / tokens
+    loss.backward()
+    sync.reduce_gradients(model)
+    norm = sync.grad_norm(model)
+    if norm > 1.0:
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(1.0 / (norm + 1e-6))
+    optimizer.step()
+    return float(sync.all_reduce(torch.tensor([float(loss.detach())]))[0])
 
 
 def _reset_router_loads(model: nn.Module) -> None:

@@ -135,9 +135,26 @@ def _nothing_graded(args: argparse.Namespace, tasks: int, rows: int, report) -> 
                        "(check the engine with `docker info`; `bash bin/setup` restarts dockerd)")
 
 
+def _grade_with_bar(pairs, config, sandbox) -> list:
+    """``grade_pairs`` with a progress bar of graded tasks on stderr (a terminal only; gym/progress.py)."""
+    from gym.progress import progress
+    from tasks.grader import grade_pairs
+
+    with progress(len(pairs), "grade", "task") as bar:
+        passed = 0
+
+        def advance(result) -> None:
+            nonlocal passed
+            passed += result.passed
+            bar.set_postfix({"passed": passed}, refresh=False)
+            bar.update(1)
+
+        return grade_pairs(pairs, config, sandbox, on_result=advance)
+
+
 def _run_cp(args: argparse.Namespace) -> int:
     from tasks.errors import TaskError
-    from tasks.grader import GradeReport, grade_pairs, pair_submissions
+    from tasks.grader import GradeReport, pair_submissions
     from tasks.loader import load_tasks
     from tasks.submission import read_submissions
 
@@ -158,7 +175,7 @@ def _run_cp(args: argparse.Namespace) -> int:
                     ", ".join(unknown[:10]))
     log.info("grading %d solutions for %d tasks (%s)", len(pairs), len(loaded.tasks), loaded.format)
     config = _grader_config(args)
-    results = grade_pairs(pairs, config, _sandbox_config(args)) if pairs else []  # no pool for nothing
+    results = _grade_with_bar(pairs, config, _sandbox_config(args)) if pairs else []  # no pool for nothing
     skipped = {"unknown task id": len(submissions) - len(pairs), "unparseable row": len(bad_solutions)}
     report = GradeReport.of(results, config, skipped)
     _print_results(report)

@@ -91,6 +91,7 @@ class _Run:
         self.out: Path = args.out
         self.trajectories: list = []
         self.workers = None
+        self.bar = None  # the progress bar (gym/progress.py), open while episodes run
         self.signal: str | None = None  # the signal that interrupted the run
         self.started = time.monotonic()
 
@@ -99,7 +100,10 @@ class _Run:
 
         from gym.trajectory import TrajectoryLog
 
-        with TrajectoryLog(self.out / "trajectories.jsonl") as sink:
+        from gym.progress import progress
+
+        with TrajectoryLog(self.out / "trajectories.jsonl") as sink, \
+                progress(self.args.episodes, "rollout", "episode") as self.bar:
             try:
                 trio.run(self._collect, sink)
             except* KeyboardInterrupt:  # SIGINT outside the signal window (pool start or close)
@@ -117,6 +121,7 @@ class _Run:
         async def keep(trajectory) -> None:
             await trio.to_thread.run_sync(sink.append, trajectory)  # fsync off the event loop
             self.trajectories.append(trajectory)
+            self._advance()
 
         args = self.args
         async with WorkspacePool(self.env.config.sandbox) as pool:
@@ -130,6 +135,12 @@ class _Run:
                     await collect_into(self.workers, args.episodes // args.group_size, args.group_size, args.seed, keep)
                     nursery.cancel_scope.cancel()
             self._write_summary()  # before the pool closes: a signal during its shutdown finds it written
+
+    def _advance(self) -> None:
+        rewards = [t.reward for t in self.trajectories if t.reward is not None]
+        self.bar.set_postfix({"reward": f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",
+                              "masked": sum(t.masked for t in self.trajectories)}, refresh=False)
+        self.bar.update(1)
 
     async def _stop_on_signal(self, signals, scope) -> None:
         async for signum in signals:
