@@ -66,7 +66,7 @@ def test_bad_inputs_are_named(tmp_path):
     bad = tmp_path / "env.yaml"
     bad.write_text("name: x\ntask_pool: {type: jsonl, path: nowhere.jsonl, shuffle: maybe}\n")
     done = gym("rollout", str(bad), "--episodes", "1", "--out", str(tmp_path / "o"))
-    assert done.returncode == 1 and "task_pool.jsonl.shuffle" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 1 and "task_pool.shuffle" in done.stderr and "Traceback" not in done.stderr
     odd = gym("rollout", "configs/cp_smoke.yaml", "--episodes", "3", "--group-size", "2", "--out", str(tmp_path / "o"))
     assert odd.returncode != 0 and "multiple of --group-size" in odd.stderr
     (tmp_path / "junk.json").write_text("{}")
