@@ -166,16 +166,6 @@ class _Sequence:
     first_token: float = 0.0
 
 
-def _sampling(rows: list[_Sequence], device: torch.device) -> RowSampling:
-    params = [row.params for row in rows]
-    return RowSampling(
-        temperature=torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device),
-        top_k=torch.tensor([p.top_k for p in params], dtype=torch.int64, device=device),
-        top_p=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
-        generators=[row.generator for row in rows],
-    )
-
-
 class ContinuousBatcher:
     """The worker thread and its scheduling (see the module docstring)."""
 
@@ -242,7 +232,8 @@ class ContinuousBatcher:
 
     # -- the worker
     def _next(self) -> tuple[str, object]:
-        """Wait for work: ``("stop", None)``, ``("update", (action, future))`` or ``("step", admitted rows)``."""
+        """The next piece of work, without waiting: ``("idle", None)``, ``("stop", None)``,
+        ``("update", (action, future))`` or ``("step", admitted rows)``."""
         with self.condition:
             if not (self.waiting or self.running or self.updates or self.closed):
                 return "idle", None
@@ -327,7 +318,7 @@ class ContinuousBatcher:
 
     def _take(self, rows: list[_Sequence], logits: torch.Tensor) -> None:
         """Append each row's sample; free the slots of rows that stopped, resolve finished jobs."""
-        drawn = sample(logits, _sampling(rows, logits.device))
+        drawn = sample(logits, RowSampling.of([r.params for r in rows], [r.generator for r in rows], logits.device))
         finished = []
         now = time.perf_counter()
         for b, row in enumerate(rows):

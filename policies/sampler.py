@@ -25,11 +25,17 @@ class RowSampling:
 
     @classmethod
     def build(cls, params: list[SamplingParams], seeds: list[int], device: torch.device) -> RowSampling:
+        """Fresh generators seeded with ``seeds``."""
         generators = []
         for seed in seeds:
             gen = torch.Generator(device=device)
             gen.manual_seed(seed)
             generators.append(gen)
+        return cls.of(params, generators, device)
+
+    @classmethod
+    def of(cls, params: list[SamplingParams], generators: list[torch.Generator], device: torch.device) -> RowSampling:
+        """Rows that go on drawing from existing generators (a continuous batch rebuilds this every step)."""
         return cls(
             temperature=torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device),
             top_k=torch.tensor([p.top_k for p in params], dtype=torch.int64, device=device),

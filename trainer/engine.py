@@ -42,7 +42,7 @@ class BatchingEngine:
     wait_s: float = 0.002
     """How long the batch leader waits for more calls to join."""
     batches: list[int] = field(default_factory=list)
-    """Rows of every batch run (for metrics)."""
+    """Rows of every batch run (a continuous engine: of every call handed over; it batches them itself)."""
 
     def __post_init__(self) -> None:
         self._pending: list[_Request] = []
