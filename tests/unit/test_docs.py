@@ -1,0 +1,49 @@
+"""The README stays a front page (issue 18 item 12) and no page links to a file that is not there."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+PAGES = sorted([README, *(ROOT / "docs").glob("*.md")])
+
+# [text](target): inline Markdown links; the target ends at whitespace or ")" (none of ours hold either).
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+
+
+def relative_links(text: str) -> list[str]:
+    """Link targets outside code blocks that point into the repository (no scheme, no bare anchor)."""
+    prose = FENCE.sub("", text)
+    return [t for t in LINK.findall(prose) if not re.match(r"[a-z][a-z0-9+.-]*:", t) and not t.startswith("#")]
+
+
+def test_readme_is_under_200_lines():
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) < 200, f"README.md has {len(lines)} lines: move detail to docs/"
+
+
+def test_first_set_up_block_names_make_run_and_make_test():
+    text = README.read_text(encoding="utf-8")
+    heading = re.search(r"^## Set-up.*$", text, re.MULTILINE)
+    assert heading, "README.md has no '## Set-up' section"
+    block = re.search(r"^```\w*\n(.*?)^```", text[heading.end():], re.MULTILINE | re.DOTALL)
+    assert block, "the set-up section has no code block"
+    commands = [line.split("#")[0].strip() for line in block.group(1).splitlines()]
+    assert commands[:2] == ["make run", "make test"]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(page: Path):
+    dead = [t for t in relative_links(page.read_text(encoding="utf-8"))
+            if not (page.parent / t.split("#")[0]).exists()]
+    assert not dead, f"{page.relative_to(ROOT)} links to missing files: {dead}"
+
+
+def test_link_check_can_fail():
+    assert relative_links("see [x](docs/nope.md#a) and [y](https://e.org) and [z](#here)") == ["docs/nope.md#a"]
+    assert relative_links("```\n[x](in/code.md)\n```\n") == []
