@@ -46,3 +46,9 @@ def run_one(request: ExecRequest, config: SandboxConfig | None = None) -> ExecRe
         return await ws.exec(request)
 
     return in_workspace(go, config)
+
+
+def sandbox_config(**overrides) -> SandboxConfig:
+    data = {"pool": {"size": 2}, "episode": {"wall_s": 3600.0}}
+    data.update(overrides)
+    return SandboxConfig.model_validate(data)

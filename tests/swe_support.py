@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from functools import cache
@@ -34,3 +35,38 @@ def images() -> dict[str, str]:
 
 def repos_dir() -> Path:
     return DEFAULT_REPOS_DIR
+
+
+TEST_PATCH = """\
+diff --git a/tests/test_core.py b/tests/test_core.py
+--- a/tests/test_core.py
++++ b/tests/test_core.py
+@@ -1 +1,2 @@
+ import pkg
++def test_new(): pass
+diff --git a/tests/data/fixture.json b/tests/data/fixture.json
+new file mode 100644
+--- /dev/null
++++ b/tests/data/fixture.json
+@@ -0,0 +1 @@
++{}
+"""
+
+
+def row(**overrides):
+    data = {
+        "instance_id": "owner__name-1",
+        "repo": "owner/name",
+        "base_commit": "a" * 40,
+        "patch": "diff --git a/pkg/core.py b/pkg/core.py\n",
+        "test_patch": TEST_PATCH,
+        "problem_statement": "It is broken.",
+        "hints_text": "",
+        "version": "1.0",
+        "FAIL_TO_PASS": json.dumps(["tests/test_core.py::test_new"]),
+        "PASS_TO_PASS": "[]",
+        "environment_setup_commit": "b" * 40,
+        "created_at": "2024-01-01T00:00:00Z",  # published extra fields are ignored
+    }
+    data.update(overrides)
+    return data

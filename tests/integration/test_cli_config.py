@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.unit.test_config_file import TRAIN_TOML
+from tests.config_support import TRAIN_TOML
 
 ROOT = Path(__file__).resolve().parents[2]
 

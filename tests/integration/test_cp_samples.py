@@ -15,21 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.config import SandboxConfig
 from sandbox.failure import Verdict
 from tasks.catalog import SAMPLE_SETS, load_sample_set
 from tasks.grader import GradeReport, GraderConfig, grade_pairs, pair_submissions
+from tests.sandbox_support import sandbox_config
 
 pytestmark = pytest.mark.docker
 
 REPO = Path(__file__).resolve().parents[2]
 SETS = [name for name in SAMPLE_SETS if name != "bench"]
-
-
-def sandbox_config(**overrides) -> SandboxConfig:
-    data = {"pool": {"size": 2}, "episode": {"wall_s": 3600.0}}
-    data.update(overrides)
-    return SandboxConfig.model_validate(data)
 
 
 @pytest.fixture(scope="module")

@@ -24,8 +24,8 @@ from sandbox.failure import Verdict
 from tasks.grader import GraderConfig, grade_pairs
 from tasks.submission import Submission
 from tasks.task import Limits, StdinTest
-from tests.integration.test_cp_samples import sandbox_config
-from tests.unit.test_cp_grader import task
+from tests.sandbox_support import sandbox_config
+from tests.task_support import task
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

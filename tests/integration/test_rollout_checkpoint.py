@@ -13,7 +13,7 @@ import trio
 from gym.engine import InProcessEngine, load_engine
 from gym.rollout import collect_async
 from sandbox.failure import FailureKind
-from tests.unit.test_episode_loop import FakeGrader, FakePool, make_env
+from tests.fakes import FakeGrader, FakePool, make_env
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ from gym.trajectory import assert_token_exact
 from policies.sampling import SamplingParams
 from sandbox.pool import WorkspacePool
 from tests.policy_server_support import ServedReference, serving
-from tests.unit.test_episode_loop import FakeGrader, FakePool
+from tests.fakes import FakeGrader, FakePool
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,7 @@ import yaml
 from openai import OpenAI
 from safetensors.torch import save
 
-from tests.unit.test_policy_serve_config import train_tokenizer
+from tests.tokenizer_support import train_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = dict(

@@ -108,7 +108,7 @@ def test_requests_are_bounded_in_sequences_and_body_size() -> None:
 def test_a_continuous_engine_answers_a_short_request_before_a_long_one_that_came_first() -> None:
     from policies.engine import GenerationEngine
     from policies.hf_adapter import CausalLMPolicy
-    from tests.unit.test_policy_model import small_model
+    from tests.policy_support import small_model
 
     class Paced(CausalLMPolicy):  # 20 ms a forward: the long request runs about 2 s
         def step(self, *args, **kwargs):

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER = r'''
 import json, sys
 import torch
-from tests.unit.test_trainer_update import ARCH, scored_samples
+from tests.trainer_support import ARCH, scored_samples
 from policies.serve_config import MoEPolicySource
 from trainer.batch import shard
 from trainer.config import AlgorithmConfig, DistributedConfig
@@ -77,7 +77,7 @@ def test_two_processes_match_one(tmp_path, dispatcher, aggregation):
     for key, value in one["state"].items():
         assert torch.allclose(two["state"][key], value, atol=1e-6), key
     from policies.serve_config import MoEPolicySource
-    from tests.unit.test_trainer_update import ARCH
+    from tests.trainer_support import ARCH
     from trainer.policy import build_model
 
     initial = build_model(MoEPolicySource(model=ARCH, seed=0)).state_dict()

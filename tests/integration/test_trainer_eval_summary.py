@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from gym.environment import Environment
 from policies.serve_config import MoEPolicySource
 
-from tests.integration.test_trainer_masked import FAKE_ENVIRONMENT, TINY, train_with_fakes
+from tests.trainer_support import FAKE_ENVIRONMENT, TINY, train_with_fakes
 from trainer.config import TrainConfig
 from trainer.loop import PASS_WINDOW
 from trainer.policy import build_model

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from gym.environment import Environment
-from tests.unit.test_episode_loop import FakeGrader, FakePool
+from tests.fakes import FakeGrader, FakePool
 from trainer.config import TrainConfig
 from trainer.loop import train
 

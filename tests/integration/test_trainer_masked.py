@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -20,43 +19,9 @@ import trainer.engine
 import trainer.loop
 from gym.cli import main
 from gym.engine import EngineFailure
-from gym.environment import Environment
-from tests.unit.test_episode_loop import FakeGrader, FakePool
+from tests.trainer_support import config_data, train_with_fakes
 from trainer.config import TrainConfig
 from trainer.errors import MaskedShareError
-
-ROOT = Path(__file__).resolve().parents[2]
-SAMPLES = ROOT / "tasks" / "samples"
-TINY = {"vocab_size": 8192, "hidden_size": 32, "num_hidden_layers": 2, "num_dense_layers": 1, "num_attention_heads": 2,
-        "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 32, "moe_intermediate_size": 16, "num_experts": 4,
-        "num_experts_per_tok": 2, "num_shared_experts": 1, "max_position_embeddings": 1024}
-
-
-FAKE_ENVIRONMENT = {
-    "name": "masked",
-    "task_pool": {"type": "jsonl", "path": str(SAMPLES / "codecontests.jsonl"), "format": "codecontests",
-                  "solutions": str(SAMPLES / "codecontests.solutions.jsonl")},
-    "tools": {"enabled": ["submit"]},
-    "episode": {"max_turns": 1, "max_tokens_per_turn": 16, "max_total_tokens": 1024, "on_parse_error": "end"},
-    "replay": {"rate": 0.0, "failures": False},
-    "rubric": {"length": {"weight": 1.0, "free_tokens": 0}},  # rewards differ by length: groups are kept
-    "concurrency": 4,
-}
-"""A one-turn environment for the in-memory workspaces and grader (tests of the loop)."""
-
-
-def config_data(run_dir: Path, bound: float, steps: int = 2) -> dict:
-    return {
-        "run_dir": str(run_dir),
-        "environment": FAKE_ENVIRONMENT,
-        "policy": {"type": "rdep_moe", "seed": 0, "model": TINY},
-        "rollout": {"group_size": 4, "groups_per_step": 2, "seed": 0},
-        "optimizer": {"lr": 0.001},
-        "loop": {"steps": steps, "max_staleness": 0, "micro_batch_size": 8, "max_masked_share": bound,
-                 "masked_share_min_samples": 8},
-        "checkpoint": {"every": 100},
-        "metrics": {"progress": False, "tensorboard": False},
-    }
 
 
 @pytest.fixture
@@ -73,13 +38,6 @@ def failing_engine(monkeypatch):
 
     monkeypatch.setattr(trainer.engine, "BatchingEngine", FlakyEngine)
     return setting
-
-
-def train_with_fakes(config: TrainConfig, resume: bool = False, real_train=trainer.loop.train) -> dict:
-    """`trainer.loop.train` on the in-memory workspaces and grader (also stands in for it under the CLI)."""
-    env = Environment(config.env)
-    pool = FakePool()
-    return real_train(config, resume=resume, workspaces=pool, grader=FakeGrader(env, pool))
 
 
 @pytest.mark.slow

@@ -17,31 +17,19 @@ import torch
 from safetensors.torch import load_file
 
 from gym.environment import Environment
-from tests.unit.test_episode_loop import FakeGrader, FakePool
+from tests.fakes import SAMPLES, FakeGrader, FakePool
+from tests.trainer_support import FAKE_ENVIRONMENT, TINY
 from trainer.config import ConfigError, TrainConfig
 from trainer.loop import train
 
 ROOT = Path(__file__).resolve().parents[2]
-SAMPLES = ROOT / "tasks" / "samples"
-
-TINY = {"vocab_size": 8192, "hidden_size": 32, "num_hidden_layers": 2, "num_dense_layers": 1, "num_attention_heads": 2,
-        "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 32, "moe_intermediate_size": 16, "num_experts": 4,
-        "num_experts_per_tok": 2, "num_shared_experts": 1, "max_position_embeddings": 1024}
 
 
 def config(run_dir: Path, steps: int, **overrides) -> TrainConfig:
     data = {
         "run_dir": str(run_dir),
-        "environment": {
-            "name": "resume",
-            "task_pool": {"type": "jsonl", "path": str(SAMPLES / "codecontests.jsonl"), "format": "codecontests",
-                          "solutions": str(SAMPLES / "codecontests.solutions.jsonl")},
-            "tools": {"enabled": ["submit"]},
-            "episode": {"max_turns": 1, "max_tokens_per_turn": 96, "max_total_tokens": 1024, "on_parse_error": "end"},
-            "replay": {"rate": 0.0, "failures": False},
-            "rubric": {"length": {"weight": 1.0, "free_tokens": 0}},  # rewards differ by length: never a zero gradient
-            "concurrency": 4,
-        },
+        # rewards differ by length (the rubric): never a zero gradient
+        "environment": {**FAKE_ENVIRONMENT, "name": "resume", "episode": {**FAKE_ENVIRONMENT["episode"], "max_tokens_per_turn": 96}},
         "policy": {"type": "rdep_moe", "seed": 0, "model": TINY},
         # One torch thread: with two, a run beside two CPU hogs ended with weights that differed from the
         # uninterrupted run in their last bits (fresh-clone CI, 2026-11-24); one thread is reproducible.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_trainer_masked import config_data, train_with_fakes
+from tests.trainer_support import config_data, train_with_fakes
 from trainer.config import TrainConfig
 
 

@@ -9,6 +9,7 @@ from gym.environment import EnvironmentConfig, EnvironmentConfigError
 from policies.serve_config import ServeConfig, ServeConfigError
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxConfigError
+from tests.config_support import TRAIN_TOML
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError
 
@@ -16,32 +17,6 @@ POLICY = {"type": "rdep_moe", "model": {"vocab_size": 64, "hidden_size": 16, "nu
                                         "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 8,
                                         "intermediate_size": 32, "moe_intermediate_size": 8, "num_experts": 4,
                                         "num_experts_per_tok": 2, "num_shared_experts": 1, "max_position_embeddings": 256}}
-
-TRAIN_TOML = """\
-run_dir = "runs/x"
-environment = "configs/cp_smoke.yaml"
-
-[policy]
-type = "rdep_moe"
-
-[policy.model]
-vocab_size = 64
-hidden_size = 16
-num_hidden_layers = 2
-num_dense_layers = 1
-num_attention_heads = 2
-num_key_value_heads = 1
-head_dim = 8
-intermediate_size = 32
-moe_intermediate_size = 8
-num_experts = 4
-num_experts_per_tok = 2
-num_shared_experts = 1
-max_position_embeddings = 256
-
-[optimizer]
-lr = 0.001
-"""
 
 
 def test_yaml_and_toml_give_the_same_train_config(tmp_path):

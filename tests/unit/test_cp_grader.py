@@ -17,13 +17,7 @@ from tasks.grader import Grader, GraderConfig, GradeReport, compile_problem, pai
 from tasks.judge import TestResult
 from tasks.submission import Submission, extract_code, program, read_submissions
 from tasks.task import AssertTest, CallTest, Limits, StdinTest, Task
-
-
-def task(**fields) -> Task:
-    base = dict(task_id="t", source_format="nemotron", kind="stdin", prompt="p",
-                tests=(StdinTest(input="1\n", output="1\n"),))
-    base.update(fields)
-    return Task(**base)
+from tests.task_support import task
 
 
 @pytest.mark.parametrize(

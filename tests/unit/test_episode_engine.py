@@ -16,7 +16,7 @@ from gym.harmony import ParsedTurn
 from gym.scripted import ReferencePolicy, load_scripted
 from policies.fake_engine import ScriptedEngine
 from policies.sampling import SamplingParams
-from tests.unit.test_episode_loop import make_env
+from tests.fakes import make_env
 
 
 @pytest.fixture(scope="module")

@@ -8,120 +8,26 @@ and the rubric's terms on real episodes.
 
 from __future__ import annotations
 
-import functools
 from contextlib import asynccontextmanager
-from pathlib import Path
 
 import pytest
 import trio
 
-from gym.engine import EngineFailure
-from gym.environment import Environment, EnvironmentConfig
+from gym.environment import Environment
 from gym.episode import EpisodeResult, run_episode
 from tasks.family import CodeFamily
 from gym.message import Message
 from gym.scripted import load_scripted
-from gym.tokenizer import load_tokenizer
 from gym.trajectory import assert_token_exact
-from policies.sampling import Completion, SamplingParams
 from sandbox.errors import InfraError
-from sandbox.failure import FailureKind, Verdict
+from sandbox.failure import FailureKind
 from sandbox.protocol import ExecResult
-from tasks.grader import TaskResult, summarise
-from tasks.judge import TestResult
-from tasks.submission import program
-from tests.unit.test_episode_tools import MemoryWorkspace
-
-SAMPLES = Path(__file__).resolve().parents[2] / "tasks" / "samples"
-
-
-@functools.cache
-def tokenizer():
-    return load_tokenizer("bpe")
-
-
-def make_env(**overrides) -> Environment:
-    data = {
-        "name": "unit",
-        "task_pool": {"type": "jsonl", "path": str(SAMPLES / "codecontests.jsonl"), "format": "codecontests",
-                      "solutions": str(SAMPLES / "codecontests.solutions.jsonl")},
-        **overrides,
-    }
-    return Environment(EnvironmentConfig.from_dict(data), tokenizer())
+from tests.fakes import FailingEngine, FakeGrader, FakePool, GarbageEngine, TurnsEngine, make_env
 
 
 @pytest.fixture(scope="module")
 def env() -> Environment:
     return make_env()
-
-
-class FakePool:
-    """Hands out MemoryWorkspaces; counts acquisitions, releases and the most held at once."""
-
-    def __init__(self, replies: dict | None = None) -> None:
-        self.replies = replies
-        self.acquired = self.released = self.held = self.max_held = 0
-
-    @asynccontextmanager
-    async def acquire(self, owner: str = ""):
-        self.acquired += 1
-        self.held += 1
-        self.max_held = max(self.max_held, self.held)
-        try:
-            await trio.sleep(0)
-            yield MemoryWorkspace(self.replies)
-        finally:
-            self.held -= 1
-            self.released += 1
-
-
-class FakeGrader:
-    """Passes a program iff it is the task's reference; asserts the episode workspace is released first."""
-
-    def __init__(self, env: Environment, pool: FakePool, infra: bool = False) -> None:
-        self.references = env.reference_programs()
-        self.pool, self.infra = pool, infra
-        self.graded: list[str] = []
-
-    async def grade(self, task, submission) -> TaskResult:
-        assert self.pool.held == 0 or self.pool.max_held > 1, "grading must wait for the workspace's release"
-        source = program(task, submission)
-        self.graded.append(source)
-        verdict = Verdict.INFRA_ERROR if self.infra else (
-            Verdict.PASSED if source == self.references[task.task_id] else Verdict.WRONG_ANSWER)
-        return summarise(task.task_id, [TestResult(index=i, verdict=verdict) for i in range(len(task.tests))])
-
-
-class TurnsEngine:
-    """Samples the given turns in order (the last one again when they run out); version += step each call."""
-
-    def __init__(self, env: Environment, turns: list[list[Message]], version: int = 0, step: int = 0) -> None:
-        self.env, self.turns, self.version, self.step, self.calls = env, turns, version, step, 0
-
-    async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        turn = self.turns[min(self.calls, len(self.turns) - 1)]
-        ids = self.env.harmony.render_completion(turn)[: params.max_tokens]
-        version = self.version + self.step * self.calls
-        self.calls += 1
-        return [Completion(token_ids=ids, logprobs=[-0.5] * len(ids), raw_logprobs=[-0.5] * len(ids),
-                           finish_reason="stop", weights_version=version)]
-
-
-class GarbageEngine:
-    """Samples plain text with no Harmony structure."""
-
-    def __init__(self, env: Environment) -> None:
-        self.ids = env.tokenizer.encode("<|call|> I am not Harmony")
-
-    async def generate(self, prompts, params):
-        ids = self.ids[: params.max_tokens]
-        return [Completion(token_ids=ids, logprobs=[-1.0] * len(ids), raw_logprobs=[-1.0] * len(ids),
-                           finish_reason="length", weights_version=0)]
-
-
-class FailingEngine:
-    async def generate(self, prompts, params):
-        raise EngineFailure("http://policy: connection refused")
 
 
 def episode(env: Environment, engine, pool: FakePool | None = None, grader=None, task_id: str | None = None,

@@ -11,7 +11,7 @@ from gym.bundle import Bundle, BundleError, bundle_of, bundle_reason, read_bundl
 from gym.replay import consistency
 from gym.rollout import RolloutWorkers, collect_async, episode_seed, summarize
 from gym.scripted import load_scripted
-from tests.unit.test_episode_loop import SAMPLES, FakeGrader, FakePool, GarbageEngine, make_env
+from tests.fakes import SAMPLES, FakeGrader, FakePool, GarbageEngine, make_env
 
 
 @pytest.fixture(scope="module")

@@ -1,75 +1,18 @@
 """Tools without Docker: argument validation, refusals, observation text, schemas in the prompt.
 
-``MemoryWorkspace`` is an in-memory stand-in for a sandbox workspace (files in a
-dict, commands answered from a table); the episode-loop tests use it too.
+Tools run on ``MemoryWorkspace`` (tests/fakes.py): files in a dict, commands answered from a table.
 Real execution is covered in tests/integration/test_episode_tools.py.
 """
 
 from __future__ import annotations
 
-import posixpath
-
 import pytest
-import trio
 
-from gym.message import ToolCall
 from gym.prompt import developer_message
 from gym.tools import DEFAULT_TOOLS, Toolbox, ToolsConfig, patch_paths, schema_of, SubmitArgs
 from sandbox.failure import FailureKind
-from sandbox.protocol import DirEntry, ExecRequest, ExecResult, FileResult, ListDirResult, ReadFileResult
-
-
-class MemoryWorkspace:
-    """Files in a dict under /workspace; ``exec`` answers from ``replies`` (argv tuple -> result) or exits 0."""
-
-    def __init__(self, replies: dict[tuple[str, ...], ExecResult] | None = None) -> None:
-        self.files: dict[str, bytes] = {}
-        self.replies = replies or {}
-        self.requests: list[ExecRequest] = []
-
-    @staticmethod
-    def _path(path: str) -> str | None:
-        full = posixpath.normpath(posixpath.join("/workspace", path))
-        return full if full == "/workspace" or full.startswith("/workspace/") else None
-
-    async def exec(self, request: ExecRequest) -> ExecResult:
-        self.requests.append(request)
-        if self._path(request.cwd) is None:
-            return ExecResult(failure=FailureKind.SANDBOX_DENIED, detail=f"{request.cwd} outside the allowlist")
-        return self.replies.get(tuple(request.argv), ExecResult(exit_code=0))
-
-    async def read_file(self, path: str, max_bytes: int = 1 << 20) -> ReadFileResult:
-        full = self._path(path)
-        if full is None:
-            return ReadFileResult(failure=FailureKind.SANDBOX_DENIED, detail=f"{path} outside the allowlist")
-        if full not in self.files:
-            return ReadFileResult(failure=FailureKind.TOOL_ERROR, detail=f"{full}: No such file or directory")
-        data = self.files[full]
-        truncated = len(data) > max_bytes
-        return ReadFileResult(data=data[:max_bytes], truncated=truncated,
-                              failure=FailureKind.OUTPUT_TRUNCATED if truncated else FailureKind.OK)
-
-    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> FileResult:
-        full = self._path(path)
-        if full is None:
-            return FileResult(failure=FailureKind.SANDBOX_DENIED, detail=f"{path} outside the allowlist")
-        self.files[full] = data
-        return FileResult()
-
-    async def list_dir(self, path: str = ".") -> ListDirResult:
-        full = self._path(path)
-        if full is None:
-            return ListDirResult(failure=FailureKind.SANDBOX_DENIED, detail=f"{path} outside the allowlist")
-        names = sorted(p[len(full) + 1:] for p in self.files if p.startswith(full + "/"))
-        return ListDirResult(entries=[DirEntry(name=n, kind="file", size=len(self.files[f"{full}/{n}"])) for n in names])
-
-
-def call(name: str, namespace: str = "functions", **arguments) -> ToolCall:
-    return ToolCall(namespace=namespace, name=name, arguments=arguments, raw="{}")
-
-
-def run(box: Toolbox, ws: MemoryWorkspace, tool_call: ToolCall):
-    return trio.run(box.call, ws, tool_call)
+from sandbox.protocol import ExecRequest, ExecResult
+from tests.fakes import MemoryWorkspace, call, run
 
 
 def test_unknown_tool_and_namespace_are_tool_errors_listing_the_tools():

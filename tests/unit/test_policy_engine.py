@@ -14,7 +14,7 @@ from policies.engine import GenerationEngine
 from policies.fake_engine import ScriptedEngine
 from policies.hf_adapter import CausalLMPolicy
 from policies.sampling import EngineError, RolloutEngine, SamplingParams
-from tests.unit.test_policy_model import small_model
+from tests.policy_support import small_model
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11, 12]]
 

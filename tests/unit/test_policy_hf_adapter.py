@@ -9,7 +9,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 from policies.engine import GenerationEngine
 from policies.hf_adapter import load_policy
 from policies.sampling import SamplingParams
-from tests.unit.test_policy_model import small_model
+from tests.policy_support import small_model
 
 TINY = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=128, bos_token_id=None, eos_token_id=None)

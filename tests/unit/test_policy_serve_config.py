@@ -10,22 +10,9 @@ from pydantic import ValidationError
 from policies.sampling import SamplingParams
 from policies.serve_config import ServeConfig, build_engine
 from policies.tokenizer import TextTokenizer
+from tests.tokenizer_support import train_tokenizer
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-SPECIALS = ["<|start|>", "<|message|>", "<|end|>", "<|channel|>", "<|return|>", "<|call|>"]
-
-
-def train_tokenizer(path: Path) -> Path:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
-    tok.train_from_iterator(["def add(a, b):\n    return a + b\n", "hello world, print the answer"] * 20, trainer=trainer)
-    tok.save(str(path))
-    return path
 
 
 @pytest.mark.parametrize("name", ["policy_tiny.yaml", "policy_moonlet.yaml"])

@@ -53,7 +53,7 @@ def test_swe_pools_load_jsonl_and_parquet_and_mix_with_cp(tmp_path):
 
     from gym.environment import Environment, EnvironmentConfig, EnvironmentConfigError
     from tasks.swe.instance import SweInstance
-    from tests.unit.test_swe_instance import row
+    from tests.swe_support import row
 
     rows = [row(), row(instance_id="owner__name-2")]
     (tmp_path / "swe.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -12,7 +12,7 @@ import pytest
 from gym import bpe
 from gym.cli import main
 from gym.tokenizer import HARMONY_SPECIALS, TokenizerError, TokenizerUnavailable, load_tokenizer
-from tests.unit.test_tokenizer_contract import build_hf_dir
+from tests.tokenizer_support import build_hf_dir
 
 SMALL = bpe.BpeConfig(vocab_size=1024, corpus_documents=1500)
 

@@ -7,7 +7,6 @@ it is skipped with the loader's reason (the gym never downloads it).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -16,29 +15,10 @@ from hypothesis import strategies as st
 from gym.harmony import Harmony, ParsedTurn, ParseError
 from gym.message import Message
 from gym.tokenizer import HARMONY_SPECIALS, Tokenizer, TokenizerUnavailable, load_tokenizer
+from tests.tokenizer_support import build_hf_dir
 
 SPECIAL_TEXTS = list(HARMONY_SPECIALS.values())
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-
-def build_hf_dir(directory: Path) -> Path:
-    """A tiny Hugging Face tokenizer directory: byte-level BPE with BOS/EOS, a BOS template,
-    and `<|start|>` already present as a *non-special* added token (it must be upgraded)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=600, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
-    )
-    backend.train_from_iterator(["def solve(n):\n    return n * 2\n", "hello world, the answer is 42."] * 50, trainer=trainer)
-    backend.add_tokens([AddedToken("<|start|>", special=False, normalized=False)])
-    backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 0)])
-    directory.mkdir(parents=True, exist_ok=True)
-    backend.save(str(directory / "tokenizer.json"))
-    (directory / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>", "tokenizer_class": "PreTrainedTokenizerFast"}))
-    return directory
 
 
 @pytest.fixture(scope="module", params=["bpe", "hf", "o200k_harmony"])

@@ -11,7 +11,7 @@ from gym.prompt import developer_message
 from gym.tools import ALL_TOOLS, DEFAULT_TOOLS, Toolbox, ToolsConfig
 from sandbox.failure import FailureKind
 from sandbox.protocol import ExecRequest, ExecResult, ReadFileRequest, ReadFileResult
-from tests.unit.test_episode_tools import MemoryWorkspace, call, run
+from tests.fakes import MemoryWorkspace, call, run
 
 BOTH = ToolsConfig(enabled=(*DEFAULT_TOOLS, "search", "view"))
 

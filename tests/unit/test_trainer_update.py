@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from gym.trajectory import Trajectory
-from policies.config import MoEArchitecture
 from policies.serve_config import MoEPolicySource
 from trainer.batch import collate
 from trainer.checkpoint import Checkpointer, TrainerState
@@ -17,28 +15,12 @@ from trainer.config import OptimizerConfig
 from trainer.policy import build_model
 from trainer.sample import Sample, routes_for
 from trainer.selection import Scored
+from tests.trainer_support import ARCH, scored_samples
 from trainer.update import PolicyUpdate, score
-
-ARCH = MoEArchitecture(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_dense_layers=1, num_attention_heads=2,
-                       num_key_value_heads=1, head_dim=16, intermediate_size=32, moe_intermediate_size=16, num_experts=4,
-                       num_experts_per_tok=2, max_position_embeddings=128)
 
 
 def model():
     return build_model(MoEPolicySource(model=ARCH, seed=0))
-
-
-def scored_samples(n: int = 4, seed: int = 0) -> list[Scored]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        prompt = tuple(int(x) for x in rng.integers(9, 64, size=3 + i))
-        completion = tuple(int(x) for x in rng.integers(9, 64, size=4 + 2 * i))
-        t = Trajectory(task_id=f"t{i}", tokenizer="test", policy_version=0, prompt_ids=prompt, ids=prompt + completion,
-                       sampled=(False,) * len(prompt) + (True,) * len(completion),
-                       logprobs=(None,) * len(prompt) + tuple(float(-rng.uniform(3, 5)) for _ in completion), reward=float(i % 2))
-        out.append(Scored(sample=Sample(t), advantage=1.0 if i % 2 else -1.0))
-    return out
 
 
 def update(m, micro_batch_size: int, algorithm: AlgorithmConfig = AlgorithmConfig(), sgd: bool = False, **kw) -> PolicyUpdate:
