@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 TRAIN_TOML = """\
 run_dir = "runs/x"
 environment = "configs/cp_smoke.yaml"

@@ -28,7 +28,6 @@ from tasks.grader import TaskResult, summarise
 from tasks.judge import TestResult
 from tasks.submission import program
 
-
 SAMPLES = Path(__file__).resolve().parents[1] / "tasks" / "samples"
 
 

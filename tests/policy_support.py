@@ -7,7 +7,6 @@ import torch
 from policies.config import RdepMoeConfig
 from policies.modeling import RdepMoeForCausalLM
 
-
 SMALL = dict(
     vocab_size=64, hidden_size=32, num_hidden_layers=3, num_dense_layers=1, num_attention_heads=4,
     num_key_value_heads=2, head_dim=8, intermediate_size=64, moe_intermediate_size=16, num_experts=8,

@@ -20,7 +20,6 @@ from trainer.config import TrainConfig
 from trainer.sample import Sample
 from trainer.selection import Scored
 
-
 TINY = {"vocab_size": 8192, "hidden_size": 32, "num_hidden_layers": 2, "num_dense_layers": 1, "num_attention_heads": 2,
         "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 32, "moe_intermediate_size": 16, "num_experts": 4,
         "num_experts_per_tok": 2, "num_shared_experts": 1, "max_position_embeddings": 1024}
