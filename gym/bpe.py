@@ -6,9 +6,12 @@ of HARMONY_SPECIALS). No normalizer and a byte-level pre-tokenizer without a
 prefix space, so ``decode(encode(s)) == s`` for every string.
 
 Reproducible: same config and library version, same file bytes (tested). The
-file lives at ``build/tokenizer/tokenizer.json`` (git-ignored) with a ``.stamp``
-beside it naming the corpus version and config; it is trained on first use when
-missing or stale. ``python -m gym tokenizer train`` writes it on purpose.
+file lives at ``build/tokenizer/tokenizer.json`` of a checkout (git-ignored) with
+a ``.stamp`` beside it naming the corpus version and config; in a checkout it is
+trained on first use when missing or stale. An installed wheel keeps it in the
+user's cache (sandbox.distribution.built_dir) and never writes there unasked:
+missing or stale is an error naming ``code-rl-gym tokenizer train``, which
+writes it on purpose (as ``python -m gym tokenizer train`` does in a checkout).
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gym.corpus import CORPUS_VERSION, corpus
 from gym.tokenizer import HARMONY_SPECIALS, TokenizerError, TokenizersTokenizer
+from sandbox.distribution import built_dir, checkout
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PATH = Path(__file__).resolve().parents[1] / "build" / "tokenizer" / "tokenizer.json"  # repo root, git-ignored
+DEFAULT_PATH = built_dir("build", "tokenizer") / "tokenizer.json"  # a checkout's build/ (git-ignored), or the user's cache
 
 
 class BpeConfig(BaseModel):
@@ -96,6 +100,9 @@ def load_bpe(path: str | None = None) -> TokenizersTokenizer:
         stamp_file = _stamp_path(file)
         current = stamp_file.read_text().strip() if stamp_file.is_file() else None
         if not file.is_file() or current != stamp(BpeConfig()):
+            if checkout() is None:  # an installed wheel: training takes a while and writes a file, so only when asked
+                state = "is stale (trained from another corpus or config)" if file.is_file() else "is not built"
+                raise TokenizerError(f"the default bpe tokenizer {file} {state}: run `code-rl-gym tokenizer train` once")
             log.info("default tokenizer %s %s: training it now (once)", file, "stale" if file.is_file() else "missing")
             write_bpe(file, BpeConfig())
     return TokenizersTokenizer(Tokenizer.from_file(str(file)), name=f"bpe:{file}" if path else "bpe")

@@ -103,7 +103,9 @@ def _configure_logging(verbose: bool, level: str = "INFO") -> None:
 
 def build_parser(command: str | None = None, argv: list[str] | None = None) -> argparse.ArgumentParser:
     """Top-level parser; only ``command``'s module is imported to add its arguments."""
-    parser = argparse.ArgumentParser(prog="python -m gym", description=DESCRIPTION)
+    # `code-rl-gym` is the installed console script (pyproject.toml) for the same main
+    prog = "code-rl-gym" if Path(sys.argv[0]).name == "code-rl-gym" else "python -m gym"
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", metavar="LEVEL",

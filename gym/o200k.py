@@ -7,7 +7,8 @@ hands the library that directory (the library then also checks the file's
 SHA-256). Where it looks, in order:
 
 1. ``$TIKTOKEN_ENCODINGS_BASE/o200k_base.tiktoken``
-2. ``.cache/tiktoken/o200k_base.tiktoken`` under the repo root (git-ignored).
+2. ``.cache/tiktoken/o200k_base.tiktoken`` under the repo root (git-ignored); for an installed
+   wheel, ``code-rl-gym/tiktoken/`` in the user's cache (sandbox.distribution.built_dir).
 
 Missing file -> :class:`TokenizerUnavailable` with that list, never a download.
 """
@@ -20,9 +21,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gym.tokenizer import HARMONY_SPECIALS, Tokenizer, TokenizerError, TokenizerUnavailable
+from sandbox.distribution import built_dir
 
 VOCAB_FILE = "o200k_base.tiktoken"
-LOCAL_DIR = Path(__file__).resolve().parents[1] / ".cache" / "tiktoken"  # repo root, git-ignored
+LOCAL_DIR = built_dir(".cache", "tiktoken")  # a checkout's .cache/ (git-ignored), or the user's cache
 FIRST_SPECIAL_ID = 199998  # ids below are the o200k BPE ranks
 VOCAB_SIZE = 201088  # specials and reserved ids fill 199998..201087
 

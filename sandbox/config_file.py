@@ -20,13 +20,17 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from sandbox.distribution import resolve
+
 Model = TypeVar("Model", bound=BaseModel)
 ErrorType = Callable[[str], Exception]  # an exception class, or a function making one from the message
 
 
 def read_config(path: str | Path, error: ErrorType = ValueError) -> Any:
-    """The data of a YAML (or ``*.toml``) file; an empty file is ``{}``. ``error`` names the file in one line."""
-    path = Path(path)
+    """The data of a YAML (or ``*.toml``) file; an empty file is ``{}``. ``error`` names the file in one line.
+
+    A relative path the working directory lacks is looked up among the shipped files (sandbox.distribution)."""
+    path = resolve(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from sandbox.distribution import resolve
 from tasks.errors import SourceError
 
 log = logging.getLogger(__name__)
@@ -119,8 +120,9 @@ def _datasets_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]
 
 
 def read_rows(path: Path, reader: Reader = "auto") -> Iterator[tuple[int, dict[str, Any] | RowError]]:
-    """Yield ``(index, row)`` or ``(index, RowError)`` for every row of ``path``."""
-    path = Path(path)
+    """Yield ``(index, row)`` or ``(index, RowError)`` for every row of ``path`` (a relative path the working
+    directory lacks is looked up among the shipped files: sandbox.distribution)."""
+    path = resolve(path)
     if not path.exists():
         raise SourceError(f"{path}: no such file or directory")
     if reader == "auto":
