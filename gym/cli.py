@@ -3,6 +3,8 @@
 Each command lives in its own module exposing ``configure(parser, argv)`` and
 ``run(args) -> int``. Modules are imported only when their command runs (or
 its ``--help`` is asked for), so `python -m gym --help` never imports torch.
+A command owned by a higher layer lives in that layer (``train``: `trainer.train_cli`, ``serve``:
+`policies.serve_cli`); the gym names it only as a dotted path, never imports it (tests/unit/test_layers.py).
 A command that fails for a known reason prints one line and exits with its
 class's code (`gym.fault`, docs/cli.md); ``-v`` anywhere adds the traceback.
 """
@@ -41,7 +43,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("gym.commands.show", "print a replay bundle as a readable transcript"),
     "plot": ("gym.commands.plot", "draw a training run's curves (reward, pass rate, held-out pass@k, entropy, KL, time) as a PNG"),
     "serve": ("policies.serve_cli", "serve a policy: OpenAI-compatible token-in/token-out server with weight updates"),
-    "train": ("gym.commands.train", "train a policy with GRPO on an environment (async rollouts, checkpoints, --resume)"),
+    "train": ("trainer.train_cli", "train a policy with GRPO on an environment (async rollouts, checkpoints, --resume)"),
 }
 
 

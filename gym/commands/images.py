@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         raise EngineUnreachable(f"the Docker engine at {url} does not answer: {root_cause(exc)}") from exc
     images = build_all(client, force=args.force)
     if args.swe is not None:
-        from images.swe import build_task_file
+        from tasks.swe.images import build_task_file
 
         images += build_task_file(client, args.swe, args.repos_dir, force=args.force)
     for image in images:

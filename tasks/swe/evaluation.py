@@ -8,7 +8,7 @@ Predictions are JSON Lines ``{"instance_id", "model_patch"}`` (the SWE-bench
 predictions convention; other keys such as ``model_name_or_path`` are
 ignored, a null ``model_patch`` is an empty one). ``gold`` grades each
 instance's own ``patch``, ``empty`` an empty diff. Images are built first
-(cached by input hash, `images.swe`), then every prediction is graded in a
+(cached by input hash, `tasks.swe.images`), then every prediction is graded in a
 fresh container. Prints one line per prediction and the totals; ``--json OUT``
 writes ``{"total", "resolved", "infra_errors", "invalid", "patch_apply_failed",
 "instances": [{"instance_id", "resolved", "status", "f2p": {"success",
@@ -73,7 +73,7 @@ def builtin_predictions(choice: str, instances: tuple[SweInstance, ...]) -> list
 def build_images(instances: list[SweInstance], repos_dir: Path | None, force: bool = False) -> tuple[dict[str, str], dict[str, str]]:
     """``(image tag by instance id, build error by instance id)``."""
     from images.build import ImageBuildError
-    from images.swe import build_swe_images, docker_client
+    from tasks.swe.images import build_swe_images, docker_client
 
     try:
         client = docker_client()

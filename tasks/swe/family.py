@@ -1,7 +1,7 @@
 """SWE instances as a task family (`tasks.family`): agents fix a real repository in the gym.
 
 * **Workspace**: a container of the instance's image (built on demand when the
-  family opens, cached by input hash, `images.swe`) with the repository at
+  family opens, cached by input hash, `tasks.swe.images`) with the repository at
   ``/workspace/repo`` and the issue in ``/workspace/PROBLEM_STATEMENT.md``
   (`tasks.swe.workspace.prepare`); budgets from ``SweFamilyConfig.budgets``
   (a repository needs more memory and disk than a CP task).

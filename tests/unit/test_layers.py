@@ -1,0 +1,192 @@
+"""Layers import one way (STYLE.md rule 1), checked on the source: every import of every module.
+
+    images, sandbox  <-  tasks  <-  gym  ->  policies.sampling (the RolloutEngine interface)
+                                              policies  <-  kernels ... ; trainer uses them all
+
+Imports are read with `ast`, at module level and inside functions alike (a lazy import is still an
+arrow), plus ``importlib.import_module("literal")`` calls. Names kept as strings in a lazy registry
+(`gym.cli.COMMANDS`, `gym.commands.bench.BENCHES`, `gym.engine.ENGINES`, `gym.fault.KNOWN`) are not
+imports of the registry's package: the module they name is imported only when its command runs.
+Each exception below names the module, what it imports and why.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("sandbox", "images", "tasks", "gym", "policies", "kernels", "trainer")
+
+# importer package -> project packages it may import (itself always)
+ALLOWED: dict[str, frozenset[str]] = {
+    "images": frozenset({"sandbox"}),
+    "sandbox": frozenset({"images"}),  # sandbox.config's default image tag: images.inputs (no Docker I/O)
+    "tasks": frozenset({"sandbox", "images"}),
+    "gym": frozenset({"sandbox", "images", "tasks"}),
+    "kernels": frozenset(),
+    "policies": frozenset({"kernels"}),
+    "trainer": frozenset(PACKAGES),
+}
+
+# module -> modules it may import beyond ALLOWED, with the reason
+INTERFACES: dict[str, str] = {
+    "policies.sampling": "the RolloutEngine interface and its request/response types (torch-free): "
+    "how the gym reaches any policy",
+}
+EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("gym.engine", "policies.hf_adapter"): "`checkpoint:DIR` policy spec: import_module only when that spec "
+    "is named (torch loads there, never on `import gym`)",
+    ("gym.engine", "policies.engine"): "same `checkpoint:DIR` loader: the generation engine in process",
+    ("policies.serve_config", "sandbox.config_file"): "the project's one YAML/TOML config loader and error "
+    "formatter (issue 18 item 5); dependency-free, it has no home below both stacks",
+    ("policies.bench", "trainer.engine"): "`bench generate` measures generation as the trainer drives it "
+    "(BatchingEngine); a benchmark script, imported only by `python -m gym bench generate`",
+}
+# packages that never import torch, at any level (STYLE.md rule 1)
+TORCH_FREE = ("sandbox", "images", "tasks", "gym")
+
+
+def imports(path: Path) -> list[tuple[int, str]]:
+    """``(line, dotted module)`` of every absolute import in ``path`` (any depth) and every
+    ``importlib.import_module("...")`` with a literal name."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module in PACKAGES:  # `from policies import engine` imports policies.engine
+                found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+            else:
+                found.append((node.lineno, node.module))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "import_module" and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            found.append((node.lineno, node.args[0].value))
+    return found
+
+
+def modules(root: Path, package: str) -> list[Path]:
+    """The package's modules: files in directories with an ``__init__.py`` all the way up (the SWE
+    repositories vendored under tasks/swe/repos are task data, not our code)."""
+    return [path for path in sorted((root / package).rglob("*.py"))
+            if all((parent / "__init__.py").exists() for parent in path.parents
+                   if parent.is_relative_to(root / package))]
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def allowed(importer: str, imported: str) -> bool:
+    source, target = importer.split(".")[0], imported.split(".")[0]
+    if target == source or target in ALLOWED[source]:
+        return True
+    if source == "gym" and any(imported == name or imported.startswith(name + ".") for name in INTERFACES):
+        return True
+    return (importer, imported) in EXCEPTIONS
+
+
+def violations(root: Path) -> list[str]:
+    """Every import in ``root``'s packages that the rules above forbid, as ``file:line: a -> b``."""
+    bad = []
+    for package in PACKAGES:
+        for path in modules(root, package):
+            importer = module_name(root, path)
+            for line, imported in imports(path):
+                top = imported.split(".")[0]
+                where = f"{path.relative_to(root)}:{line}: {importer} -> {imported}"
+                if top == "torch" and package in TORCH_FREE:
+                    bad.append(where + " (torch)")
+                elif top in PACKAGES and not allowed(importer, imported):
+                    bad.append(where)
+    return bad
+
+
+def package_cycles(root: Path) -> list[list[str]]:
+    """Cycles among the packages, counting every import but the documented exceptions."""
+    edges: dict[str, set[str]] = {p: set() for p in PACKAGES}
+    for package in PACKAGES:
+        for path in modules(root, package):
+            importer = module_name(root, path)
+            for _, imported in imports(path):
+                top = imported.split(".")[0]
+                if top in PACKAGES and top != package and (importer, imported) not in EXCEPTIONS:
+                    edges[package].add(top)
+    cycles, path = [], []
+
+    def visit(node: str) -> None:
+        if node in path:
+            cycles.append(path[path.index(node):] + [node])
+            return
+        path.append(node)
+        for nxt in sorted(edges[node]):
+            visit(nxt)
+        path.pop()
+
+    for package in PACKAGES:
+        visit(package)
+    return cycles
+
+
+def test_every_import_follows_the_layers():
+    assert violations(ROOT) == []
+
+
+def test_the_packages_form_no_cycle():
+    assert package_cycles(ROOT) == []
+
+
+def test_every_exception_is_still_an_import():
+    """An exception the code no longer needs is deleted, not kept as a hole in the rule."""
+    seen = set()
+    for package in PACKAGES:
+        for path in modules(ROOT, package):
+            seen |= {(module_name(ROOT, path), imported) for _, imported in imports(path)}
+    assert set(EXCEPTIONS) <= seen
+
+
+def test_the_cli_registries_name_modules_that_exist():
+    """The lazy registries are strings: a moved module must be renamed there too."""
+    text = "\n".join((ROOT / p).read_text(encoding="utf-8")
+                     for p in ("gym/cli.py", "gym/commands/bench.py", "gym/engine.py"))
+    dotted = set(re.findall(r'"((?:%s)(?:\.\w+)+)' % "|".join(PACKAGES), text))
+    assert dotted, "no registry entries found"
+    missing = [name for name in sorted(dotted)
+               if not (ROOT / (name.replace(".", "/") + ".py")).exists()
+               and not (ROOT / name.replace(".", "/") / "__init__.py").exists()
+               and not (ROOT / (name.rsplit(".", 1)[0].replace(".", "/") + ".py")).exists()]
+    assert missing == []
+
+
+@pytest.mark.parametrize(("package", "line", "why"), [
+    ("gym", "from trainer.loop import train", "gym -> trainer"),
+    ("sandbox", "import tasks.grader", "sandbox -> tasks"),
+    ("tasks", "from gym.episode import Episode", "tasks -> gym"),
+    ("images", "from tasks.swe import instance", "images -> tasks"),
+    ("gym", "from policies.engine import GenerationEngine", "gym -> policies beyond the interface"),
+    ("policies", "from gym.rollout import run", "policies -> gym"),
+    ("tasks", "import torch", "torch in a torch-free layer"),
+])
+def test_an_upward_import_is_caught(tmp_path, package, line, why):
+    """The check can fail: one upward import, even inside a function, is reported."""
+    for name in PACKAGES:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+    (tmp_path / package / "added.py").write_text(f"def later():\n    {line}\n")
+    found = violations(tmp_path)
+    assert len(found) == 1 and found[0].startswith(f"{package}/added.py:2: "), why
+
+
+def test_a_loop_between_packages_is_caught(tmp_path):
+    for name in PACKAGES:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+    (tmp_path / "images" / "a.py").write_text("import sandbox.engine\n")
+    (tmp_path / "sandbox" / "b.py").write_text("import images.inputs\n")
+    assert violations(tmp_path) == []  # each arrow is allowed alone...
+    assert package_cycles(tmp_path)  # ...but together they are a loop
