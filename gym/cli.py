@@ -98,7 +98,7 @@ def _configure_logging(verbose: bool, level: str = "INFO") -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    # httpx logs every request at INFO (gym/engine.py's policy client): a line per model call
+    # httpx logs every request at INFO (gym/policy_client.py's policy client): a line per model call
     for chatty in ("httpx", "httpcore"):
         logging.getLogger(chatty).setLevel(max(level_no, logging.WARNING) if not verbose else logging.DEBUG)
 

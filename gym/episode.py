@@ -39,7 +39,7 @@ from gym.message import Message
 from gym.rubric import RubricConfig, score, total
 from gym.tools import ToolCallRecord, Toolbox, ToolWorkspace, printable
 from gym.trajectory import Trajectory, TrajectoryBuilder
-from policies.sampling import EngineError, EngineFailure, RolloutEngine, SamplingParams
+from policies.sampling import EngineError, RolloutEngine, SamplingParams
 from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from tasks.family import TaskFamily
@@ -167,7 +167,7 @@ class _Run:
         try:
             with self.clock.phase("policy"):
                 completion = (await engine.generate([context], params))[0]
-        except (EngineFailure, EngineError) as exc:
+        except EngineError as exc:
             self.end, self.infra = "infra_error", f"engine: {exc}"
             return None
         self.turns += 1

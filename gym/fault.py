@@ -73,7 +73,7 @@ KNOWN: tuple[tuple[str, str, ExitCode, str | None], ...] = (
     ("gym.tokenizer", "TokenizerError", ExitCode.USAGE,
      "a spec is bpe, bpe:PATH, hf:DIR or o200k_harmony; `python -m gym tokenizer train` builds the default bpe"),
     ("kernels.backend", "KernelBackendError", ExitCode.USAGE, "choose a backend this machine can run (kernels/backend.py)"),
-    ("policies.sampling", "EngineFailure", ExitCode.INFRA,
+    ("policies.sampling", "EngineError", ExitCode.INFRA,
      "start the policy server (`python -m gym serve CONFIG`) or fix the engine URL"),
     ("tasks.errors", "TaskError", ExitCode.INPUT, "check the file named (formats: tasks/loader.py)"),
     ("gym.bundle", "BundleError", ExitCode.INPUT, "pass a replay bundle written by rollout or train (RUN/bundles/*.json)"),

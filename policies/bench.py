@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> dict:
         return run_stream(args)
     import torch
 
-    from policies.engine import GenerationEngine
+    from policies.generation import GenerationEngine
     from policies.sampling import SamplingParams
     from policies.serve_config import ServeConfig, build_engine
 
@@ -113,7 +113,7 @@ def _through_batching_engine(engine, requests: list[_Request], concurrency: int)
     import trio
 
     from policies.sampling import SamplingParams
-    from trainer.engine import BatchingEngine
+    from trainer.batching import BatchingEngine
 
     batching = BatchingEngine(engine, engine.max_batch_size)
     queue = list(reversed(requests))
@@ -156,7 +156,7 @@ def run_stream(args: argparse.Namespace) -> dict:
 
     import torch
 
-    from policies.engine import GenerationEngine
+    from policies.generation import GenerationEngine
     from policies.serve_config import ServeConfig, build_engine
 
     if args.threads:

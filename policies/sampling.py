@@ -1,6 +1,6 @@
 """The rollout engine's request and response types, and the interface engines implement (torch-free).
 
-The gym imports these: `gym.engine.RolloutEngine` is
+The gym imports these: `gym.policy_client.RolloutEngine` is
 `async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]`.
 `ServingEngine` adds what the HTTP server needs (batched sync generation, weight updates).
 """
@@ -72,12 +72,13 @@ class RolloutEngine(Protocol):
     async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]: ...
 
 
-class EngineError(ValueError):
-    """A request an engine cannot serve (prompt too long, token id outside the vocabulary, ...)."""
-
-
-class EngineFailure(Exception):
-    """The policy could not be reached or refused a request; the message names the engine and why."""
+class EngineError(Exception):
+    """The policy engine did not serve a request: it could not be reached (the message names the URL
+    and the root cause), refused the request (prompt too long, a token id outside the vocabulary,
+    ...) or was closed. One type, because every caller treats them alike: an episode masks itself
+    as infra_error (`gym.episode`), the batching engine hands the error to each caller of the batch,
+    the CLI exits 3 (`gym.fault`). The server turns a refused request into HTTP 400 (`check_request`
+    is the only call under its handler), which the HTTP client raises again as this type."""
 
 
 def check_request(prompt: list[int], params: SamplingParams, vocab_size: int, context_length: int) -> None:
@@ -99,7 +100,7 @@ def check_request(prompt: list[int], params: SamplingParams, vocab_size: int, co
 class ServingEngine(Protocol):
     """What `policies.server` drives: sync batched generation and weight updates.
 
-    Implementations: `policies.engine.GenerationEngine` (a real model), and
+    Implementations: `policies.generation.GenerationEngine` (a real model), and
     `policies.fake_engine.ScriptedEngine` (deterministic, for tests).
     """
 

@@ -58,7 +58,7 @@ class EngineOptions(BaseModel):
     mode: Literal["continuous", "kv_cache", "recompute"] | None = None
     """continuous (the default for the RDEP policy): rows join and leave the running batch per step over a
     static KV cache; kv_cache (the default for other models): one batch per call with a growing cache;
-    recompute: the whole sequence every step (reference/benchmark). See policies/engine.py."""
+    recompute: the whole sequence every step (reference/benchmark). See policies/generation.py."""
     pad_token_id: int = Field(0, ge=0)
     """Id used to left-pad prompts (masked out, never attended to)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -112,7 +112,7 @@ def build_engine(config: ServeConfig):  # -> GenerationEngine (imports torch laz
     """The engine a serve config describes."""
     import torch
 
-    from policies.engine import GenerationEngine
+    from policies.generation import GenerationEngine
     from policies.hf_adapter import CausalLMPolicy, load_policy
     from policies.modeling import RdepMoeConfig, RdepMoeForCausalLM
 

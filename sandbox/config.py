@@ -79,7 +79,7 @@ class PoolConfig(_Config):
     max_concurrent_starts: int = Field(4, ge=1, description="container starts in flight at once")
 
 
-class EngineConfig(_Config):
+class DockerEngineConfig(_Config):
     """How the Docker engine is reached."""
 
     base_url: str | None = Field(None, description="engine URL; None = DOCKER_HOST or the default unix socket")
@@ -111,7 +111,7 @@ class SandboxConfig(_Config):
     episode: EpisodeBudgets = Field(default_factory=EpisodeBudgets)
     hardening: Hardening = Field(default_factory=Hardening)
     pool: PoolConfig = Field(default_factory=PoolConfig)
-    engine: EngineConfig = Field(default_factory=EngineConfig)
+    engine: DockerEngineConfig = Field(default_factory=DockerEngineConfig)
 
     @model_validator(mode="after")
     def _absolute_allowlist(self) -> "SandboxConfig":

@@ -28,7 +28,7 @@ import docker
 import trio
 
 from sandbox.config import SandboxConfig
-from sandbox.engine import AttachedStream, Engine, container_name
+from sandbox.docker_engine import AttachedStream, Engine, container_name
 from sandbox.errors import ImageMissing, InfraError
 from sandbox.gc import collect
 from sandbox.labels import Labels, current_owner

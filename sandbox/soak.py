@@ -31,7 +31,7 @@ from typing import Any, Awaitable, Callable
 import trio
 
 from sandbox.config import SandboxConfig
-from sandbox.engine import Engine
+from sandbox.docker_engine import Engine
 from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from sandbox.labels import current_owner

@@ -25,7 +25,7 @@ import trio
 from pydantic import BaseModel
 
 from sandbox.config import SandboxConfig
-from sandbox.engine import AttachedStream, Engine
+from sandbox.docker_engine import AttachedStream, Engine
 from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from sandbox.protocol import (

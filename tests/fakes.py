@@ -16,7 +16,7 @@ from pathlib import Path
 
 import trio
 
-from gym.engine import EngineFailure
+from gym.policy_client import EngineError
 from gym.environment import Environment, EnvironmentConfig
 from gym.message import Message, ToolCall
 from gym.tokenizer import load_tokenizer
@@ -165,4 +165,4 @@ class GarbageEngine:
 
 class FailingEngine:
     async def generate(self, prompts, params):
-        raise EngineFailure("http://policy: connection refused")
+        raise EngineError("http://policy: connection refused")

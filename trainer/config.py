@@ -158,7 +158,7 @@ class RolloutConfig(BaseModel):
     """Seed of episode sampling (each episode's seed hashes it with the task position and member)."""
 
 
-class EngineConfig(BaseModel):
+class RolloutEngineConfig(BaseModel):
     """The rollout engine the trainer feeds."""
 
     model_config = _CONFIG
@@ -171,10 +171,10 @@ class EngineConfig(BaseModel):
     """Most episodes' turns decoded together (in_process; continuous: the KV cache's slots)."""
     mode: Literal["continuous", "kv_cache"] | None = None
     """in_process: continuous batching (the default for the RDEP policy) or one batch per merged call
-    (kv_cache, the default for other models); see policies/engine.py."""
+    (kv_cache, the default for other models); see policies/generation.py."""
 
     @model_validator(mode="after")
-    def _url(self) -> EngineConfig:
+    def _url(self) -> RolloutEngineConfig:
         if (self.type == "http") != (self.url is not None):
             raise ValueError("url is required with type: http and only then")
         return self
@@ -309,7 +309,7 @@ class TrainConfig(BaseModel):
     """The gym environment (tasks, tools, prompt, sampling, episode budgets, rubric, sandbox): a YAML path or inline."""
     policy: Annotated[MoEPolicySource | HFPolicySource, Field(discriminator="type")]
     """The policy to train (our RDEP MoE from scratch or a checkpoint, or a local HF directory)."""
-    engine: EngineConfig = EngineConfig()
+    engine: RolloutEngineConfig = RolloutEngineConfig()
     """The rollout engine."""
     warm_start: WarmStartConfig = WarmStartConfig()
     """Supervised warm start on reference episodes (off by default)."""

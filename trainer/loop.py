@@ -189,12 +189,12 @@ class Loop:
 
     async def start_engine(self) -> None:
         """The rollout engine at the learner's current weights and version."""
-        from trainer.engine import BatchingEngine
+        from trainer.batching import BatchingEngine
         from trainer.policy import HttpSync, InProcessSync, build_engine, build_model
 
         engine_config = self.config.engine
         if engine_config.type == "http":
-            from gym.engine import HttpEngine
+            from gym.policy_client import HttpEngine
 
             self.engine = HttpEngine(engine_config.url)
             self.sync = HttpSync(engine_config.url)
@@ -221,7 +221,7 @@ class Loop:
 
     async def loop(self, env, pool) -> None:
         from gym.rollout import RolloutWorkers
-        from trainer.engine import RouteRecorder
+        from trainer.routes import RouteRecorder
         from trainer.producer import ConsumedStream, Producer
 
         config, state = self.config, self.learner.state

@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import save as save_safetensors
 from torch import nn
 
-from policies.engine import GenerationEngine
+from policies.generation import GenerationEngine
 from policies.hf_adapter import CausalLMPolicy
 from policies.serve_config import HFPolicySource, MoEPolicySource
 

@@ -23,7 +23,7 @@ from gym.environment import TaskStream
 from gym.rollout import RolloutWorkers
 from gym.trajectory import Trajectory
 from tasks.task import Task
-from trainer.engine import RouteRecorder
+from trainer.routes import RouteRecorder
 from trainer.sample import Group, Sample
 
 log = logging.getLogger(__name__)

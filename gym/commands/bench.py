@@ -19,8 +19,8 @@ BENCHES: dict[str, tuple[str, str]] = {
     "grader": ("tasks.bench", "CP grader tests/s vs bare host subprocesses vs one docker run per test"),
     "timing": ("tasks.timing_bench", "time limits idle vs beside busy containers, CPU vs wall model: accepted, wrong and "
                "too-slow jury submissions of a generated contest set, and the CPU/wall ratio of tests"),
-    "rollout": ("gym.bench_rollout", "episodes/s of scripted:reference rollouts and the share of time in policy, tools, grading"),
-    "swe": ("gym.bench_swe", "SWE episodes/min of scripted:reference on the shipped instances, workspace-ready and grading p50"),
+    "rollout": ("gym.bench", "episodes/s of scripted:reference rollouts and the share of time in policy, tools, grading"),
+    "swe": ("gym.swe_bench", "SWE episodes/min of scripted:reference on the shipped instances, workspace-ready and grading p50"),
     "generate": ("policies.bench", "tiny policy generation tokens/s: KV cache vs full recompute"),
     "trainer": ("trainer.bench", "GRPO step tokens/s of this trainer vs TRL's GRPOTrainer (same tiny policy, prompts, reward)"),
 }

@@ -14,7 +14,7 @@ def run(args: argparse.Namespace) -> int:
     import trio
 
     from sandbox.config import SandboxConfig
-    from sandbox.engine import Engine
+    from sandbox.docker_engine import Engine
     from sandbox.gc import collect
 
     async def main() -> int:

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     import docker
 
     from images.build import build_all
-    from sandbox.engine import DEFAULT_SOCKET, root_cause
+    from sandbox.docker_engine import DEFAULT_SOCKET, root_cause
     from sandbox.errors import EngineUnreachable
 
     try:

@@ -7,7 +7,7 @@ Writes under ``--out``: ``environment.json`` (the resolved configuration),
 order), ``bundles/*.json`` (replay bundles: failures always, a sampled share
 of the rest, per the environment's ``replay`` section) and ``summary.json``
 (the figures printed on stdout). Policy specs: ``scripted:reference``,
-``http://HOST:PORT``, ``checkpoint:DIR`` (see gym/engine.py). ``--set KEY=VALUE``
+``http://HOST:PORT``, ``checkpoint:DIR`` (see gym/policy_client.py). ``--set KEY=VALUE``
 (repeatable) overrides a field of the file before validation (gym/overrides.py),
 e.g. ``--set episode.max_turns=4``; ``environment.json`` shows the result.
 
@@ -57,7 +57,7 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gym.engine import load_engine
+    from gym.policy_client import load_engine
     from gym.environment import Environment, EnvironmentConfig, EnvironmentConfigError
     from gym.overrides import OverrideError, exit_usage
     from gym.run_dir import set_aside

@@ -21,7 +21,7 @@ from pathlib import Path
 import docker
 import trio
 
-from sandbox.engine import Engine
+from sandbox.docker_engine import Engine
 from sandbox.errors import InfraError
 from sandbox.killtest.judge import Check
 from sandbox.protocol import ExecRequest

@@ -16,7 +16,7 @@ from typing import AsyncIterator
 import docker
 import trio
 
-from sandbox.engine import Engine
+from sandbox.docker_engine import Engine
 from sandbox.errors import InfraError
 
 log = logging.getLogger(__name__)

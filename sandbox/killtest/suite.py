@@ -21,7 +21,7 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox.config import PoolConfig, SandboxConfig
-from sandbox.engine import Engine
+from sandbox.docker_engine import Engine
 from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from sandbox.killtest import posture as posture_mod

@@ -1,8 +1,8 @@
-"""The HTTP policy client (`gym.engine.HttpEngine`, httpx on trio) against tiny real servers.
+"""The HTTP policy client (`gym.policy_client.HttpEngine`, httpx on trio) against tiny real servers.
 
 A server answering 503 twice then 200 is waited out with backoff; a server that starts listening a
 moment after the first connection attempt is reached through the connect retries; an unreachable URL
-and a server that keeps answering 503 are `EngineFailure`s naming the URL (what masks an episode as an
+and a server that keeps answering 503 are `EngineError`s naming the URL (what masks an episode as an
 infrastructure failure), and a retry budget of zero gives up at once.
 """
 
@@ -19,7 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import trio
 
-from gym.engine import EngineFailure, HttpEngine, busy_delay
+from gym.policy_client import EngineError, HttpEngine, busy_delay
 from policies.sampling import SamplingParams
 
 REPLY = {"choices": [{"index": 0, "token_ids": [7], "raw_logprobs": [-0.5], "logprobs": {"token_logprobs": [-0.5]},
@@ -97,11 +97,11 @@ def test_503_twice_then_200_is_waited_out_with_backoff():
 def test_503_past_the_retry_budget_is_an_engine_failure():
     answers = [503, 503, 503]
     with server(answers, retry_after="0.05") as url:
-        with pytest.raises(EngineFailure, match=r"127\.0\.0\.1:\d+: HTTP 503: .*queue full"):
+        with pytest.raises(EngineError, match=r"127\.0\.0\.1:\d+: HTTP 503: .*queue full"):
             generate(HttpEngine(url, busy_retries=2))
         assert answers == []  # the first answer and two retries
         answers.extend([503, 200])
-        with pytest.raises(EngineFailure, match="HTTP 503"):
+        with pytest.raises(EngineError, match="HTTP 503"):
             generate(HttpEngine(url, busy_retries=0))  # no budget: the first 503 is final
         assert answers == [200]
 
@@ -109,7 +109,7 @@ def test_503_past_the_retry_budget_is_an_engine_failure():
 def test_other_http_errors_are_not_retried():
     answers = [500, 200]
     with server(answers) as url:
-        with pytest.raises(EngineFailure, match="HTTP 500"):
+        with pytest.raises(EngineError, match="HTTP 500"):
             generate(HttpEngine(url))
     assert answers == [200]
 
@@ -125,7 +125,7 @@ def test_a_server_coming_up_is_reached_through_the_connect_retries():
 def test_an_unreachable_url_is_an_engine_failure_naming_it():
     url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     started = time.monotonic()
-    with pytest.raises(EngineFailure, match=f"^{url}: ConnectError: .*Connection refused") as caught:
+    with pytest.raises(EngineError, match=f"^{url}: ConnectError: .*Connection refused") as caught:
         generate(HttpEngine(url, timeout_s=5))
     assert time.monotonic() - started < 5  # two connect retries, 0 s and 0.5 s apart
     assert caught.value.__cause__ is None and caught.value.__suppress_context__

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import trio
 
-from gym.engine import InProcessEngine, load_engine
+from gym.policy_client import InProcessEngine, load_engine
 from gym.rollout import collect_async
 from sandbox.failure import FailureKind
 from tests.fakes import FakeGrader, FakePool, make_env

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from gym.engine import EngineFailure, HttpEngine
+from gym.policy_client import EngineError, HttpEngine
 from gym.environment import Environment
 from gym.rollout import collect_async
 from gym.scripted import load_scripted
@@ -70,7 +70,7 @@ def test_rollout_over_http_in_real_containers(env, served):
 
 def test_unreachable_server_masks_episodes(env):
     engine = HttpEngine("http://127.0.0.1:9", timeout_s=5)
-    with pytest.raises(EngineFailure, match="127.0.0.1:9"):
+    with pytest.raises(EngineError, match="127.0.0.1:9"):
         trio.run(engine.generate, [[1, 2]], SamplingParams())
     pool = FakePool()
 
@@ -84,7 +84,7 @@ def test_unreachable_server_masks_episodes(env):
 
 def test_server_refusals_are_engine_failures(env, served):
     url, _ = served
-    with pytest.raises(EngineFailure, match="HTTP 400.*prompt is empty"):
+    with pytest.raises(EngineError, match="HTTP 400.*prompt is empty"):
         trio.run(HttpEngine(url).generate, [[]], SamplingParams())
 
 
@@ -119,7 +119,7 @@ def test_a_busy_server_is_waited_out():
         [completion] = trio.run(HttpEngine(url).generate, [[1]], SamplingParams())
         assert completion.token_ids == [5] and completion.weights_version == 2 and answers == []
         answers.extend([503, 503])
-        with pytest.raises(EngineFailure, match="HTTP 503"):
+        with pytest.raises(EngineError, match="HTTP 503"):
             trio.run(HttpEngine(url, busy_retries=1).generate, [[1]], SamplingParams())
     finally:
         server.shutdown()

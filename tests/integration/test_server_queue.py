@@ -106,7 +106,7 @@ def test_requests_are_bounded_in_sequences_and_body_size() -> None:
 
 
 def test_a_continuous_engine_answers_a_short_request_before_a_long_one_that_came_first() -> None:
-    from policies.engine import GenerationEngine
+    from policies.generation import GenerationEngine
     from policies.hf_adapter import CausalLMPolicy
     from tests.policy_support import small_model
 

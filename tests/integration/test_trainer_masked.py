@@ -15,10 +15,10 @@ import json
 import pytest
 import yaml
 
-import trainer.engine
+import trainer.batching
 import trainer.loop
 from gym.cli import main
-from gym.engine import EngineFailure
+from gym.policy_client import EngineError
 from tests.trainer_support import config_data, train_with_fakes
 from trainer.config import TrainConfig
 from trainer.errors import MaskedShareError
@@ -30,13 +30,13 @@ def failing_engine(monkeypatch):
     setting = {"fail_every": 1}
     calls = itertools.count(1)
 
-    class FlakyEngine(trainer.engine.BatchingEngine):
+    class FlakyEngine(trainer.batching.BatchingEngine):
         async def generate(self, prompts, params):
             if next(calls) % setting["fail_every"] == 0:
-                raise EngineFailure("http://policy:8000: connection refused (test)")
+                raise EngineError("http://policy:8000: connection refused (test)")
             return await super().generate(prompts, params)
 
-    monkeypatch.setattr(trainer.engine, "BatchingEngine", FlakyEngine)
+    monkeypatch.setattr(trainer.batching, "BatchingEngine", FlakyEngine)
     return setting
 
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import trio
 
-from sandbox.engine import AttachedStream
+from sandbox.docker_engine import AttachedStream
 from sandbox.errors import InfraError
 
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 import trio
 
-from gym.engine import HttpEngine, InProcessEngine, load_engine
+from gym.policy_client import HttpEngine, InProcessEngine, load_engine
 from gym.harmony import ParsedTurn
 from gym.scripted import ReferencePolicy, load_scripted
 from policies.fake_engine import ScriptedEngine
@@ -77,8 +77,8 @@ def test_reference_policy_refuses_what_it_cannot_do(env):
 
 
 def test_gym_imports_no_torch():
-    modules = ["gym.engine", "gym.episode", "gym.environment", "gym.rollout", "gym.replay", "gym.scripted",
-               "gym.commands.rollout", "gym.commands.replay", "gym.commands.show", "gym.bench_rollout"]
+    modules = ["gym.policy_client", "gym.episode", "gym.environment", "gym.rollout", "gym.replay", "gym.scripted",
+               "gym.commands.rollout", "gym.commands.replay", "gym.commands.show", "gym.bench"]
     code = f"import sys\nfor m in {modules!r}: __import__(m)\nassert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 

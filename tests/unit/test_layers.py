@@ -5,7 +5,7 @@
 
 Imports are read with `ast`, at module level and inside functions alike (a lazy import is still an
 arrow), plus ``importlib.import_module("literal")`` calls. Names kept as strings in a lazy registry
-(`gym.cli.COMMANDS`, `gym.commands.bench.BENCHES`, `gym.engine.ENGINES`, `gym.fault.KNOWN`) are not
+(`gym.cli.COMMANDS`, `gym.commands.bench.BENCHES`, `gym.policy_client.ENGINES`, `gym.fault.KNOWN`) are not
 imports of the registry's package: the module they name is imported only when its command runs.
 Each exception below names the module, what it imports and why.
 """
@@ -38,12 +38,12 @@ INTERFACES: dict[str, str] = {
     "how the gym reaches any policy",
 }
 EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("gym.engine", "policies.hf_adapter"): "`checkpoint:DIR` policy spec: import_module only when that spec "
+    ("gym.policy_client", "policies.hf_adapter"): "`checkpoint:DIR` policy spec: import_module only when that spec "
     "is named (torch loads there, never on `import gym`)",
-    ("gym.engine", "policies.engine"): "same `checkpoint:DIR` loader: the generation engine in process",
+    ("gym.policy_client", "policies.generation"): "same `checkpoint:DIR` loader: the generation engine in process",
     ("policies.serve_config", "sandbox.config_file"): "the project's one YAML/TOML config loader and error "
     "formatter (issue 18 item 5); dependency-free, it has no home below both stacks",
-    ("policies.bench", "trainer.engine"): "`bench generate` measures generation as the trainer drives it "
+    ("policies.bench", "trainer.batching"): "`bench generate` measures generation as the trainer drives it "
     "(BatchingEngine); a benchmark script, imported only by `python -m gym bench generate`",
 }
 # packages that never import torch, at any level (STYLE.md rule 1)
@@ -58,7 +58,7 @@ def imports(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module in PACKAGES:  # `from policies import engine` imports policies.engine
+            if node.module in PACKAGES:  # `from policies import generation` imports policies.generation
                 found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
             else:
                 found.append((node.lineno, node.module))
@@ -153,7 +153,7 @@ def test_every_exception_is_still_an_import():
 def test_the_cli_registries_name_modules_that_exist():
     """The lazy registries are strings: a moved module must be renamed there too."""
     text = "\n".join((ROOT / p).read_text(encoding="utf-8")
-                     for p in ("gym/cli.py", "gym/commands/bench.py", "gym/engine.py"))
+                     for p in ("gym/cli.py", "gym/commands/bench.py", "gym/policy_client.py"))
     dotted = set(re.findall(r'"((?:%s)(?:\.\w+)+)' % "|".join(PACKAGES), text))
     assert dotted, "no registry entries found"
     missing = [name for name in sorted(dotted)
@@ -168,7 +168,7 @@ def test_the_cli_registries_name_modules_that_exist():
     ("sandbox", "import tasks.grader", "sandbox -> tasks"),
     ("tasks", "from gym.episode import Episode", "tasks -> gym"),
     ("images", "from tasks.swe import instance", "images -> tasks"),
-    ("gym", "from policies.engine import GenerationEngine", "gym -> policies beyond the interface"),
+    ("gym", "from policies.generation import GenerationEngine", "gym -> policies beyond the interface"),
     ("policies", "from gym.rollout import run", "policies -> gym"),
     ("tasks", "import torch", "torch in a torch-free layer"),
 ])

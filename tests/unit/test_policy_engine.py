@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from policies.engine import GenerationEngine
+from policies.generation import GenerationEngine
 from policies.fake_engine import ScriptedEngine
 from policies.hf_adapter import CausalLMPolicy
 from policies.sampling import EngineError, RolloutEngine, SamplingParams

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from policies.engine import GenerationEngine
+from policies.generation import GenerationEngine
 from policies.hf_adapter import load_policy
 from policies.sampling import SamplingParams
 from tests.policy_support import small_model

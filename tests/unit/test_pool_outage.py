@@ -8,7 +8,7 @@ import trio
 import trio.testing
 
 from sandbox.config import SandboxConfig
-from sandbox.engine import Engine
+from sandbox.docker_engine import Engine
 from sandbox.errors import InfraError
 from sandbox.pool import WorkspacePool
 from sandbox.protocol import encode_frame

@@ -1,27 +1,21 @@
-"""The rollout engine as the trainer drives it: shared batches for concurrent episodes, routes kept for R3.
+"""Shared batches for concurrent episodes: the rollout engine as the trainer drives it in process.
 
-* `BatchingEngine`: a trio `RolloutEngine` over a synchronous engine (`GenerationEngine`). Episodes
-  call `generate` with one context each. A continuous engine (`GenerationEngine.continuous`) takes
-  every call as it comes (`submit`) and joins its rows into the running batch at the next decode
-  step; otherwise calls that arrive together are served in one `generate_batch`, run in a worker
-  thread so tools and grading go on meanwhile. Each row keeps its own seed, so a sample does not
-  depend on its batch mates.
-* `RouteRecorder`: wraps any `RolloutEngine`, asks for the routed experts of every call and keeps
-  them keyed by the token sequence they cover, so the trainer can attach the routes of a finished
-  trajectory (`take`) without the gym carrying them.
+`BatchingEngine` is a trio `RolloutEngine` over a synchronous engine (`GenerationEngine`). Episodes
+call `generate` with one context each. A continuous engine (`GenerationEngine.continuous`) takes
+every call as it comes (`submit`) and joins its rows into the running batch at the next decode
+step; otherwise calls that arrive together are served in one `generate_batch`, run in a worker
+thread so tools and grading go on meanwhile. Each row keeps its own seed, so a sample does not
+depend on its batch mates. (The routes of R3 are kept by `trainer.routes.RouteRecorder`.)
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-import numpy as np
 import trio
 
-from policies.sampling import Completion, EngineError, RolloutEngine, SamplingParams
+from policies.sampling import Completion, EngineError, SamplingParams
 
 
 @dataclass
@@ -114,45 +108,3 @@ async def wait_future(future: Future):
     future.add_done_callback(wake)
     await done.wait()
     return future.result()
-
-
-def sequence_key(ids: Sequence[int]) -> str:
-    return hashlib.blake2b(np.asarray(ids, dtype=np.int64).tobytes(), digest_size=16).hexdigest()
-
-
-class RouteRecorder:
-    """A `RolloutEngine` that records the routed experts of every completion it returns."""
-
-    def __init__(self, inner: RolloutEngine) -> None:
-        self.inner = inner
-        self._routes: dict[str, np.ndarray] = {}
-
-    async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        asked = params.model_copy(update={"return_routed_experts": True})
-        completions = await self.inner.generate(prompts, asked)
-        out = []
-        for prompt, completion in zip(prompts, completions):
-            if completion.routed_experts is not None:
-                self._routes[sequence_key(list(prompt) + completion.token_ids)] = np.asarray(completion.routed_experts, dtype=np.int16)
-            out.append(completion.model_copy(update={"routed_experts": None}))
-        return out
-
-    def take(self, ids: Sequence[int], sampled: Sequence[bool]) -> np.ndarray | None:
-        """Routes (L, len(ids), K) of a finished trajectory, from the last call that produced it.
-
-        Every call's record is removed. The last call prefilled the whole context before its
-        completion, so its routes cover every position that affects a sampled token's logprob;
-        positions after it (a trailing observation) are -1 (route freely).
-        """
-        ends = [i + 1 for i in range(len(ids)) if sampled[i] and (i + 1 == len(ids) or not sampled[i + 1])]
-        found = [(end, self._routes.pop(sequence_key(ids[:end]), None)) for end in ends]
-        found = [(end, r) for end, r in found if r is not None]
-        if not found:
-            return None
-        end, routes = found[-1]
-        full = np.full((routes.shape[0], len(ids), routes.shape[2]), -1, dtype=np.int16)
-        full[:, :end] = routes[:, :end]
-        return full
-
-    def pending(self) -> int:
-        return len(self._routes)

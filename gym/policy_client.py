@@ -12,7 +12,7 @@ for MoE policies, routed experts out. Implementations, picked by a policy spec:
 | ``scripted:reference`` | ``gym.scripted.ReferencePolicy``: each task's reference solution (SWE: its gold patch), worked through the tools |
 | ``scripted:empty`` | the same, submitting nothing of worth at once (every reward 0) |
 | ``http://HOST:PORT`` | ``HttpEngine``: the policy server's ``POST /v1/completions`` with token-id prompts |
-| ``checkpoint:DIR`` | ``InProcessEngine`` over ``policies.engine.GenerationEngine`` loading DIR (torch loads lazily, here only) |
+| ``checkpoint:DIR`` | ``InProcessEngine`` over ``policies.generation.GenerationEngine`` loading DIR (torch loads lazily, here only) |
 
 The gym runs on trio. ``policies`` engines are synchronous underneath
 (``generate_batch``) and their own ``generate`` uses asyncio, so
@@ -29,19 +29,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 import trio
 
-from policies.sampling import Completion, EngineFailure, RolloutEngine, SamplingParams
+from policies.sampling import Completion, EngineError, RolloutEngine, SamplingParams
 
 if TYPE_CHECKING:
     from gym.environment import Environment
 
-__all__ = ["ENGINES", "EngineFailure", "HttpEngine", "InProcessEngine", "RolloutEngine", "load_engine"]
+__all__ = ["ENGINES", "EngineError", "HttpEngine", "InProcessEngine", "RolloutEngine", "load_engine"]
 
 # spec scheme -> "module:callable" taking (argument, environment); imported only when named.
 ENGINES: dict[str, str] = {
     "scripted": "gym.scripted:load_scripted",
-    "http": "gym.engine:load_http",
-    "https": "gym.engine:load_http",
-    "checkpoint": "gym.engine:load_checkpoint",
+    "http": "gym.policy_client:load_http",
+    "https": "gym.policy_client:load_http",
+    "checkpoint": "gym.policy_client:load_checkpoint",
 }
 
 
@@ -70,7 +70,7 @@ class HttpEngine:
     httpx's transport (``connect_retries``, 0.5 s, 1 s, ... apart); a busy server (503, queue full) is
     waited out ``busy_retries`` times, Retry-After apart when it says so, else with exponential backoff
     (``busy_delay``). Anything else (refused, timed out, another HTTP error, a reply that is not JSON)
-    is an ``EngineFailure`` naming the URL: the episode is masked as an infrastructure failure.
+    is an ``EngineError`` naming the URL: the episode is masked as an infrastructure failure.
     """
 
     def __init__(self, url: str, timeout_s: float = 600.0, busy_retries: int = 120, connect_retries: int = 2) -> None:
@@ -102,16 +102,16 @@ class HttpEngine:
                 try:
                     response = await client.post(f"{self.url}/v1/completions", json=body)
                 except httpx.HTTPError as exc:
-                    raise EngineFailure(f"{self.url}: {type(exc).__name__}: {_root_cause(exc)}") from None
+                    raise EngineError(f"{self.url}: {type(exc).__name__}: {_root_cause(exc)}") from None
                 if response.status_code != 503 or attempt == self.busy_retries:
                     break
                 await trio.sleep(busy_delay(attempt, response.headers.get("Retry-After")))
         if response.is_error:
-            raise EngineFailure(f"{self.url}: HTTP {response.status_code}: {response.text[:500]}")
+            raise EngineError(f"{self.url}: HTTP {response.status_code}: {response.text[:500]}")
         try:
             return response.json()
         except ValueError as exc:
-            raise EngineFailure(f"{self.url}: reply is not JSON ({exc}): {response.text[:300]}") from None
+            raise EngineError(f"{self.url}: reply is not JSON ({exc}): {response.text[:300]}") from None
 
     async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         reply = await self._post(self.request_body(prompts, params))
@@ -130,7 +130,7 @@ class HttpEngine:
                 for choice in choices
             ]
         except (KeyError, TypeError, ValueError) as exc:
-            raise EngineFailure(f"{self.url}: unexpected /v1/completions reply ({exc!r}): {str(reply)[:300]}") from None
+            raise EngineError(f"{self.url}: unexpected /v1/completions reply ({exc!r}): {str(reply)[:300]}") from None
 
 
 def _root_cause(exc: BaseException) -> BaseException:
@@ -168,7 +168,7 @@ def load_checkpoint(argument: str, env: Environment) -> InProcessEngine:
     if not argument:
         raise ValueError("checkpoint spec needs a directory: checkpoint:DIR")
     hf_adapter = importlib.import_module("policies.hf_adapter")
-    generation = importlib.import_module("policies.engine")
+    generation = importlib.import_module("policies.generation")
     return InProcessEngine(generation.GenerationEngine(hf_adapter.load_policy(argument)))
 
 
