@@ -25,7 +25,7 @@ from gym.episode import EpisodeConfig, EpisodeResult
 from gym.rubric import RubricConfig
 from gym.run_dir import write_atomic
 from gym.tools import ToolCallRecord, ToolsConfig
-from gym.trajectory import Trajectory
+from gym.trajectory import Seeds, Trajectory
 from sandbox.config import SandboxConfig
 from sandbox.errors import InfraError
 from tasks.grader import GraderConfig, TaskResult
@@ -61,7 +61,7 @@ class Bundle(BaseModel):
     swe: SweFamilyConfig | None = Field(None, description="SWE workspaces and grading (SWE instances only).")
     rubric: RubricConfig = Field(description="Reward terms.")
     episode: EpisodeConfig = Field(description="Budgets (the length term needs the token budget).")
-    seeds: dict[str, int] = Field(description="Episode, rollout, group and member seeds.")
+    seeds: Seeds = Field(description="Episode, rollout, group and member seeds.")
     tool_calls: tuple[ToolCallRecord, ...] = Field(description="Every tool call with its outcome, in order.")
     answer: str | None = Field(description="The program graded.")
     answer_source: Literal["submit", "final"] | None = Field(description="Where the answer came from.")

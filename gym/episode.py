@@ -38,7 +38,7 @@ from gym.harmony import ParsedTurn, ParseError
 from gym.message import Message
 from gym.rubric import RubricConfig, score, total
 from gym.tools import ToolCallRecord, Toolbox, ToolWorkspace, printable
-from gym.trajectory import Trajectory, TrajectoryBuilder
+from gym.trajectory import Seeds, Trajectory, TrajectoryBuilder
 from policies.sampling import EngineError, RolloutEngine, SamplingParams
 from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
@@ -145,7 +145,7 @@ class _Run:
     def __init__(self, env: EpisodeEnvironment, task: Any, seed: int) -> None:
         self.env, self.task, self.seed = env, task, seed
         self.builder = TrajectoryBuilder.from_messages(env.harmony, env.prompt(task), task_id=task.task_id,
-                                                       seeds={"episode": seed})
+                                                       seeds=Seeds(episode=seed))
         self.clock = _Clock()
         self.records: list[ToolCallRecord] = []
         self.versions: list[int] = []

@@ -91,7 +91,7 @@ class RolloutWorkers:
         async with self.limiter:
             result = await run_episode(self.env, self.engine, self.families.of(task), task,
                                        seed=episode_seed(seed, position, member), group_id=f"{seed}-{position}")
-        seeds = {**result.trajectory.seeds, "rollout": seed, "position": position, "member": member}
+        seeds = result.trajectory.seeds.model_copy(update={"rollout": seed, "position": position, "member": member})
         result = result.model_copy(update={"trajectory": result.trajectory.model_copy(update={"seeds": seeds})})
         index = len(self.results)  # taken before the await: episodes finishing meanwhile append too
         self.results.append(result)

@@ -56,6 +56,20 @@ class Event(BaseModel):
     detail: str = Field("", description="Parse error reason, or a short note.")
 
 
+class Seeds(BaseModel):
+    """Where a trajectory's randomness came from, and which GRPO group member it is.
+
+    Stored as the trajectory's ``seeds`` object (same keys as the dict it replaces, so older files
+    load); the rollout fields are None for an episode run on its own."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    episode: int | None = Field(None, ge=0, description="Sampling seed of the first turn (turn t: episode + t).")
+    rollout: int | None = Field(None, description="Seed of the rollout that drew the task (rollout workers).")
+    position: int | None = Field(None, ge=0, description="The task draw's position in the rollout's task stream.")
+    member: int | None = Field(None, ge=0, description="Index of the episode in its GRPO group.")
+
+
 class Trajectory(BaseModel):
     """One episode's tokens, behaviour logprobs, tool events, reward and bookkeeping."""
 
@@ -76,7 +90,7 @@ class Trajectory(BaseModel):
     failures: tuple[FailureKind, ...] = Field((), description="Failure kinds met during the episode, in order.")
     masked: bool = Field(False, description="True on infra_error: excluded from the loss, never a reward of 0.")
     timings: dict[str, float] = Field(default_factory=dict, description="Seconds per phase (policy, tools, grading).")
-    seeds: dict[str, int] = Field(default_factory=dict, description="Seeds used (sampling, task draw).")
+    seeds: Seeds = Field(default_factory=Seeds, description="Seeds used (sampling, task draw, group member).")
     group_id: str | None = Field(None, description="GRPO group: the trajectories sampled for one task draw share it.")
     end_reason: Literal["submit", "final", "max_turns", "max_tokens", "parse_error", "infra_error"] | None = Field(
         None, description="Why the episode stopped (gym.episode); None for trajectories built outside an episode."
@@ -110,6 +124,11 @@ class Trajectory(BaseModel):
     def num_sampled(self) -> int:
         return sum(self.sampled)
 
+    @property
+    def group_key(self) -> str:
+        """The GRPO group the trajectory belongs to: its group_id, or its task for an ungrouped episode."""
+        return self.group_id or self.task_id
+
 
 class TrajectoryBuilder:
     """Grows a trajectory turn by turn; ``build`` freezes it."""
@@ -122,10 +141,10 @@ class TrajectoryBuilder:
         task_id: str,
         messages: Sequence[Message] = (),
         policy_version: int = 0,
-        seeds: dict[str, int] | None = None,
+        seeds: Seeds | None = None,
     ) -> None:
         self.harmony = harmony
-        self.task_id, self.policy_version, self.seeds = task_id, policy_version, dict(seeds or {})
+        self.task_id, self.policy_version, self.seeds = task_id, policy_version, seeds or Seeds()
         self.prompt_ids = list(prompt_ids)
         self.ids = list(prompt_ids)
         self.sampled = [False] * len(self.ids)

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -23,6 +24,9 @@ from torch import nn
 from policies.experts import ExpertShard
 from trainer.config import DistributedConfig
 from trainer.update import GradientSync
+
+if TYPE_CHECKING:
+    from trainer.learner import Command  # the learner imports this module
 
 log = logging.getLogger(__name__)
 
@@ -135,13 +139,13 @@ def full_state_dict(model: nn.Module, world: World) -> dict[str, torch.Tensor]:
     return state
 
 
-def broadcast_command(command: dict, world: World) -> None:
+def broadcast_command(command: Command, world: World) -> None:
     """Rank 0 tells the other ranks what to do next (they wait in `receive_command`)."""
     if world.distributed:
         dist.broadcast_object_list([command], src=0)
 
 
-def receive_command() -> dict:
+def receive_command() -> Command:
     box: list = [None]
     dist.broadcast_object_list(box, src=0)
     return box[0]

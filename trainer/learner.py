@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from gym.trajectory import Trajectory
 from trainer.batch import collate, shard
 from trainer.checkpoint import Checkpointer, TrainerState
 from trainer.config import OptimizerConfig, TrainConfig
@@ -27,6 +29,46 @@ from trainer.update import GradientSync, PolicyUpdate, score
 from trainer.warmup import warm_start
 
 log = logging.getLogger(__name__)
+
+
+# What rank 0 tells the other ranks to do next (`trainer.distributed.broadcast_command`), in order.
+@dataclass(frozen=True)
+class Stop:
+    """Leave `follow`: the run is over."""
+
+
+@dataclass(frozen=True)
+class FreezeReference:
+    """Freeze a copy of the current weights as the KL reference."""
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """Run the supervised warm start on these demos."""
+
+    demos: list[Trajectory]
+
+
+@dataclass(frozen=True)
+class Gather:
+    """Gather the full weights for the rollout engine."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """Train one GRPO step on this batch (each rank takes its shard)."""
+
+    scored: list[Scored]
+
+
+@dataclass(frozen=True)
+class Save:
+    """Save a checkpoint with rank 0's trainer state."""
+
+    state: TrainerState
+
+
+Command = Stop | FreezeReference | WarmStart | Gather | Step | Save
 
 
 def make_optimizer(model: nn.Module, config: OptimizerConfig, total_steps: int):
@@ -126,20 +168,20 @@ def follow(learner: Learner) -> None:
     """Ranks > 0: mirror rank 0's commands until told to stop."""
     while True:
         command = receive_command()
-        kind = command["kind"]
-        if kind == "stop":
-            return
-        if kind == "warm_start":
-            warm_start(learner.model, command["demos"], learner.config.warm_start, learner.config.seed, learner.sync,
-                       learner.world.rank, learner.world.world_size, learner.update.temperature)
-        elif kind == "freeze_reference":
-            learner.freeze_reference()
-        elif kind == "step":
-            learner.train_step(command["scored"])
-        elif kind == "gather":
-            learner.weights_for_engine()
-        elif kind == "save":
-            learner.state = TrainerState.model_validate(command["state"])
-            learner.save()
-        else:
-            raise ValueError(f"unknown command {kind!r} from rank 0")
+        match command:
+            case Stop():
+                return
+            case WarmStart(demos):
+                warm_start(learner.model, demos, learner.config.warm_start, learner.config.seed, learner.sync,
+                           learner.world.rank, learner.world.world_size, learner.update.temperature)
+            case FreezeReference():
+                learner.freeze_reference()
+            case Step(scored):
+                learner.train_step(scored)
+            case Gather():
+                learner.weights_for_engine()
+            case Save(state):
+                learner.state = state
+                learner.save()
+            case _:
+                raise TypeError(f"unknown command {command!r} from rank 0")

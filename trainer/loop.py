@@ -36,7 +36,7 @@ from trainer.config import TrainConfig
 from trainer.distributed import World, broadcast_command, init_world, shutdown
 from trainer.errors import MaskedShareError
 from trainer.evaluation import passed
-from trainer.learner import Learner, follow
+from trainer.learner import Command, FreezeReference, Gather, Learner, Save, Step, Stop, WarmStart, follow
 from trainer.masking import MaskedTally
 from trainer.sample import Group
 from trainer.selection import BatchFiller, Scored, select_group
@@ -119,7 +119,7 @@ class Loop:
         self.engine = None
         self.sync = None
 
-    def command(self, command: dict) -> None:
+    def command(self, command: Command) -> None:
         broadcast_command(command, self.world)
 
     async def run(self) -> dict:
@@ -145,7 +145,7 @@ class Loop:
         except MaskedShareError as err:
             stopped = err
         finally:
-            self.command({"kind": "stop"})
+            self.command(Stop())
             self.metrics.close()
         summary = self.summary(stopped)
         if stopped is not None:
@@ -163,7 +163,7 @@ class Loop:
     async def session(self, env, pool) -> None:
         if not self.learner.resumed and self.config.warm_start.steps:
             await self.warm_start(env, pool)
-        self.command({"kind": "freeze_reference"})
+        self.command(FreezeReference())
         self.learner.freeze_reference()
         await self.start_engine()
         await self.loop(env, pool)
@@ -178,7 +178,7 @@ class Loop:
             demos = final_answer_demos(env, self.config.warm_start.tasks)
         else:
             demos = await reference_demos(env, pool, self.config.warm_start.tasks, self.config.rollout.seed, self.grader)
-        self.command({"kind": "warm_start", "demos": demos})
+        self.command(WarmStart(demos))
         losses = await trio.to_thread.run_sync(
             lambda: warm_start(self.learner.model, demos, self.config.warm_start, self.config.seed, self.learner.sync,
                                0, self.world.world_size, self.learner.update.temperature,
@@ -213,7 +213,7 @@ class Loop:
         self.sync = InProcessSync(generation)
 
     def gather_weights(self) -> dict:
-        self.command({"kind": "gather"})
+        self.command(Gather())
         return self.learner.weights_for_engine()
 
     def push_weights(self, version: int) -> None:
@@ -271,11 +271,11 @@ class Loop:
             raise stop
 
     def update(self, scored: list[Scored]) -> dict[str, float]:
-        self.command({"kind": "step", "scored": scored})
+        self.command(Step(scored))
         return self.learner.train_step(scored)
 
     def save(self) -> None:
-        self.command({"kind": "save", "state": self.learner.state.model_dump()})
+        self.command(Save(self.learner.state))
         self.learner.save()
 
     async def collect_batch(self, receive, producer, stream) -> StepBatch:
@@ -307,7 +307,7 @@ class Loop:
                     producer.grant(missing)
             elif producer.outstanding < missing:
                 producer.grant(missing - producer.outstanding)
-        scored = sorted(filler.scored, key=lambda s: (s.sample.trajectory.seeds.get("position", 0), s.sample.trajectory.seeds.get("member", 0)))
+        scored = sorted(filler.scored, key=lambda s: (s.sample.trajectory.seeds.position or 0, s.sample.trajectory.seeds.member or 0))
         self.step_rewards.append(mean(rewards))
         graded = [s for g in filler.groups for s in g.samples if not s.masked]
         self.step_pass_rates.append(mean([float(passed(s.trajectory.reward_breakdown, self.correctness_weight)) for s in graded]))
@@ -367,7 +367,7 @@ class Loop:
                                               grader=self.grader)
         by_group: dict[str, list] = {}
         for t in trajectories:
-            by_group.setdefault(t.group_id or t.task_id, []).append(Sample(t))
+            by_group.setdefault(t.group_key, []).append(Sample(t))
         groups = [Group(task_id=s[0].trajectory.task_id, samples=tuple(s)) for s in by_group.values()]
         figures = evaluate(groups, self.config.eval.k, env.config.rubric.correctness.weight)
         figures["time/eval"] = time.monotonic() - started

@@ -108,7 +108,7 @@ class Producer:
     async def _collect(self, receive: trio.MemoryReceiveChannel[Trajectory], send: trio.MemorySendChannel[Group]) -> None:
         async with receive:
             async for trajectory in receive:
-                key = trajectory.group_id or f"{trajectory.task_id}"
+                key = trajectory.group_key
                 bucket = self._buckets[key]
                 bucket.append(trajectory)
                 if len(bucket) < self.group_size:
@@ -118,7 +118,7 @@ class Producer:
                 await send.send(self._group(bucket))
 
     def _group(self, trajectories: list[Trajectory]) -> Group:
-        trajectories = sorted(trajectories, key=lambda t: t.seeds.get("member", 0))
+        trajectories = sorted(trajectories, key=lambda t: t.seeds.member or 0)
         samples = []
         for t in trajectories:
             routes = self.recorder.take(t.ids, t.sampled) if self.recorder is not None else None
@@ -128,4 +128,4 @@ class Producer:
             for phase, seconds in t.timings.items():
                 timings[phase] += seconds
         return Group(task_id=trajectories[0].task_id, samples=tuple(samples),
-                     index=int(trajectories[0].seeds.get("position", 0)), timings=dict(timings))
+                     index=trajectories[0].seeds.position or 0, timings=dict(timings))

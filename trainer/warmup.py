@@ -54,7 +54,7 @@ async def reference_demos(env: Environment, pool, tasks: int | None, seed: int, 
             and longest_turn(t.sampled) <= episode.max_tokens_per_turn]
     log.info("warm start: %d reference trajectories (%d masked, unsubmitted or over the turn budget left out)",
              len(kept), len(trajectories) - len(kept))
-    return sorted(kept, key=lambda t: t.seeds.get("position", 0))
+    return sorted(kept, key=lambda t: t.seeds.position or 0)
 
 
 def demo_tasks(env: Environment, count: int | None) -> list[Task]:

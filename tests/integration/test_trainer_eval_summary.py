@@ -97,6 +97,6 @@ def test_rl_draws_on_after_the_warm_start_demos(tmp_path):
     demos = {task.task_id for task in demo_tasks(Environment(config.env), 4)}
     train_with_fakes(config)
     rows = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()]
-    drawn = {int(row["group_id"].rsplit("-", 1)[1]): row["task_id"] for row in rows}  # stream position -> task
+    drawn = {row["seeds"]["position"]: row["task_id"] for row in rows}  # stream position -> task
     first_epoch = {task for position, task in drawn.items() if position < 12}
     assert min(drawn) == 4 and len(demos) == 4 and first_epoch and not first_epoch & demos, (drawn, sorted(demos))

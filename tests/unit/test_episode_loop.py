@@ -18,7 +18,7 @@ from gym.episode import EpisodeResult, run_episode
 from tasks.family import CodeFamily
 from gym.message import Message
 from gym.scripted import load_scripted
-from gym.trajectory import assert_token_exact
+from gym.trajectory import Seeds, assert_token_exact
 from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from sandbox.protocol import ExecResult
@@ -49,7 +49,7 @@ def test_reference_policy_solves_in_three_tool_turns_token_exact(env):
     assert_token_exact(t, t.messages, env.tokenizer)
     sampled = [lp for lp, s in zip(t.logprobs, t.sampled) if s]
     assert sampled and set(sampled) == {0.0} and not any(t.sampled[: len(t.prompt_ids)])
-    assert t.group_id == "g" and t.seeds == {"episode": 7}
+    assert t.group_id == "g" and t.seeds == Seeds(episode=7)
     assert set(t.timings) == {"policy", "tools", "grading", "workspace", "total"}
     assert sum(t.reward_breakdown.values()) == t.reward
     example = env.tasks[t.task_id].public_tests[0]

@@ -41,8 +41,8 @@ def test_groups_stream_out_with_shared_group_ids_and_distinct_seeds(env):
     assert sorted(groups) == ["11-0", "11-1", "11-2", "11-3"]
     for members in groups.values():
         assert len(members) == 3 and len({m.task_id for m in members}) == 1
-        assert sorted(m.seeds["member"] for m in members) == [0, 1, 2]
-        assert len({m.seeds["episode"] for m in members}) == 3
+        assert sorted(m.seeds.member for m in members) == [0, 1, 2]
+        assert len({m.seeds.episode for m in members}) == 3
     assert pool.max_held <= 3 and pool.acquired == pool.released == 12  # the concurrency bound holds
     assert workers.stream.position == 4
 
@@ -58,7 +58,7 @@ def test_next_run_continues_the_stream(env):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(lambda: workers.run(send, groups=2, group_size=1, seed=seed))
                 async with receive:
-                    seen += [t.seeds["position"] async for t in receive]
+                    seen += [t.seeds.position async for t in receive]
         return seen
 
     assert sorted(trio.run(twice)) == [0, 1, 2, 3]

@@ -13,6 +13,7 @@ from gym.message import Message
 from gym.prompt import ToolSpec, developer_message, system_message
 from gym.tokenizer import Tokenizer, load_tokenizer
 from gym.trajectory import (
+    Seeds,
     TokenMismatch,
     Trajectory,
     TrajectoryBuilder,
@@ -52,7 +53,7 @@ def logprobs(n: int, base: float = -0.25) -> list[float]:
 
 def episode(harmony: Harmony) -> Trajectory:
     """A scripted two-turn episode sampling the canonical tokens."""
-    builder = TrajectoryBuilder.from_messages(harmony, PROMPT, task_id="cp/sum", policy_version=3, seeds={"sampling": 7})
+    builder = TrajectoryBuilder.from_messages(harmony, PROMPT, task_id="cp/sum", policy_version=3, seeds=Seeds(episode=7))
     sampled = harmony.render_completion(TURN_1)
     assert builder.context() == harmony.render_prompt(PROMPT)
     turn = builder.add_sampled(sampled, logprobs(len(sampled)))
@@ -169,6 +170,21 @@ def test_jsonl_round_trip_and_bad_line(harmony: Harmony, tmp_path: Path) -> None
     record["ids"] = record["ids"][:-1]
     path.write_text(path.read_text() + json.dumps(record) + "\n{not json\n")
     with pytest.raises(TrajectoryError, match=r"trajectories\.jsonl:3: not a trajectory"):
+        list(read_jsonl(path))
+
+
+def test_seeds_and_group_of_files_written_before_they_were_typed(harmony: Harmony, tmp_path: Path) -> None:
+    """A trajectory stored with ``seeds`` as a plain dict (older files) still loads, typed."""
+    record = json.loads(episode(harmony).model_dump_json())
+    path = tmp_path / "trajectories.jsonl"
+    rows = [{**record, "seeds": {"episode": 5, "rollout": 0, "position": 3, "member": 1}, "group_id": "0-3"},
+            {**record, "seeds": {}}]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    grouped, alone = read_jsonl(path)
+    assert grouped.seeds == Seeds(episode=5, rollout=0, position=3, member=1) and grouped.group_key == "0-3"
+    assert alone.seeds == Seeds() and alone.group_key == "cp/sum"
+    with pytest.raises(TrajectoryError, match="not a trajectory"):  # a key nobody writes is refused, not dropped
+        path.write_text(json.dumps({**record, "seeds": {"sampling": 7}}) + "\n")
         list(read_jsonl(path))
 
 
