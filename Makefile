@@ -8,6 +8,8 @@ setup:
 run: setup
 	python3 -m gym train configs/cp_grpo_tiny.yaml
 
-# The whole test suite (unit + real-Docker integration).
+# The lint gate (ruff, configured in pyproject.toml), then the whole test suite (unit + real-Docker integration).
 test: setup
+	python3 -m ruff check .
+	python3 -m ruff format --check .
 	python3 -m pytest -q tests

@@ -30,7 +30,9 @@ from sandbox.distribution import built_dir, checkout
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PATH = built_dir("build", "tokenizer") / "tokenizer.json"  # a checkout's build/ (git-ignored), or the user's cache
+DEFAULT_PATH = (
+    built_dir("build", "tokenizer") / "tokenizer.json"
+)  # a checkout's build/ (git-ignored), or the user's cache
 
 
 class BpeConfig(BaseModel):
@@ -85,7 +87,13 @@ def write_bpe(path: Path = DEFAULT_PATH, config: BpeConfig = BpeConfig()) -> Pat
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_atomically(path, text)
     _write_atomically(_stamp_path(path), stamp(config) + "\n")
-    log.info("trained BPE tokenizer (corpus v%d, vocab %d) -> %s in %.1fs", CORPUS_VERSION, config.vocab_size, path, time.monotonic() - started)
+    log.info(
+        "trained BPE tokenizer (corpus v%d, vocab %d) -> %s in %.1fs",
+        CORPUS_VERSION,
+        config.vocab_size,
+        path,
+        time.monotonic() - started,
+    )
     return path
 
 
@@ -102,7 +110,9 @@ def load_bpe(path: str | None = None) -> TokenizersTokenizer:
         if not file.is_file() or current != stamp(BpeConfig()):
             if checkout() is None:  # an installed wheel: training takes a while and writes a file, so only when asked
                 state = "is stale (trained from another corpus or config)" if file.is_file() else "is not built"
-                raise TokenizerError(f"the default bpe tokenizer {file} {state}: run `code-rl-gym tokenizer train` once")
+                raise TokenizerError(
+                    f"the default bpe tokenizer {file} {state}: run `code-rl-gym tokenizer train` once"
+                )
             log.info("default tokenizer %s %s: training it now (once)", file, "stale" if file.is_file() else "missing")
             write_bpe(file, BpeConfig())
     return TokenizersTokenizer(Tokenizer.from_file(str(file)), name=f"bpe:{file}" if path else "bpe")

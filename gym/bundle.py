@@ -78,18 +78,32 @@ def bundle_reason(result: EpisodeResult, key: str, *, rate: float, failures: boo
     return "sampled" if int.from_bytes(digest[:8], "big") / 2**64 < rate else None
 
 
-def bundle_of(env: Environment, result: EpisodeResult, reason: BundleReason, digest: str,
-              image: str | None = None) -> Bundle:
+def bundle_of(
+    env: Environment, result: EpisodeResult, reason: BundleReason, digest: str, image: str | None = None
+) -> Bundle:
     """The bundle of one finished episode of ``env`` (``image``: its workspace image, default the sandbox's)."""
     config, trajectory = env.config, result.trajectory
     task = env.tasks[trajectory.task_id]
     return Bundle(
-        reason=reason, environment=env.name, tokenizer=config.tokenizer, task=task,
+        reason=reason,
+        environment=env.name,
+        tokenizer=config.tokenizer,
+        task=task,
         swe=config.swe if isinstance(task, SweInstance) else None,
-        image=image or config.sandbox.image, image_digest=digest, sandbox=config.sandbox, tools=config.tools,
-        grader=config.grader, rubric=config.rubric, episode=config.episode, seeds=trajectory.seeds,
-        tool_calls=result.tool_calls, answer=result.answer, answer_source=result.answer_source,
-        grading=result.grading, turns=result.turns, trajectory=trajectory,
+        image=image or config.sandbox.image,
+        image_digest=digest,
+        sandbox=config.sandbox,
+        tools=config.tools,
+        grader=config.grader,
+        rubric=config.rubric,
+        episode=config.episode,
+        seeds=trajectory.seeds,
+        tool_calls=result.tool_calls,
+        answer=result.answer,
+        answer_source=result.answer_source,
+        grading=result.grading,
+        turns=result.turns,
+        trajectory=trajectory,
     )
 
 
@@ -108,7 +122,9 @@ def read_bundle(path: Path) -> Bundle:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise BundleError(f"{path}: not a replay bundle: {where}: {first['msg']} ({exc.error_count()} errors)") from None
+        raise BundleError(
+            f"{path}: not a replay bundle: {where}: {first['msg']} ({exc.error_count()} errors)"
+        ) from None
 
 
 def bundle_name(index: int, task_id: str) -> str:

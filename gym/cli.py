@@ -34,16 +34,34 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("gym.commands.demo", "run a short sandbox demo: acquire workspaces, run tool calls, release"),
     "bench": ("gym.commands.bench", "run a benchmark and print side-by-side figures"),
     "grade": ("gym.commands.grade", "grade solutions against CP tasks (one fresh sandbox per task)"),
-    "tasks": ("gym.commands.tasks", "generate the learnable CP task family (generate), build the shipped SWE instances (build-swe), derive their test ids"),
-    "killtest": ("gym.commands.killtest", "run the sandbox kill-test: attack catalog, host checks, posture; exit 0 only if all contained"),
-    "soak": ("gym.commands.soak", "hammer real workspaces with a seeded mix of benign calls; exit 0 only if no infra error, runner death or leak"),
+    "tasks": (
+        "gym.commands.tasks",
+        "generate the learnable CP task family (generate), build the shipped SWE instances (build-swe), derive their test ids",
+    ),
+    "killtest": (
+        "gym.commands.killtest",
+        "run the sandbox kill-test: attack catalog, host checks, posture; exit 0 only if all contained",
+    ),
+    "soak": (
+        "gym.commands.soak",
+        "hammer real workspaces with a seeded mix of benign calls; exit 0 only if no infra error, runner death or leak",
+    ),
     "tokenizer": ("gym.commands.tokenizer", "train the default BPE tokenizer, or describe a tokenizer spec"),
-    "rollout": ("gym.commands.rollout", "run episodes of an environment with a policy; write trajectories and replay bundles"),
+    "rollout": (
+        "gym.commands.rollout",
+        "run episodes of an environment with a policy; write trajectories and replay bundles",
+    ),
     "replay": ("gym.commands.replay", "re-execute replay bundles in fresh workspaces and report any difference"),
     "show": ("gym.commands.show", "print a replay bundle as a readable transcript"),
-    "plot": ("gym.commands.plot", "draw a training run's curves (reward, pass rate, held-out pass@k, entropy, KL, time) as a PNG"),
+    "plot": (
+        "gym.commands.plot",
+        "draw a training run's curves (reward, pass rate, held-out pass@k, entropy, KL, time) as a PNG",
+    ),
     "serve": ("policies.serve_cli", "serve a policy: OpenAI-compatible token-in/token-out server with weight updates"),
-    "train": ("trainer.train_cli", "train a policy with GRPO on an environment (async rollouts, checkpoints, --resume)"),
+    "train": (
+        "trainer.train_cli",
+        "train a policy with GRPO on an environment (async rollouts, checkpoints, --resume)",
+    ),
 }
 
 
@@ -55,18 +73,26 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "bench": ("python -m gym bench sandbox", "python -m gym bench grader --help"),
     "grade": ("python -m gym grade --tasks tasks/samples/taco.jsonl --solutions tasks/samples/taco.solutions.jsonl",),
     "tasks": ("python -m gym tasks generate --help", "python -m gym tasks build-swe"),
-    "killtest": ("python -m gym killtest", "python -m gym killtest --list",
-                 "python -m gym killtest --config configs/killtest_weak_pids.yaml"),
+    "killtest": (
+        "python -m gym killtest",
+        "python -m gym killtest --list",
+        "python -m gym killtest --config configs/killtest_weak_pids.yaml",
+    ),
     "soak": ("python -m gym soak --workspaces 4 --minutes 2 --json soak.json",),
     "tokenizer": ("python -m gym tokenizer train", "python -m gym tokenizer info bpe"),
-    "rollout": ("python -m gym rollout configs/cp_smoke.yaml --episodes 16 --policy scripted:reference --out runs/smoke",
-                "python -m gym rollout configs/cp_smoke.yaml --episodes 4 --out runs/s --set episode.max_turns=4"),
+    "rollout": (
+        "python -m gym rollout configs/cp_smoke.yaml --episodes 16 --policy scripted:reference --out runs/smoke",
+        "python -m gym rollout configs/cp_smoke.yaml --episodes 4 --out runs/s --set episode.max_turns=4",
+    ),
     "replay": ("python -m gym replay runs/smoke/bundles/*.json",),
     "show": ("python -m gym show runs/smoke/bundles/BUNDLE.json --full",),
     "plot": ("python -m gym plot runs/cp_grpo_tiny", "python -m gym plot runs/cp_grpo_tiny --out curves.png"),
     "serve": ("python -m gym serve configs/policy_tiny.yaml --port 8000",),
-    "train": ("python -m gym train configs/cp_grpo_tiny.yaml", "python -m gym train configs/cp_grpo_tiny.yaml --resume",
-              "python -m gym train my_run.toml --steps 3 --set optimizer.lr=1e-3"),
+    "train": (
+        "python -m gym train configs/cp_grpo_tiny.yaml",
+        "python -m gym train configs/cp_grpo_tiny.yaml --resume",
+        "python -m gym train my_run.toml --steps 3 --set optimizer.lr=1e-3",
+    ),
 }
 
 
@@ -110,12 +136,18 @@ def build_parser(command: str | None = None, argv: list[str] | None = None) -> a
     parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
-    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", metavar="LEVEL",
-                        help=LOG_LEVEL_HELP)
+    parser.add_argument(
+        "--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO", metavar="LEVEL", help=LOG_LEVEL_HELP
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module_path, help_text) in COMMANDS.items():
-        cmd_parser = sub.add_parser(name, help=help_text, description=help_text, epilog=examples(name),
-                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+        cmd_parser = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            epilog=examples(name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         if name == command:
             importlib.import_module(module_path).configure(cmd_parser, argv or [])
             _accept_verbose(cmd_parser)
@@ -131,8 +163,14 @@ def _accept_verbose(parser: argparse.ArgumentParser) -> None:
     if "-v" not in options:
         parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     if "--log-level" not in options:
-        parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default=argparse.SUPPRESS,
-                            metavar="LEVEL", help=LOG_LEVEL_HELP)
+        parser.add_argument(
+            "--log-level",
+            type=str.upper,
+            choices=LOG_LEVELS,
+            default=argparse.SUPPRESS,
+            metavar="LEVEL",
+            help=LOG_LEVEL_HELP,
+        )
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():

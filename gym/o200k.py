@@ -46,7 +46,9 @@ class O200kHarmonyTokenizer(Tokenizer):
         try:
             import openai_harmony
         except ImportError as exc:
-            raise TokenizerUnavailable("o200k_harmony needs the openai-harmony package (pip install openai-harmony)") from exc
+            raise TokenizerUnavailable(
+                "o200k_harmony needs the openai-harmony package (pip install openai-harmony)"
+            ) from exc
         # Read by the Rust loader at load time; pointing it at the file is what prevents a download.
         os.environ["TIKTOKEN_ENCODINGS_BASE"] = str(vocab_dir)
         try:
@@ -75,12 +77,15 @@ class O200kHarmonyTokenizer(Tokenizer):
         return token_id >= FIRST_SPECIAL_ID  # o200k_harmony: every id from 199998 on is special or reserved
 
 
-
 def load_o200k_harmony(arg: str | None = None) -> O200kHarmonyTokenizer:
     """Load o200k_harmony from a local vocabulary (``arg`` may name its directory)."""
     directory = Path(arg) if arg else find_vocab_dir()
     if directory is None or not (directory / VOCAB_FILE).is_file():
-        looked = [str(Path(arg) / VOCAB_FILE)] if arg else [f"$TIKTOKEN_ENCODINGS_BASE/{VOCAB_FILE}", str(LOCAL_DIR / VOCAB_FILE)]
+        looked = (
+            [str(Path(arg) / VOCAB_FILE)]
+            if arg
+            else [f"$TIKTOKEN_ENCODINGS_BASE/{VOCAB_FILE}", str(LOCAL_DIR / VOCAB_FILE)]
+        )
         raise TokenizerUnavailable(
             f"o200k_harmony vocabulary not on disk (looked in {', '.join(looked)}); "
             "the gym never downloads it: copy o200k_base.tiktoken there to enable this backend"

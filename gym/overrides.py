@@ -98,10 +98,17 @@ def _set(root: Any, path: tuple[str, ...], value: Any) -> Any:
 
 def add_argument(parser: argparse.ArgumentParser, example: str, scope: str = "") -> None:
     """The repeatable ``--set KEY=VALUE`` option of a command (collected in ``args.set``)."""
-    parser.add_argument("--set", dest="set", action="append", type=_argument, default=[], metavar="KEY=VALUE",
-                        help=f"override a config field before validation (repeatable, later ones win): KEY is a "
-                             f"dotted path{scope}, list items by index; VALUE is YAML (4, 0.5, true, null, [a, b], "
-                             f"{{k: v}}; a plain word is a string); e.g. --set {example}")
+    parser.add_argument(
+        "--set",
+        dest="set",
+        action="append",
+        type=_argument,
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"override a config field before validation (repeatable, later ones win): KEY is a "
+        f"dotted path{scope}, list items by index; VALUE is YAML (4, 0.5, true, null, [a, b], "
+        f"{{k: v}}; a plain word is a string); e.g. --set {example}",
+    )
 
 
 def _argument(text: str) -> Override:

@@ -23,10 +23,16 @@ from typing import Any
 
 PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("reward", (("reward/mean", "mean"), ("reward/kept_mean", "kept groups"))),
-    ("pass rate (training episodes)", (("reward/pass_rate", "every test passed"), ("reward/correct_share", "some test passed"))),
+    (
+        "pass rate (training episodes)",
+        (("reward/pass_rate", "every test passed"), ("reward/correct_share", "some test passed")),
+    ),
     ("held-out pass@k", ()),  # filled from the eval rows
     ("entropy", (("entropy", "sampled tokens"),)),
-    ("KL / mismatch", (("mismatch/kl_k3", "k3 KL engine vs trainer"), ("mismatch/abs_diff_mean", "mean |logprob diff|"))),
+    (
+        "KL / mismatch",
+        (("mismatch/kl_k3", "k3 KL engine vs trainer"), ("mismatch/abs_diff_mean", "mean |logprob diff|")),
+    ),
     ("time split (s)", (("time/wait_rollout", "wait for rollouts"), ("time/train", "train"), ("time/sync", "sync"))),
 )
 
@@ -84,7 +90,9 @@ def curves(run_dir: Path, out: Path | None = None) -> Path:
         ax.set_title(title)
         ax.set_xlabel("step")
         first = 0 if any(r.get("step") == 0 for r in evals) else 1
-        ax.set_xlim(first - 0.5, max(r["step"] for r in train) + 0.5)  # every panel on the training steps (and step 0's eval)
+        ax.set_xlim(
+            first - 0.5, max(r["step"] for r in train) + 0.5
+        )  # every panel on the training steps (and step 0's eval)
         ax.grid(alpha=0.3)
         if drawn:
             ax.legend(fontsize=8)

@@ -18,8 +18,9 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 @contextmanager
 def progress(total: int, desc: str, unit: str, enabled: bool = True) -> Iterator[tqdm]:
     """A bar of ``total`` ``unit``s (``bar.update(1)`` per one done), closed on the way out."""
-    bar = tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=None if enabled else True,
-               dynamic_ncols=True)
+    bar = tqdm(
+        total=total, desc=desc, unit=unit, file=sys.stderr, disable=None if enabled else True, dynamic_ncols=True
+    )
     try:
         if bar.disable:
             yield bar

@@ -40,7 +40,9 @@ class ToolSpec(BaseModel):
 
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Tool name, called as functions.NAME.")
     description: str = Field(description="One or more lines shown to the model as comments.")
-    parameters: dict[str, Any] | None = Field(None, description="JSON schema of the arguments object; None: no arguments.")
+    parameters: dict[str, Any] | None = Field(
+        None, description="JSON schema of the arguments object; None: no arguments."
+    )
 
 
 class SystemPrompt(BaseModel):
@@ -48,9 +50,13 @@ class SystemPrompt(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    model_identity: str = Field("You are a careful software engineer solving programming tasks.", description="First line.")
+    model_identity: str = Field(
+        "You are a careful software engineer solving programming tasks.", description="First line."
+    )
     knowledge_cutoff: str | None = Field(None, description="e.g. '2024-06'; omitted when None.")
-    current_date: str | None = Field(None, description="e.g. '2025-01-01'; omitted when None (keeps prompts reproducible).")
+    current_date: str | None = Field(
+        None, description="e.g. '2025-01-01'; omitted when None (keeps prompts reproducible)."
+    )
     reasoning: Literal["low", "medium", "high"] = Field("medium", description="Reasoning effort line.")
 
 

@@ -28,16 +28,16 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field
 
 from gym.bundle import Bundle, BundleError, image_digest, read_bundle
-from tasks.family import CodeFamily, TaskFamily
 from gym.rubric import score, total
 from gym.tokenizer import TokenizerError, load_tokenizer
 from gym.tools import Toolbox, printable
 from gym.trajectory import TrajectoryError, assert_token_exact
 from sandbox.config import Hardening, SandboxConfig
+from sandbox.errors import InfraError
 from sandbox.pool import WorkspacePool
+from tasks.family import CodeFamily, TaskFamily
 from tasks.grader import Grader, TaskResult
 from tasks.submission import extract_code
-from sandbox.errors import InfraError
 from tasks.swe.family import SweFamily, SweFamilyConfig
 from tasks.swe.instance import SweInstance
 
@@ -91,8 +91,9 @@ def _grading_key(result: TaskResult | None) -> object:
 def _reward(bundle: Bundle, grading: TaskResult | None) -> float | None:
     if bundle.trajectory.masked:
         return None
-    breakdown = score(bundle.rubric, bundle.trajectory, grading, turns=bundle.turns,
-                      token_budget=bundle.episode.max_total_tokens)
+    breakdown = score(
+        bundle.rubric, bundle.trajectory, grading, turns=bundle.turns, token_budget=bundle.episode.max_total_tokens
+    )
     return total(breakdown)
 
 
@@ -107,8 +108,12 @@ def consistency(bundle: Bundle) -> tuple[list[Difference], list[str]]:
     result_events = [e for e in trajectory.events if e.kind == "result"]
     _diff(out, "number of tool calls", len(bundle.tool_calls), len(calls))
     for record, message in zip(bundle.tool_calls, calls):
-        _diff(out, f"tool call {record.index} in the trajectory", (record.recipient, record.arguments),
-              (message.recipient, message.content))
+        _diff(
+            out,
+            f"tool call {record.index} in the trajectory",
+            (record.recipient, record.arguments),
+            (message.recipient, message.content),
+        )
     observed = [r for r in bundle.tool_calls if r.outcome.submitted is None]
     _diff(out, "number of tool results", len(observed), len(results))
     for record, message, event in zip(observed, results, result_events):
@@ -152,10 +157,24 @@ async def replay(bundle: Bundle, family: TaskFamily, *, path: str = "") -> Repla
     async with family.workspace(task, owner=f"replay:{task.task_id}") as ws:
         for record in bundle.tool_calls:
             outcome = await toolbox.call(ws, record.call())
-            _diff(differences, f"tool call {record.index} ({record.recipient}) output", record.outcome.output, outcome.output)
-            _diff(differences, f"tool call {record.index} ({record.recipient}) failure", record.outcome.failure, outcome.failure)
-            _diff(differences, f"tool call {record.index} ({record.recipient}) submitted program",
-                  record.outcome.submitted, outcome.submitted)
+            _diff(
+                differences,
+                f"tool call {record.index} ({record.recipient}) output",
+                record.outcome.output,
+                outcome.output,
+            )
+            _diff(
+                differences,
+                f"tool call {record.index} ({record.recipient}) failure",
+                record.outcome.failure,
+                outcome.failure,
+            )
+            _diff(
+                differences,
+                f"tool call {record.index} ({record.recipient}) submitted program",
+                record.outcome.submitted,
+                outcome.submitted,
+            )
             submitted = outcome.submitted if outcome.submitted is not None else submitted
         handed_in = submitted if bundle.answer_source == "submit" else bundle.answer
         answer = None
@@ -168,20 +187,33 @@ async def replay(bundle: Bundle, family: TaskFamily, *, path: str = "") -> Repla
     grading = None
     if answer is not None and bundle.grading is not None:
         grading = await family.grade(task, answer)
-    _diff(differences, "grading (passed, fraction, infra_error, verdicts)", _grading_key(bundle.grading),
-          _grading_key(grading))
+    _diff(
+        differences,
+        "grading (passed, fraction, infra_error, verdicts)",
+        _grading_key(bundle.grading),
+        _grading_key(grading),
+    )
     reward = _reward(bundle, grading)
     _diff(differences, "reward", bundle.trajectory.reward, reward)
-    return ReplayReport(bundle=path, task_id=bundle.task.task_id, tool_calls=len(bundle.tool_calls),
-                        reward_recorded=bundle.trajectory.reward, reward_replayed=reward,
-                        differences=tuple(differences), notes=tuple(notes))
+    return ReplayReport(
+        bundle=path,
+        task_id=bundle.task.task_id,
+        tool_calls=len(bundle.tool_calls),
+        reward_recorded=bundle.trajectory.reward,
+        reward_replayed=reward,
+        differences=tuple(differences),
+        notes=tuple(notes),
+    )
 
 
 def weakened(sandbox: SandboxConfig) -> list[str]:
     """What in a bundle's sandbox configuration is weaker than this machine's hardened defaults, or
     points the replay at another engine: a tampered bundle must not turn a replay into an escape."""
-    problems = [f"hardening.{name} = {value!r} (hardened: {getattr(Hardening(), name)!r})"
-                for name, value in sandbox.hardening if value != getattr(Hardening(), name)]
+    problems = [
+        f"hardening.{name} = {value!r} (hardened: {getattr(Hardening(), name)!r})"
+        for name, value in sandbox.hardening
+        if value != getattr(Hardening(), name)
+    ]
     if sandbox.budgets.pids is None:
         problems.append("budgets.pids = None (no pids limit)")
     if sandbox.engine.base_url is not None:
@@ -207,8 +239,10 @@ def replay_files(paths: Sequence[Path], concurrency: int = 4, *, trust_sandbox: 
     for path, bundle in zip(paths, bundles):
         problems = weakened_bundle(bundle)
         if problems and not trust_sandbox:
-            raise BundleError(f"{path}: refusing to replay under a weakened or remote sandbox: {'; '.join(problems)} "
-                              "(pass --trust-bundle-sandbox if you wrote this bundle)")
+            raise BundleError(
+                f"{path}: refusing to replay under a weakened or remote sandbox: {'; '.join(problems)} "
+                "(pass --trust-bundle-sandbox if you wrote this bundle)"
+            )
     groups: dict[str, list[int]] = {}
     for i, bundle in enumerate(bundles):
         groups.setdefault(bundle.sandbox.model_dump_json(), []).append(i)
@@ -220,7 +254,9 @@ def replay_files(paths: Sequence[Path], concurrency: int = 4, *, trust_sandbox: 
             bundle = bundles[i]
             task = bundle.task
             if isinstance(task, SweInstance):  # its own image, named by the bundle (built when the episode ran)
-                family = SweFamily(bundle.sandbox, bundle.swe or SweFamilyConfig(), [task], {}, {task.instance_id: bundle.image})
+                family = SweFamily(
+                    bundle.sandbox, bundle.swe or SweFamilyConfig(), [task], {}, {task.instance_id: bundle.image}
+                )
                 async with family.opened():
                     reports[i] = await replay(bundle, family, path=str(paths[i]))
             else:
@@ -230,7 +266,9 @@ def replay_files(paths: Sequence[Path], concurrency: int = 4, *, trust_sandbox: 
     async def main() -> None:
         for indices in groups.values():
             sandbox = bundles[indices[0]].sandbox
-            config = sandbox.model_copy(update={"pool": sandbox.pool.model_copy(update={"size": min(sandbox.pool.size, concurrency)})})
+            config = sandbox.model_copy(
+                update={"pool": sandbox.pool.model_copy(update={"size": min(sandbox.pool.size, concurrency)})}
+            )
             async with WorkspacePool(config) as pool, trio.open_nursery() as nursery:
                 for i in indices:
                     nursery.start_soon(one, pool, i)

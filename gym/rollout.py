@@ -57,9 +57,18 @@ def episode_seed(seed: int, position: int, member: int) -> int:
 class RolloutWorkers:
     """Runs GRPO groups of episodes concurrently (see the module docstring)."""
 
-    def __init__(self, env: Environment, engine: RolloutEngine, pool: WorkspaceSource, *,
-                 grader: TaskGrader | None = None, concurrency: int | None = None, shard: tuple[int, int] = (0, 1),
-                 bundle_dir: Path | None = None, stream: TaskStream | None = None) -> None:
+    def __init__(
+        self,
+        env: Environment,
+        engine: RolloutEngine,
+        pool: WorkspaceSource,
+        *,
+        grader: TaskGrader | None = None,
+        concurrency: int | None = None,
+        shard: tuple[int, int] = (0, 1),
+        bundle_dir: Path | None = None,
+        stream: TaskStream | None = None,
+    ) -> None:
         self.env, self.engine, self.pool = env, engine, pool
         if grader is None:
             if not isinstance(pool, WorkspacePool):
@@ -74,8 +83,9 @@ class RolloutWorkers:
         self.bundles: list[Path] = []
         self._digests: dict[str, str] = {}  # image id of every workspace image, by name
 
-    async def run(self, send_channel: trio.MemorySendChannel[Trajectory], *, groups: int, group_size: int,
-                  seed: int) -> None:
+    async def run(
+        self, send_channel: trio.MemorySendChannel[Trajectory], *, groups: int, group_size: int, seed: int
+    ) -> None:
         """Run ``groups`` x ``group_size`` episodes, sending each trajectory when its episode ends."""
         if groups < 0 or group_size < 1:
             raise ValueError(f"need groups >= 0 and group_size >= 1, got {groups} and {group_size}")
@@ -86,19 +96,32 @@ class RolloutWorkers:
                     for member in range(group_size):
                         nursery.start_soon(self._episode, send_channel, task, position, member, seed)
 
-    async def _episode(self, send: trio.MemorySendChannel[Trajectory], task: object, position: int, member: int,
-                       seed: int) -> None:
+    async def _episode(
+        self, send: trio.MemorySendChannel[Trajectory], task: object, position: int, member: int, seed: int
+    ) -> None:
         async with self.limiter:
-            result = await run_episode(self.env, self.engine, self.families.of(task), task,
-                                       seed=episode_seed(seed, position, member), group_id=f"{seed}-{position}")
+            result = await run_episode(
+                self.env,
+                self.engine,
+                self.families.of(task),
+                task,
+                seed=episode_seed(seed, position, member),
+                group_id=f"{seed}-{position}",
+            )
         seeds = result.trajectory.seeds.model_copy(update={"rollout": seed, "position": position, "member": member})
         result = result.model_copy(update={"trajectory": result.trajectory.model_copy(update={"seeds": seeds})})
         index = len(self.results)  # taken before the await: episodes finishing meanwhile append too
         self.results.append(result)
         await self._maybe_bundle(result, index, f"{seed}:{position}:{member}")
         trajectory = result.trajectory
-        log.debug("episode %d done: task %s reward %s end %s%s", index + 1, task.task_id, trajectory.reward,
-                 trajectory.end_reason, " (masked)" if trajectory.masked else "")
+        log.debug(
+            "episode %d done: task %s reward %s end %s%s",
+            index + 1,
+            task.task_id,
+            trajectory.reward,
+            trajectory.end_reason,
+            " (masked)" if trajectory.masked else "",
+        )
         await send.send(trajectory)
 
     async def _maybe_bundle(self, result: EpisodeResult, index: int, key: str) -> None:
@@ -124,8 +147,15 @@ class RolloutWorkers:
             log.error("episode %d (%s): bundle not written: %s", index + 1, result.trajectory.task_id, str(exc)[:300])
 
 
-async def collect_async(env: Environment, engine: RolloutEngine, pool: WorkspaceSource, n_groups: int,
-                        group_size: int, seed: int, **options: object) -> tuple[list[Trajectory], RolloutWorkers]:
+async def collect_async(
+    env: Environment,
+    engine: RolloutEngine,
+    pool: WorkspaceSource,
+    n_groups: int,
+    group_size: int,
+    seed: int,
+    **options: object,
+) -> tuple[list[Trajectory], RolloutWorkers]:
     """Run the workers on ``pool`` and gather every trajectory (in finishing order)."""
     workers = RolloutWorkers(env, engine, pool, **options)  # type: ignore[arg-type]
     trajectories: list[Trajectory] = []
@@ -137,8 +167,9 @@ async def collect_async(env: Environment, engine: RolloutEngine, pool: Workspace
     return trajectories, workers
 
 
-async def collect_into(workers: RolloutWorkers, n_groups: int, group_size: int, seed: int,
-                       keep: Callable[[Trajectory], Awaitable[object]]) -> None:
+async def collect_into(
+    workers: RolloutWorkers, n_groups: int, group_size: int, seed: int, keep: Callable[[Trajectory], Awaitable[object]]
+) -> None:
     """Run ``workers``, awaiting ``keep(trajectory)`` as each episode finishes (the next one waits for it).
 
     Cancelling it stops the episodes in flight; every trajectory already kept stays kept.
@@ -151,13 +182,15 @@ async def collect_into(workers: RolloutWorkers, n_groups: int, group_size: int, 
                 await keep(trajectory)
 
 
-async def _run_workers(workers: RolloutWorkers, send: trio.MemorySendChannel[Trajectory], groups: int,
-                       group_size: int, seed: int) -> None:
+async def _run_workers(
+    workers: RolloutWorkers, send: trio.MemorySendChannel[Trajectory], groups: int, group_size: int, seed: int
+) -> None:
     await workers.run(send, groups=groups, group_size=group_size, seed=seed)
 
 
-def collect(env: Environment, engine: RolloutEngine, n_groups: int, group_size: int, seed: int,
-            **options: object) -> list[Trajectory]:
+def collect(
+    env: Environment, engine: RolloutEngine, n_groups: int, group_size: int, seed: int, **options: object
+) -> list[Trajectory]:
     """Synchronous: open a workspace pool, run ``n_groups`` groups of ``group_size`` episodes, return them."""
 
     async def main() -> list[Trajectory]:

@@ -36,7 +36,9 @@ class _Term(BaseModel):
 class CorrectnessTerm(_Term):
     """Reward for the graded program."""
 
-    mode: Literal["all_pass", "fraction"] = Field("all_pass", description="all_pass (1 or 0) or the fraction of tests passed.")
+    mode: Literal["all_pass", "fraction"] = Field(
+        "all_pass", description="all_pass (1 or 0) or the fraction of tests passed."
+    )
     weight: float = Field(1.0, ge=0, description="Multiplier of the correctness value.")
 
 
@@ -78,8 +80,9 @@ def correctness(config: CorrectnessTerm, grading: TaskResult | None) -> float:
     return float(grading.passed) if config.mode == "all_pass" else grading.fraction
 
 
-def score(config: RubricConfig, trajectory: Trajectory, grading: TaskResult | None, *, turns: int,
-          token_budget: int) -> dict[str, float]:
+def score(
+    config: RubricConfig, trajectory: Trajectory, grading: TaskResult | None, *, turns: int, token_budget: int
+) -> dict[str, float]:
     """Weighted contributions of each term for one graded (not masked) episode; their sum is the reward."""
     parse_errors = sum(event.kind == "parse_error" for event in trajectory.events)
     results = [event for event in trajectory.events if event.kind == "result"]

@@ -47,9 +47,16 @@ PROGRAM_FILE = "solution.py"
 class ReferencePolicy:
     """A deterministic ``RolloutEngine`` that solves tasks with their references (or, ``empty``, submits nothing)."""
 
-    def __init__(self, harmony: Harmony, tasks: dict[str, Task | SweInstance], programs: dict[str, str],
-                 user_text: dict[str, str], weights_version: int = 0, empty: bool = False,
-                 tools: tuple[str, ...] = ("bash", "write_file", "submit")) -> None:
+    def __init__(
+        self,
+        harmony: Harmony,
+        tasks: dict[str, Task | SweInstance],
+        programs: dict[str, str],
+        user_text: dict[str, str],
+        weights_version: int = 0,
+        empty: bool = False,
+        tools: tuple[str, ...] = ("bash", "write_file", "submit"),
+    ) -> None:
         missing = [] if empty else sorted(set(tasks) - set(programs))
         if missing:
             raise ValueError(f"scripted:reference needs a reference solution for every task; none for {missing[:10]}")
@@ -71,13 +78,22 @@ class ReferencePolicy:
             return [[Message.tool_call("submit", {"code": self.programs[task.task_id]})]]
         example = next((t for t in task.public_tests if isinstance(t, StdinTest)), None)
         if task.kind == "stdin" and example is not None:
-            check = ("Let me run it on the example input.", {"command": f"python3 {PROGRAM_FILE}", "stdin": example.input})
+            check = (
+                "Let me run it on the example input.",
+                {"command": f"python3 {PROGRAM_FILE}", "stdin": example.input},
+            )
         else:
             check = ("Let me check that it compiles.", {"command": f"python3 -m py_compile {PROGRAM_FILE}"})
-        checks = [[Message.assistant("analysis", check[0]), Message.tool_call("bash", check[1])]] if "bash" in self.tools else []
+        checks = (
+            [[Message.assistant("analysis", check[0]), Message.tool_call("bash", check[1])]]
+            if "bash" in self.tools
+            else []
+        )
         return [
-            [Message.assistant("analysis", f"I will write my solution to {PROGRAM_FILE}."),
-             Message.tool_call("write_file", {"path": PROGRAM_FILE, "content": self.programs[task.task_id]})],
+            [
+                Message.assistant("analysis", f"I will write my solution to {PROGRAM_FILE}."),
+                Message.tool_call("write_file", {"path": PROGRAM_FILE, "content": self.programs[task.task_id]}),
+            ],
             *checks,
             [Message.tool_call("submit", {"path": PROGRAM_FILE})],
         ]
@@ -85,7 +101,7 @@ class ReferencePolicy:
     def _task_of(self, prompt: list[int]) -> tuple[Task | SweInstance, int]:
         """The task a context is about and how many tool calls it already holds."""
         suffix = self.harmony.generation_prompt()
-        if prompt[-len(suffix):] != suffix:
+        if prompt[-len(suffix) :] != suffix:
             raise ValueError("scripted:reference continues contexts that end with <|start|>assistant")
         messages = self.harmony.parse_conversation(prompt[: -len(suffix)])
         if isinstance(messages, ParseError):
@@ -101,8 +117,13 @@ class ReferencePolicy:
         ids = self.harmony.render_completion(turns[min(step, len(turns) - 1)])
         cut = ids[: params.max_tokens]
         stopped = bool(cut) and cut[-1] in params.stop_token_ids
-        return Completion(token_ids=cut, logprobs=[0.0] * len(cut), raw_logprobs=[0.0] * len(cut),
-                          finish_reason="stop" if stopped else "length", weights_version=self.weights_version)
+        return Completion(
+            token_ids=cut,
+            logprobs=[0.0] * len(cut),
+            raw_logprobs=[0.0] * len(cut),
+            finish_reason="stop" if stopped else "length",
+            weights_version=self.weights_version,
+        )
 
     async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         return [self.complete(prompt, params) for prompt in prompts]
@@ -112,13 +133,19 @@ def swe_script(instance: SweInstance) -> list[list[Message]]:
     """Gold patch in, the instance's existing test files run, submit."""
     files = " ".join(shlex.quote(path) for path in instance.test_files() if path.endswith(".py"))
     # pytest's durations are cut so the observation is the same on every run (replays compare it byte for byte)
-    run = (f"python -m pytest -q -p no:cacheprovider $(ls {files} 2>/dev/null) 2>&1 | tail -n 5 "
-           "| sed -E 's/ in [0-9.]+s( \\([^)]*\\))?//'")
+    run = (
+        f"python -m pytest -q -p no:cacheprovider $(ls {files} 2>/dev/null) 2>&1 | tail -n 5 "
+        "| sed -E 's/ in [0-9.]+s( \\([^)]*\\))?//'"
+    )
     return [
-        [Message.assistant("analysis", "I will apply my fix to the repository."),
-         Message.tool_call("apply_patch", {"patch": instance.patch, "cwd": "repo"})],
-        [Message.assistant("analysis", "Let me run the tests that exist."),
-         Message.tool_call("bash", {"command": run, "cwd": "repo", "timeout": 60})],
+        [
+            Message.assistant("analysis", "I will apply my fix to the repository."),
+            Message.tool_call("apply_patch", {"patch": instance.patch, "cwd": "repo"}),
+        ],
+        [
+            Message.assistant("analysis", "Let me run the tests that exist."),
+            Message.tool_call("bash", {"command": run, "cwd": "repo", "timeout": 60}),
+        ],
         [Message.tool_call("submit", {})],
     ]
 
@@ -134,5 +161,11 @@ def load_scripted(argument: str, env: Environment) -> ReferencePolicy:
 
     user_text = {task_id: task_text(task) for task_id, task in env.tasks.items()}
     empty = argument == "empty"
-    return ReferencePolicy(env.harmony, env.tasks, {} if empty else env.reference_programs(), user_text, empty=empty,
-                           tools=tuple(env.config.tools.enabled))
+    return ReferencePolicy(
+        env.harmony,
+        env.tasks,
+        {} if empty else env.reference_programs(),
+        user_text,
+        empty=empty,
+        tools=tuple(env.config.tools.enabled),
+    )

@@ -114,7 +114,9 @@ class Tokenizer(abc.ABC):
         return cached
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r}, vocab_size={self.vocab_size}, fingerprint={self.fingerprint})"
+        return (
+            f"{type(self).__name__}(name={self.name!r}, vocab_size={self.vocab_size}, fingerprint={self.fingerprint})"
+        )
 
 
 class TokenizersTokenizer(Tokenizer):

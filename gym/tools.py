@@ -54,7 +54,16 @@ from sandbox.protocol import ExecRequest, ExecResult, FileResult, ListDirResult,
 
 ToolName = Literal["python", "bash", "read_file", "write_file", "apply_patch", "list_dir", "submit", "search", "view"]
 ALL_TOOLS: tuple[ToolName, ...] = (
-    "python", "bash", "read_file", "write_file", "apply_patch", "list_dir", "submit", "search", "view")
+    "python",
+    "bash",
+    "read_file",
+    "write_file",
+    "apply_patch",
+    "list_dir",
+    "submit",
+    "search",
+    "view",
+)
 # The default is part of every environment's prompt that does not list its tools (their schemas are in the
 # developer message): a tool added here would change those prompts token for token, so new tools are opt-in.
 DEFAULT_TOOLS: tuple[ToolName, ...] = ("python", "bash", "read_file", "write_file", "apply_patch", "list_dir", "submit")
@@ -79,7 +88,9 @@ class ToolsConfig(BaseModel):
         if self.timeout_s > self.max_timeout_s:
             raise ValueError(f"timeout_s ({self.timeout_s}) must not exceed max_timeout_s ({self.max_timeout_s})")
         if "submit" not in self.enabled:
-            raise ValueError("enabled must include 'submit' (an episode ends with a submitted program or a final answer)")
+            raise ValueError(
+                "enabled must include 'submit' (an episode ends with a submitted program or a final answer)"
+            )
         return self
 
 
@@ -260,8 +271,14 @@ def _refusal(failure: FailureKind, detail: str) -> ToolOutcome:
     return ToolOutcome(output=f"[{failure.value}] {detail}", failure=failure)
 
 
-async def _run(box: Toolbox, ws: ToolWorkspace, argv: list[str], stdin: str, cwd: str, timeout: float | None,
-               ) -> ToolOutcome:
+async def _run(
+    box: Toolbox,
+    ws: ToolWorkspace,
+    argv: list[str],
+    stdin: str,
+    cwd: str,
+    timeout: float | None,
+) -> ToolOutcome:
     timeout_s = min(timeout or box.config.timeout_s, box.config.max_timeout_s)
     request = ExecRequest(argv=argv, stdin=stdin.encode(), cwd=cwd, timeout_s=timeout_s)
     result = await ws.exec(request)
@@ -301,9 +318,13 @@ async def _list_dir(box: Toolbox, ws: ToolWorkspace, args: ListDirArgs) -> ToolO
     result = await ws.list_dir(args.path)
     if result.failure != FailureKind.OK:
         return _refusal(result.failure, result.detail)
-    lines = [f"{e.name}/" if e.kind == "dir" else f"{e.name} ({e.size} bytes)" if e.kind == "file" else f"{e.name} -> (link)"
-             for e in result.entries]
-    return ToolOutcome(output=_cut("\n".join(lines) or "(empty directory)", box.config.output_chars), failure=FailureKind.OK)
+    lines = [
+        f"{e.name}/" if e.kind == "dir" else f"{e.name} ({e.size} bytes)" if e.kind == "file" else f"{e.name} -> (link)"
+        for e in result.entries
+    ]
+    return ToolOutcome(
+        output=_cut("\n".join(lines) or "(empty directory)", box.config.output_chars), failure=FailureKind.OK
+    )
 
 
 # One grep -Z record: the file name, NUL, the line number, ':', the line; a name may hold any byte but NUL.
@@ -339,20 +360,27 @@ async def _search(box: Toolbox, ws: ToolWorkspace, args: SearchArgs) -> ToolOutc
     elif result.stderr:  # a warning about the pattern (newer greps warn of stray backslashes): worth showing
         notes.append(_cut(result.stderr_text.strip(), SEARCH_LINE_CHARS))
     matches = sorted(
-        (name or posixpath.normpath(posixpath.join(args.path, found.decode(errors="replace"))), int(number),
-         text.decode(errors="replace"))
+        (
+            name or posixpath.normpath(posixpath.join(args.path, found.decode(errors="replace"))),
+            int(number),
+            text.decode(errors="replace"),
+        )
         for found, number, text in _GREP_MATCH.findall(result.stdout)
     )
     if not matches:
         where = f" in files matching {args.glob!r}" if args.glob else ""
-        return ToolOutcome(output="\n".join([f"no matches for {args.pattern!r} in {args.path}{where}", *notes]),
-                           failure=FailureKind.OK)
-    return ToolOutcome(output=_match_lines(matches, args.max_results, result.truncated, box.config.output_chars, notes),
-                       failure=FailureKind.OK)
+        return ToolOutcome(
+            output="\n".join([f"no matches for {args.pattern!r} in {args.path}{where}", *notes]), failure=FailureKind.OK
+        )
+    return ToolOutcome(
+        output=_match_lines(matches, args.max_results, result.truncated, box.config.output_chars, notes),
+        failure=FailureKind.OK,
+    )
 
 
-def _match_lines(matches: list[tuple[str, int, str]], max_results: int, incomplete: bool, limit: int,
-                 notes: list[str]) -> str:
+def _match_lines(
+    matches: list[tuple[str, int, str]], max_results: int, incomplete: bool, limit: int, notes: list[str]
+) -> str:
     """``path:line:text`` lines, as many as ``max_results`` and the observation bound allow, then what was cut."""
     lines: list[str] = []
     room = limit - 200 - sum(len(n) + 1 for n in notes)  # left for the closing lines
@@ -366,8 +394,10 @@ def _match_lines(matches: list[tuple[str, int, str]], max_results: int, incomple
         room -= len(line) + 1
     cut = len(matches) - len(lines)
     if incomplete:  # grep's output passed the sandbox's output bound: the count is a floor
-        lines.append(f"[{cut} more matches not shown, and maybe more not found: the search output passed the "
-                     "sandbox's output limit; narrow the pattern, path or glob]")
+        lines.append(
+            f"[{cut} more matches not shown, and maybe more not found: the search output passed the "
+            "sandbox's output limit; narrow the pattern, path or glob]"
+        )
     elif cut:
         why = f"max_results {max_results}" if len(lines) == max_results else "output limit"
         lines.append(f"[{cut} more matches not shown ({why}); narrow the pattern, path or glob]")
@@ -388,8 +418,11 @@ async def _view(box: Toolbox, ws: ToolWorkspace, args: ViewArgs) -> ToolOutcome:
         return _refusal(result.failure, result.detail)
     lines = _view_lines(text, result.truncated)
     count = f"{len(lines)}+" if result.truncated else f"{len(lines)}"
-    notes = [f"[the file is longer than {box.config.read_bytes} bytes: only lines 1-{len(lines)} can be viewed]"
-             ] if result.truncated else []
+    notes = (
+        [f"[the file is longer than {box.config.read_bytes} bytes: only lines 1-{len(lines)} can be viewed]"]
+        if result.truncated
+        else []
+    )
     if not lines and args.start_line == 1:
         return ToolOutcome(output=f"[{args.path}: empty file, 0 lines]", failure=FailureKind.OK)
     if args.start_line > len(lines):
@@ -442,7 +475,9 @@ async def _submit(box: Toolbox, ws: ToolWorkspace, args: SubmitArgs) -> ToolOutc
     else:
         result, program = await _read(box, ws, args.path or "")
         if result.truncated:
-            return _refusal(FailureKind.TOOL_ERROR, f"cannot submit {args.path}: larger than {box.config.read_bytes} bytes")
+            return _refusal(
+                FailureKind.TOOL_ERROR, f"cannot submit {args.path}: larger than {box.config.read_bytes} bytes"
+            )
         if result.failure != FailureKind.OK:
             return _refusal(result.failure, f"cannot submit {args.path}: {result.detail}")
     return ToolOutcome(output=f"submitted {len(program.encode())} bytes", failure=FailureKind.OK, submitted=program)
@@ -455,15 +490,27 @@ async def _submit_repo(box: Toolbox, ws: ToolWorkspace, args: SubmitRepoArgs) ->
 TOOLS: dict[str, Tool] = {
     tool.name: tool
     for tool in (
-        Tool("python", "Run Python 3 code in the workspace; returns the exit status, stdout and stderr.", PythonArgs, _python),
-        Tool("bash", "Run a bash command in the workspace; returns the exit status, stdout and stderr.", BashArgs, _bash),
+        Tool(
+            "python",
+            "Run Python 3 code in the workspace; returns the exit status, stdout and stderr.",
+            PythonArgs,
+            _python,
+        ),
+        Tool(
+            "bash", "Run a bash command in the workspace; returns the exit status, stdout and stderr.", BashArgs, _bash
+        ),
         Tool("read_file", "Read a text file of the workspace.", ReadFileArgs, _read_file),
         Tool("write_file", "Create or overwrite a file of the workspace.", WriteFileArgs, _write_file),
         Tool("apply_patch", "Apply a unified diff to files of the workspace.", ApplyPatchArgs, _apply_patch),
         Tool("list_dir", "List a directory of the workspace.", ListDirArgs, _list_dir),
         Tool("submit", "Submit the final program and end the episode. Give its path or its code.", SubmitArgs, _submit),
-        Tool("search", "Search the workspace's files for lines matching a regular expression; returns "
-             "path:line:text lines (.git and binary files skipped).", SearchArgs, _search),
+        Tool(
+            "search",
+            "Search the workspace's files for lines matching a regular expression; returns "
+            "path:line:text lines (.git and binary files skipped).",
+            SearchArgs,
+            _search,
+        ),
         Tool("view", "Show a range of lines of a text file of the workspace, with line numbers.", ViewArgs, _view),
     )
 }
@@ -472,10 +519,12 @@ TOOLS: dict[str, Tool] = {
 # Repository tasks (SWE): a patch applies inside the repository by default, and submit hands in the repository.
 REPOSITORY_TOOLS: dict[str, Tool] = {
     **TOOLS,
-    "apply_patch": Tool("apply_patch", "Apply a unified diff to files of the repository (or of cwd).", RepoPatchArgs,
-                        _apply_patch),
-    "submit": Tool("submit", "Submit your changes to the repository and end the episode.", SubmitRepoArgs,
-                   _submit_repo),
+    "apply_patch": Tool(
+        "apply_patch", "Apply a unified diff to files of the repository (or of cwd).", RepoPatchArgs, _apply_patch
+    ),
+    "submit": Tool(
+        "submit", "Submit your changes to the repository and end the episode.", SubmitRepoArgs, _submit_repo
+    ),
 }
 ToolboxKind = Literal["program", "repository"]
 
@@ -515,7 +564,9 @@ class Toolbox:
         except InfraError as exc:  # the engine failed under the call: masked, as a lost engine is
             return _refusal(FailureKind.INFRA_ERROR, str(exc))
         except Exception as exc:  # arguments the sandbox cannot carry (lone surrogates, ...): the call's fault
-            return _refusal(FailureKind.TOOL_ERROR, f"{call.recipient} could not run: {type(exc).__name__}: {exc}"[:500])
+            return _refusal(
+                FailureKind.TOOL_ERROR, f"{call.recipient} could not run: {type(exc).__name__}: {exc}"[:500]
+            )
         return outcome.model_copy(update={"output": printable(outcome.output)})
 
 

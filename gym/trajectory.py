@@ -83,7 +83,9 @@ class Trajectory(BaseModel):
     ids: tuple[int, ...] = Field(description="All token ids, prompt first.")
     sampled: tuple[bool, ...] = Field(description="True where the policy sampled the token (the loss mask).")
     logprobs: tuple[float | None, ...] = Field(description="Behaviour logprob of sampled tokens, None elsewhere.")
-    messages: tuple[Message, ...] = Field((), description="The conversation the ids render (parse-error turns have none).")
+    messages: tuple[Message, ...] = Field(
+        (), description="The conversation the ids render (parse-error turns have none)."
+    )
     events: tuple[Event, ...] = Field((), description="Tool calls, results and parse errors in order.")
     reward: float | None = Field(None, description="Scalar reward; None when not graded.")
     reward_breakdown: dict[str, float] = Field(default_factory=dict, description="Rubric term -> value.")
@@ -179,14 +181,23 @@ class TrajectoryBuilder:
         offset = self._append(ids, logprobs)
         turn = self.harmony.parse_completion(ids)
         if isinstance(turn, ParseError):
-            self.events.append(Event(kind="parse_error", start=offset + turn.start, end=offset + turn.end,
-                                     failure=FailureKind.PARSE_ERROR, detail=turn.reason))
+            self.events.append(
+                Event(
+                    kind="parse_error",
+                    start=offset + turn.start,
+                    end=offset + turn.end,
+                    failure=FailureKind.PARSE_ERROR,
+                    detail=turn.reason,
+                )
+            )
             self.failures.append(FailureKind.PARSE_ERROR)
         else:
             self.messages += turn.messages
             if turn.tool_call is not None:
                 start, end = turn.spans[-1]
-                self.events.append(Event(kind="call", start=offset + start, end=offset + end, tool=turn.tool_call.recipient))
+                self.events.append(
+                    Event(kind="call", start=offset + start, end=offset + end, tool=turn.tool_call.recipient)
+                )
         self._prompt_due = isinstance(turn, ParseError) or turn.stop == "end"
         return turn
 
@@ -248,7 +259,9 @@ def assert_token_exact(trajectory: Trajectory, messages: Sequence[Message], toke
 
     context = tokenizer.decode(stored[max(0, position - 12) : position])
     raise TokenMismatch(
-        position, got, want,
+        position,
+        got,
+        want,
         f"task {trajectory.task_id}: token {position} differs: stored {show(got)}, canonical {show(want)}; "
         f"preceded by {context!r} ({len(stored)} stored vs {len(expected)} canonical ids)",
     )

@@ -69,7 +69,8 @@ def _debootstrap(release: str, include: str, out: Path) -> None:
     with tempfile.TemporaryDirectory() as target:
         proc = subprocess.run(
             ["debootstrap", "--variant=minbase", f"--include={include}", release, target],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
         if proc.returncode != 0:
             raise ImageBuildError(f"debootstrap failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -103,7 +104,12 @@ def build_dockerfile(
     log.info("building %s", tag)
     try:
         client.images.build(
-            path=str(context), tag=tag, buildargs=buildargs, labels={INPUTS_LABEL: inputs}, rm=True, forcerm=True,
+            path=str(context),
+            tag=tag,
+            buildargs=buildargs,
+            labels={INPUTS_LABEL: inputs},
+            rm=True,
+            forcerm=True,
             network_mode="none",
         )
     except docker.errors.BuildError as exc:

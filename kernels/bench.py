@@ -42,11 +42,17 @@ SIZES: dict[str, tuple[int, int, str]] = {
 
 def configure(parser: argparse.ArgumentParser) -> None:
     for name, (gpu, cpu, help_text) in SIZES.items():
-        parser.add_argument(f"--{name}", type=int, default=None, help=f"{help_text} (default {gpu} on GPU, {cpu} on CPU)")
+        parser.add_argument(
+            f"--{name}", type=int, default=None, help=f"{help_text} (default {gpu} on GPU, {cpu} on CPU)"
+        )
     parser.add_argument("--chunk-size", type=int, default=4096, help="vocabulary chunk of the logprob kernel")
     parser.add_argument("--repeats", type=int, default=10, help="timed repetitions per figure (median reported)")
-    parser.add_argument("--dtype", choices=["bfloat16", "float32"], default=None,
-                        help="input dtype (default bfloat16 on GPU, float32 on CPU)")
+    parser.add_argument(
+        "--dtype",
+        choices=["bfloat16", "float32"],
+        default=None,
+        help="input dtype (default bfloat16 on GPU, float32 on CPU)",
+    )
 
 
 def _timer(device: torch.device, repeats: int) -> Callable[[Callable[[], object]], float]:
@@ -131,7 +137,11 @@ def run(args: argparse.Namespace) -> dict:
     device = torch.device("cuda" if gpu else "cpu")
     sizes = {name: getattr(args, name) or (defaults[0] if gpu else defaults[1]) for name, defaults in SIZES.items()}
     dtype = getattr(torch, args.dtype or ("bfloat16" if gpu else "float32"))
-    figures: dict = {"gpu": gpu, "device": torch.cuda.get_device_name(device) if gpu else "cpu", "dtype": str(dtype)[6:]}
+    figures: dict = {
+        "gpu": gpu,
+        "device": torch.cuda.get_device_name(device) if gpu else "cpu",
+        "dtype": str(dtype)[6:],
+    }
     figures.update(sizes)
     if not gpu:
         print("no CUDA GPU present: timing the torch reference on the CPU only (no Triton figures)")
@@ -142,13 +152,17 @@ def run(args: argparse.Namespace) -> dict:
         for label, fn in (("fwd", forward), ("fwdbwd", both)):
             for backend in backends + extra:
                 log.info("timing %s %s on %s", name, label, backend)
-                figures[f"{name}_{label}_{backend}_ms"] = measure(lambda: fn(backend))
+                figures[f"{name}_{label}_{backend}_ms"] = measure(lambda fn=fn, backend=backend: fn(backend))
             if gpu:
-                figures[f"{name}_{label}_speedup"] = figures[f"{name}_{label}_reference_ms"] / figures[f"{name}_{label}_triton_ms"]
+                figures[f"{name}_{label}_speedup"] = (
+                    figures[f"{name}_{label}_reference_ms"] / figures[f"{name}_{label}_triton_ms"]
+                )
         if gpu:
             with torch.no_grad():
                 figures[f"{name}_max_rel_diff"] = _rel_diff(forward("triton"), forward("reference"))
             if name == "logprob":
                 for backend in backends + extra:
-                    figures[f"logprob_fwdbwd_{backend}_peak_mib"] = _peak_mib(lambda: both(backend), device)
+                    figures[f"logprob_fwdbwd_{backend}_peak_mib"] = _peak_mib(
+                        lambda both=both, backend=backend: both(backend), device
+                    )
     return figures

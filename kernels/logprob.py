@@ -30,14 +30,18 @@ def _check(hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float, 
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(f"hidden {tuple(hidden.shape)} and weight {tuple(weight.shape)} must be (N, H) and (V, H)")
     if targets.shape != hidden.shape[:1] or targets.dtype != torch.int64:
-        raise ValueError(f"targets must be int64 of shape ({hidden.shape[0]},), got {targets.dtype} {tuple(targets.shape)}")
+        raise ValueError(
+            f"targets must be int64 of shape ({hidden.shape[0]},), got {targets.dtype} {tuple(targets.shape)}"
+        )
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
 
 
-def stats(hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float, chunk_size: int) -> tuple[Tensor, Tensor, Tensor]:
+def stats(
+    hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float, chunk_size: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """Reference forward: (target logit, logsumexp, E_p[z]) per row, fp32, by online reduction over chunks."""
     n = hidden.shape[0]
     h = hidden.float()  # (N, H)

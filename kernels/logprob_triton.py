@@ -21,8 +21,20 @@ from kernels import backend as dispatch
 
 
 @triton.jit
-def _logit_tile(h_ptr, w_ptr, rows, cols, H, stride_h, stride_w, inv_temp,
-                BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, PRECISION: tl.constexpr):
+def _logit_tile(
+    h_ptr,
+    w_ptr,
+    rows,
+    cols,
+    H,
+    stride_h,
+    stride_w,
+    inv_temp,
+    BLOCK_N: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """(BLOCK_N, BLOCK_V) fp32 tile of h @ W.T / T; out-of-range rows/cols read zeros."""
     rows = rows.to(tl.int64)  # int64: V * H can pass 2**31 for large vocabularies
     cols = cols.to(tl.int64)
@@ -36,9 +48,26 @@ def _logit_tile(h_ptr, w_ptr, rows, cols, H, stride_h, stride_w, inv_temp,
 
 
 @triton.jit
-def _stats_kernel(h_ptr, w_ptr, tgt_ptr, max_ptr, sum_ptr, sum_z_ptr, picked_ptr,
-                  N, V, H, stride_h, stride_w, inv_temp, cols_per_split,
-                  BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, PRECISION: tl.constexpr):
+def _stats_kernel(
+    h_ptr,
+    w_ptr,
+    tgt_ptr,
+    max_ptr,
+    sum_ptr,
+    sum_z_ptr,
+    picked_ptr,
+    N,
+    V,
+    H,
+    stride_h,
+    stride_w,
+    inv_temp,
+    cols_per_split,
+    BLOCK_N: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     split = tl.program_id(1)
     rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
@@ -53,8 +82,20 @@ def _stats_kernel(h_ptr, w_ptr, tgt_ptr, max_ptr, sum_ptr, sum_z_ptr, picked_ptr
     for tile in range(col_start, col_end, BLOCK_V):
         cols = tile + tl.arange(0, BLOCK_V)
         col_ok = cols < col_end
-        z = _logit_tile(h_ptr, w_ptr, safe_rows, tl.where(col_ok, cols, 0), H, stride_h, stride_w, inv_temp,
-                        BLOCK_N, BLOCK_V, BLOCK_H, PRECISION)
+        z = _logit_tile(
+            h_ptr,
+            w_ptr,
+            safe_rows,
+            tl.where(col_ok, cols, 0),
+            H,
+            stride_h,
+            stride_w,
+            inv_temp,
+            BLOCK_N,
+            BLOCK_V,
+            BLOCK_H,
+            PRECISION,
+        )
         z_masked = tl.where(col_ok[None, :], z, float("-inf"))
         new_max = tl.maximum(run_max, tl.max(z_masked, axis=1))  # finite: every tile has a valid column
         scale = tl.exp(run_max - new_max)
@@ -72,16 +113,46 @@ def _stats_kernel(h_ptr, w_ptr, tgt_ptr, max_ptr, sum_ptr, sum_z_ptr, picked_ptr
 
 
 @triton.jit
-def _logit_grad_kernel(h_ptr, w_ptr, tgt_ptr, lse_ptr, mean_ptr, g_lp_ptr, g_ent_ptr, dz_ptr,
-                       N, C, H, stride_h, stride_w, stride_dz, inv_temp,
-                       BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, PRECISION: tl.constexpr):
+def _logit_grad_kernel(
+    h_ptr,
+    w_ptr,
+    tgt_ptr,
+    lse_ptr,
+    mean_ptr,
+    g_lp_ptr,
+    g_ent_ptr,
+    dz_ptr,
+    N,
+    C,
+    H,
+    stride_h,
+    stride_w,
+    stride_dz,
+    inv_temp,
+    BLOCK_N: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     cols = tl.program_id(1).to(tl.int64) * BLOCK_V + tl.arange(0, BLOCK_V)
     row_ok = rows < N
     col_ok = cols < C
     safe_rows = tl.where(row_ok, rows, 0)
-    z = _logit_tile(h_ptr, w_ptr, safe_rows, tl.where(col_ok, cols, 0), H, stride_h, stride_w, inv_temp,
-                    BLOCK_N, BLOCK_V, BLOCK_H, PRECISION)
+    z = _logit_tile(
+        h_ptr,
+        w_ptr,
+        safe_rows,
+        tl.where(col_ok, cols, 0),
+        H,
+        stride_h,
+        stride_w,
+        inv_temp,
+        BLOCK_N,
+        BLOCK_V,
+        BLOCK_H,
+        PRECISION,
+    )
     lse = tl.load(lse_ptr + safe_rows)
     mean = tl.load(mean_ptr + safe_rows)
     g_lp = tl.load(g_lp_ptr + safe_rows)
@@ -131,7 +202,9 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def stats(hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float, chunk_size: int) -> tuple[Tensor, Tensor, Tensor]:
+def stats(
+    hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float, chunk_size: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """Triton forward: (target logit, logsumexp, E_p[z]) per row, fp32. ``chunk_size`` is unused here."""
     del chunk_size  # the kernel streams the vocabulary in BLOCK_V tiles
     hidden, weight = _common(hidden, weight)
@@ -145,10 +218,26 @@ def stats(hidden: Tensor, weight: Tensor, targets: Tensor, temperature: float, c
     splits = triton.cdiv(v, cols_per_split)
     part = torch.empty((4, splits, n), dtype=torch.float32, device=hidden.device)
     _stats_kernel[(row_blocks, splits)](
-        hidden, weight, targets, part[0], part[1], part[2], part[3],
-        n, v, h, hidden.stride(0), weight.stride(0), 1.0 / temperature, cols_per_split,
-        BLOCK_N=block_n, BLOCK_V=block_v, BLOCK_H=block_h, PRECISION=_precision(hidden.dtype),
-        num_warps=warps, num_stages=stages,
+        hidden,
+        weight,
+        targets,
+        part[0],
+        part[1],
+        part[2],
+        part[3],
+        n,
+        v,
+        h,
+        hidden.stride(0),
+        weight.stride(0),
+        1.0 / temperature,
+        cols_per_split,
+        BLOCK_N=block_n,
+        BLOCK_V=block_v,
+        BLOCK_H=block_h,
+        PRECISION=_precision(hidden.dtype),
+        num_warps=warps,
+        num_stages=stages,
     )
     run_max, run_sum, run_sum_z, picked = part.unbind(0)
     top = run_max.amax(dim=0)
@@ -175,9 +264,26 @@ def logit_grad(
     dz = torch.empty((n, c), dtype=hidden.dtype, device=hidden.device)
     grid = (triton.cdiv(n, block_n), triton.cdiv(c, block_v))
     _logit_grad_kernel[grid](
-        hidden, weight_chunk, local_targets.contiguous(), lse, mean_logit, grad_logprob, grad_entropy, dz,
-        n, c, h, hidden.stride(0), weight_chunk.stride(0), dz.stride(0), 1.0 / temperature,
-        BLOCK_N=block_n, BLOCK_V=block_v, BLOCK_H=block_h, PRECISION=_precision(hidden.dtype),
-        num_warps=warps, num_stages=stages,
+        hidden,
+        weight_chunk,
+        local_targets.contiguous(),
+        lse,
+        mean_logit,
+        grad_logprob,
+        grad_entropy,
+        dz,
+        n,
+        c,
+        h,
+        hidden.stride(0),
+        weight_chunk.stride(0),
+        dz.stride(0),
+        1.0 / temperature,
+        BLOCK_N=block_n,
+        BLOCK_V=block_v,
+        BLOCK_H=block_h,
+        PRECISION=_precision(hidden.dtype),
+        num_warps=warps,
+        num_stages=stages,
     )
     return dz

@@ -58,9 +58,7 @@ def moe_permute(
     return permuted, row_map, counts
 
 
-def moe_unpermute(
-    y: Tensor, row_map: Tensor, gate: Tensor, num_tokens: int, backend: str | None = None
-) -> Tensor:
+def moe_unpermute(y: Tensor, row_map: Tensor, gate: Tensor, num_tokens: int, backend: str | None = None) -> Tensor:
     """(T, H) with ``out[t] = sum_k gate[t, k] * y[row of slot t*K+k]``; differentiable w.r.t. y and gate.
 
     y (T*K, H) are expert outputs in permuted order, row_map from ``moe_permute``, gate (T, K).

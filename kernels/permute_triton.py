@@ -28,8 +28,9 @@ def _gather_kernel(src_ptr, dst_ptr, slot_ptr, H, TOP_K: tl.constexpr, BLOCK_H: 
 
 
 @triton.jit
-def _combine_kernel(y_ptr, inv_ptr, gate_ptr, out_ptr, H,
-                    TOP_K: tl.constexpr, HAS_GATE: tl.constexpr, BLOCK_H: tl.constexpr):
+def _combine_kernel(
+    y_ptr, inv_ptr, gate_ptr, out_ptr, H, TOP_K: tl.constexpr, HAS_GATE: tl.constexpr, BLOCK_H: tl.constexpr
+):
     """out[t] = sum_k gate[t, k] * y[inv[t*K + k]] (gate = 1 without HAS_GATE), fp32 accumulation."""
     token = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
@@ -45,8 +46,9 @@ def _combine_kernel(y_ptr, inv_ptr, gate_ptr, out_ptr, H,
 
 
 @triton.jit
-def _combine_backward_kernel(grad_out_ptr, y_ptr, inv_ptr, gate_ptr, grad_y_ptr, grad_gate_ptr, H,
-                             TOP_K: tl.constexpr, BLOCK_H: tl.constexpr):
+def _combine_backward_kernel(
+    grad_out_ptr, y_ptr, inv_ptr, gate_ptr, grad_y_ptr, grad_gate_ptr, H, TOP_K: tl.constexpr, BLOCK_H: tl.constexpr
+):
     """grad_y[inv[t*K+k]] = gate[t, k] * grad_out[t];  grad_gate[t, k] = <grad_out[t], y[inv[t*K+k]]>."""
     token = tl.program_id(0).to(tl.int64)
     for k in range(TOP_K):
@@ -81,8 +83,14 @@ def _combine(y: Tensor, inv: Tensor, gate: Tensor | None, num_tokens: int, top_k
     out = torch.empty((num_tokens, y.shape[1]), dtype=y.dtype, device=y.device)
     block = _block_h(y.shape[1])
     _combine_kernel[(num_tokens, triton.cdiv(y.shape[1], block))](
-        y, inv, gate if gate is not None else inv, out, y.shape[1],
-        TOP_K=top_k, HAS_GATE=gate is not None, BLOCK_H=block,
+        y,
+        inv,
+        gate if gate is not None else inv,
+        out,
+        y.shape[1],
+        TOP_K=top_k,
+        HAS_GATE=gate is not None,
+        BLOCK_H=block,
     )
     return out
 
@@ -115,8 +123,15 @@ class _Unpermute(torch.autograd.Function):
         grad_y = torch.empty_like(y)
         grad_gate = torch.empty_like(gate)
         _combine_backward_kernel[(gate.shape[0],)](
-            grad_out.contiguous(), y, inv, gate, grad_y, grad_gate, y.shape[1],
-            TOP_K=gate.shape[1], BLOCK_H=_block_h(y.shape[1]),
+            grad_out.contiguous(),
+            y,
+            inv,
+            gate,
+            grad_y,
+            grad_gate,
+            y.shape[1],
+            TOP_K=gate.shape[1],
+            BLOCK_H=_block_h(y.shape[1]),
         )
         return grad_y, None, grad_gate
 

@@ -19,12 +19,16 @@ from kernels import backend as dispatch
 
 def _check(x: Tensor, tokens_per_expert: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> None:
     if x.dim() != 2 or w_gate.dim() != 3 or w_gate.shape != w_up.shape:
-        raise ValueError(f"x {tuple(x.shape)} must be (M, H); w_gate {tuple(w_gate.shape)} and w_up {tuple(w_up.shape)} (E, F, H)")
+        raise ValueError(
+            f"x {tuple(x.shape)} must be (M, H); w_gate {tuple(w_gate.shape)} and w_up {tuple(w_up.shape)} (E, F, H)"
+        )
     e, f, h = w_gate.shape
     if w_down.shape != (e, h, f) or x.shape[1] != h:
         raise ValueError(f"w_down {tuple(w_down.shape)} must be (E, H, F) = {(e, h, f)} and x must have H={h} columns")
     if tokens_per_expert.shape != (e,) or tokens_per_expert.dtype != torch.int64:
-        raise ValueError(f"tokens_per_expert must be int64 ({e},), got {tokens_per_expert.dtype} {tuple(tokens_per_expert.shape)}")
+        raise ValueError(
+            f"tokens_per_expert must be int64 ({e},), got {tokens_per_expert.dtype} {tuple(tokens_per_expert.shape)}"
+        )
 
 
 def reference(x: Tensor, tokens_per_expert: Tensor, w_gate: Tensor, w_up: Tensor, w_down: Tensor) -> Tensor:

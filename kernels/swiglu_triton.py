@@ -27,16 +27,31 @@ from kernels import backend as dispatch
 
 
 @triton.jit
-def _tile_matmul(a_ptr, w_ptr, rows, row_ok, cols, col_ok, K, stride_a, stride_wn, stride_wk,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+def _tile_matmul(
+    a_ptr,
+    w_ptr,
+    rows,
+    row_ok,
+    cols,
+    col_ok,
+    K,
+    stride_a,
+    stride_wn,
+    stride_wk,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """fp32 (BLOCK_M, BLOCK_N) tile of a[rows] @ W.T where W[n, k] sits at w_ptr + n*stride_wn + k*stride_wk."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for start in range(0, K, BLOCK_K):
         k = start + tl.arange(0, BLOCK_K)
         k_ok = k < K
         a = tl.load(a_ptr + rows[:, None] * stride_a + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-        w = tl.load(w_ptr + k[:, None] * stride_wk + cols[None, :] * stride_wn,
-                    mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        w = tl.load(
+            w_ptr + k[:, None] * stride_wk + cols[None, :] * stride_wn, mask=k_ok[:, None] & col_ok[None, :], other=0.0
+        )
         acc = tl.dot(a, w, acc, input_precision=PRECISION)
     return acc
 
@@ -51,9 +66,27 @@ def _tile(tile_expert_ptr, start, end, BLOCK_M: tl.constexpr, BLOCK_N: tl.conste
 
 
 @triton.jit
-def _gate_up_kernel(x_ptr, wg_ptr, wu_ptr, g_ptr, u_ptr, h_ptr, tile_expert_ptr, tile_start_ptr, tile_end_ptr,
-                    F, H, stride_x, stride_we, stride_wf, stride_out,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+def _gate_up_kernel(
+    x_ptr,
+    wg_ptr,
+    wu_ptr,
+    g_ptr,
+    u_ptr,
+    h_ptr,
+    tile_expert_ptr,
+    tile_start_ptr,
+    tile_end_ptr,
+    F,
+    H,
+    stride_x,
+    stride_we,
+    stride_wf,
+    stride_out,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     start = tl.load(tile_start_ptr + tl.program_id(0))
     end = tl.load(tile_end_ptr + tl.program_id(0))
     if start >= end:  # a spare tile of the upper-bound grid
@@ -82,10 +115,28 @@ def _gate_up_kernel(x_ptr, wg_ptr, wu_ptr, g_ptr, u_ptr, h_ptr, tile_expert_ptr,
 
 
 @triton.jit
-def _grouped_matmul_kernel(a_ptr, w_ptr, a2_ptr, w2_ptr, out_ptr, tile_expert_ptr, tile_start_ptr, tile_end_ptr,
-                           N_OUT, K, stride_a, stride_we, stride_wn, stride_wk, stride_out,
-                           HAS_SECOND: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+def _grouped_matmul_kernel(
+    a_ptr,
+    w_ptr,
+    a2_ptr,
+    w2_ptr,
+    out_ptr,
+    tile_expert_ptr,
+    tile_start_ptr,
+    tile_end_ptr,
+    N_OUT,
+    K,
+    stride_a,
+    stride_we,
+    stride_wn,
+    stride_wk,
+    stride_out,
+    HAS_SECOND: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """out[rows of e] = a[rows] @ W[e].T (+ a2[rows] @ W2[e].T), W[e] addressed through the given strides."""
     start = tl.load(tile_start_ptr + tl.program_id(0))
     end = tl.load(tile_end_ptr + tl.program_id(0))
@@ -93,20 +144,67 @@ def _grouped_matmul_kernel(a_ptr, w_ptr, a2_ptr, w2_ptr, out_ptr, tile_expert_pt
         return
     expert, rows, row_ok, cols = _tile(tile_expert_ptr, start, end, BLOCK_M, BLOCK_N)
     col_ok = cols < N_OUT
-    acc = _tile_matmul(a_ptr, w_ptr + expert * stride_we, rows, row_ok, cols, col_ok, K, stride_a, stride_wn,
-                       stride_wk, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+    acc = _tile_matmul(
+        a_ptr,
+        w_ptr + expert * stride_we,
+        rows,
+        row_ok,
+        cols,
+        col_ok,
+        K,
+        stride_a,
+        stride_wn,
+        stride_wk,
+        BLOCK_M,
+        BLOCK_N,
+        BLOCK_K,
+        PRECISION,
+    )
     if HAS_SECOND:
-        acc += _tile_matmul(a2_ptr, w2_ptr + expert * stride_we, rows, row_ok, cols, col_ok, K, stride_a, stride_wn,
-                            stride_wk, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
-    tl.store(out_ptr + rows[:, None] * stride_out + cols[None, :], acc.to(out_ptr.dtype.element_ty),
-             mask=row_ok[:, None] & col_ok[None, :])
+        acc += _tile_matmul(
+            a2_ptr,
+            w2_ptr + expert * stride_we,
+            rows,
+            row_ok,
+            cols,
+            col_ok,
+            K,
+            stride_a,
+            stride_wn,
+            stride_wk,
+            BLOCK_M,
+            BLOCK_N,
+            BLOCK_K,
+            PRECISION,
+        )
+    tl.store(
+        out_ptr + rows[:, None] * stride_out + cols[None, :],
+        acc.to(out_ptr.dtype.element_ty),
+        mask=row_ok[:, None] & col_ok[None, :],
+    )
 
 
 @triton.jit
-def _swiglu_backward_kernel(dy_ptr, wd_ptr, g_ptr, u_ptr, dg_ptr, du_ptr, tile_expert_ptr, tile_start_ptr,
-                            tile_end_ptr, F, H, stride_dy, stride_we, stride_gu,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                            PRECISION: tl.constexpr):
+def _swiglu_backward_kernel(
+    dy_ptr,
+    wd_ptr,
+    g_ptr,
+    u_ptr,
+    dg_ptr,
+    du_ptr,
+    tile_expert_ptr,
+    tile_start_ptr,
+    tile_end_ptr,
+    F,
+    H,
+    stride_dy,
+    stride_we,
+    stride_gu,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """dh = dy @ w_down[e] (w_down[e] is (H, F)); dg = dh * u * silu'(g); du = dh * silu(g)."""
     start = tl.load(tile_start_ptr + tl.program_id(0))
     end = tl.load(tile_end_ptr + tl.program_id(0))
@@ -115,8 +213,22 @@ def _swiglu_backward_kernel(dy_ptr, wd_ptr, g_ptr, u_ptr, dg_ptr, du_ptr, tile_e
     expert, rows, row_ok, cols = _tile(tile_expert_ptr, start, end, BLOCK_M, BLOCK_N)
     col_ok = cols < F
     # As "a @ W.T" with W[n=f, k=h] = w_down[e, h, f]: stride_wn = 1, stride_wk = F.
-    dh = _tile_matmul(dy_ptr, wd_ptr + expert * stride_we, rows, row_ok, cols, col_ok, H, stride_dy, 1, F,
-                      BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+    dh = _tile_matmul(
+        dy_ptr,
+        wd_ptr + expert * stride_we,
+        rows,
+        row_ok,
+        cols,
+        col_ok,
+        H,
+        stride_dy,
+        1,
+        F,
+        BLOCK_M,
+        BLOCK_N,
+        BLOCK_K,
+        PRECISION,
+    )
     at = rows[:, None] * stride_gu + cols[None, :]
     mask = row_ok[:, None] & col_ok[None, :]
     g = tl.load(g_ptr + at, mask=mask, other=0.0).to(tl.float32)
@@ -128,9 +240,23 @@ def _swiglu_backward_kernel(dy_ptr, wd_ptr, g_ptr, u_ptr, dg_ptr, du_ptr, tile_e
 
 
 @triton.jit
-def _weight_grad_kernel(a_ptr, b_ptr, out_ptr, seg_start_ptr, seg_end_ptr, P, Q, stride_a, stride_b,
-                        stride_oe, stride_op,
-                        BLOCK_P: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_R: tl.constexpr, PRECISION: tl.constexpr):
+def _weight_grad_kernel(
+    a_ptr,
+    b_ptr,
+    out_ptr,
+    seg_start_ptr,
+    seg_end_ptr,
+    P,
+    Q,
+    stride_a,
+    stride_b,
+    stride_oe,
+    stride_op,
+    BLOCK_P: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """out[e] (P, Q) = a[rows of e].T @ b[rows of e]; zeros for an expert with no rows."""
     expert = tl.program_id(0).to(tl.int64)
     p = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -146,8 +272,11 @@ def _weight_grad_kernel(a_ptr, b_ptr, out_ptr, seg_start_ptr, seg_end_ptr, P, Q,
         a = tl.load(a_ptr + r[None, :] * stride_a + p[:, None], mask=p_ok[:, None] & r_ok[None, :], other=0.0)
         b = tl.load(b_ptr + r[:, None] * stride_b + q[None, :], mask=r_ok[:, None] & q_ok[None, :], other=0.0)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
-    tl.store(out_ptr + expert * stride_oe + p[:, None] * stride_op + q[None, :], acc.to(out_ptr.dtype.element_ty),
-             mask=p_ok[:, None] & q_ok[None, :])
+    tl.store(
+        out_ptr + expert * stride_oe + p[:, None] * stride_op + q[None, :],
+        acc.to(out_ptr.dtype.element_ty),
+        mask=p_ok[:, None] & q_ok[None, :],
+    )
 
 
 class _Blocks:
@@ -190,14 +319,36 @@ def schedule(tokens_per_expert: Tensor, num_rows: int, block_m: int) -> tuple[Te
     return e.to(torch.int32), start.to(torch.int32), end.to(torch.int32)
 
 
-def _grouped_matmul(a: Tensor, w: Tensor, w_strides: tuple[int, int, int], n_out: int, plan, blocks: _Blocks,
-                    second: tuple[Tensor, Tensor] | None = None) -> Tensor:
+def _grouped_matmul(
+    a: Tensor,
+    w: Tensor,
+    w_strides: tuple[int, int, int],
+    n_out: int,
+    plan,
+    blocks: _Blocks,
+    second: tuple[Tensor, Tensor] | None = None,
+) -> Tensor:
     out = torch.zeros((a.shape[0], n_out), dtype=a.dtype, device=a.device)
     a2, w2 = second if second is not None else (a, w)
     _grouped_matmul_kernel[(plan[0].numel(), triton.cdiv(n_out, blocks.n))](
-        a, w, a2, w2, out, *plan, n_out, a.shape[1], a.stride(0), *w_strides, out.stride(0),
-        HAS_SECOND=second is not None, BLOCK_M=blocks.m, BLOCK_N=blocks.n, BLOCK_K=blocks.k,
-        PRECISION=blocks.precision, num_warps=blocks.warps, num_stages=blocks.stages,
+        a,
+        w,
+        a2,
+        w2,
+        out,
+        *plan,
+        n_out,
+        a.shape[1],
+        a.stride(0),
+        *w_strides,
+        out.stride(0),
+        HAS_SECOND=second is not None,
+        BLOCK_M=blocks.m,
+        BLOCK_N=blocks.n,
+        BLOCK_K=blocks.k,
+        PRECISION=blocks.precision,
+        num_warps=blocks.warps,
+        num_stages=blocks.stages,
     )
     return out
 
@@ -208,9 +359,23 @@ def _weight_grad(a: Tensor, b: Tensor, counts: Tensor, like: Tensor, blocks: _Bl
     starts, ends = segments(counts, a.shape[0])
     grid = (counts.shape[0], triton.cdiv(a.shape[1], blocks.n), triton.cdiv(b.shape[1], blocks.n))
     _weight_grad_kernel[grid](
-        a, b, out, starts, ends, a.shape[1], b.shape[1], a.stride(0), b.stride(0), out.stride(0), out.stride(1),
-        BLOCK_P=blocks.n, BLOCK_Q=blocks.n, BLOCK_R=blocks.k, PRECISION=blocks.precision,
-        num_warps=blocks.warps, num_stages=blocks.stages,
+        a,
+        b,
+        out,
+        starts,
+        ends,
+        a.shape[1],
+        b.shape[1],
+        a.stride(0),
+        b.stride(0),
+        out.stride(0),
+        out.stride(1),
+        BLOCK_P=blocks.n,
+        BLOCK_Q=blocks.n,
+        BLOCK_R=blocks.k,
+        PRECISION=blocks.precision,
+        num_warps=blocks.warps,
+        num_stages=blocks.stages,
     )
     return out
 
@@ -227,9 +392,25 @@ class _GroupedSwiGLU(torch.autograd.Function):
         # empty, not zeros: rows outside every segment are never read (the output's are zeroed in _grouped_matmul)
         g, u, act = (torch.empty((m, f), dtype=x.dtype, device=x.device) for _ in range(3))
         _gate_up_kernel[(plan[0].numel(), triton.cdiv(f, blocks.n))](
-            x, w_gate, w_up, g, u, act, *plan, f, h, x.stride(0), w_gate.stride(0), w_gate.stride(1), g.stride(0),
-            BLOCK_M=blocks.m, BLOCK_N=blocks.n, BLOCK_K=blocks.k, PRECISION=blocks.precision,
-            num_warps=blocks.warps, num_stages=blocks.stages,
+            x,
+            w_gate,
+            w_up,
+            g,
+            u,
+            act,
+            *plan,
+            f,
+            h,
+            x.stride(0),
+            w_gate.stride(0),
+            w_gate.stride(1),
+            g.stride(0),
+            BLOCK_M=blocks.m,
+            BLOCK_N=blocks.n,
+            BLOCK_K=blocks.k,
+            PRECISION=blocks.precision,
+            num_warps=blocks.warps,
+            num_stages=blocks.stages,
         )
         out = _grouped_matmul(act, w_down, (w_down.stride(0), w_down.stride(1), 1), h, plan, blocks)
         ctx.save_for_backward(x, counts, w_gate, w_up, w_down, g, u, act, *plan)
@@ -241,16 +422,32 @@ class _GroupedSwiGLU(torch.autograd.Function):
         x, counts, w_gate, w_up, w_down, g, u, act, *plan = ctx.saved_tensors
         blocks: _Blocks = ctx.blocks
         dy = grad_out.contiguous().to(x.dtype)
-        (m, h), f = x.shape, w_gate.shape[1]
+        h, f = x.shape[1], w_gate.shape[1]
         dg, du = torch.empty_like(g), torch.empty_like(u)
         _swiglu_backward_kernel[(plan[0].numel(), triton.cdiv(f, blocks.n))](
-            dy, w_down, g, u, dg, du, *plan, f, h, dy.stride(0), w_down.stride(0), g.stride(0),
-            BLOCK_M=blocks.m, BLOCK_N=blocks.n, BLOCK_K=blocks.k, PRECISION=blocks.precision,
-            num_warps=blocks.warps, num_stages=blocks.stages,
+            dy,
+            w_down,
+            g,
+            u,
+            dg,
+            du,
+            *plan,
+            f,
+            h,
+            dy.stride(0),
+            w_down.stride(0),
+            g.stride(0),
+            BLOCK_M=blocks.m,
+            BLOCK_N=blocks.n,
+            BLOCK_K=blocks.k,
+            PRECISION=blocks.precision,
+            num_warps=blocks.warps,
+            num_stages=blocks.stages,
         )
         # dx = dg @ w_gate[e] + du @ w_up[e]: as "a @ W.T" with W[n=h, k=f] = w[e, f, h].
-        grad_x = _grouped_matmul(dg, w_gate, (w_gate.stride(0), 1, w_gate.stride(1)), h, plan, blocks,
-                                 second=(du, w_up))
+        grad_x = _grouped_matmul(
+            dg, w_gate, (w_gate.stride(0), 1, w_gate.stride(1)), h, plan, blocks, second=(du, w_up)
+        )
         grad_gate = _weight_grad(dg, x, counts, w_gate, blocks)
         grad_up = _weight_grad(du, x, counts, w_up, blocks)
         grad_down = _weight_grad(dy, act, counts, w_down, blocks)

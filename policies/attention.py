@@ -19,9 +19,7 @@ def rope_cos_sin(position_ids: torch.Tensor, head_dim: int, theta: float) -> tup
     Computed on the fly (head_dim/2 frequencies): no buffer, so nothing to re-initialise when
     transformers builds the model on the meta device.
     """
-    inv_freq = 1.0 / theta ** (
-        torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim
-    )
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim)
     freqs = position_ids.to(torch.float32)[..., None] * inv_freq  # (B, T, head_dim/2)
     emb = torch.cat([freqs, freqs], dim=-1)
     return emb.cos(), emb.sin()

@@ -37,14 +37,21 @@ log = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, default=Path("configs/policy_tiny.yaml"), help="serve YAML of the policy")
+    parser.add_argument(
+        "--config", type=Path, default=Path("configs/policy_tiny.yaml"), help="serve YAML of the policy"
+    )
     parser.add_argument("--batch", type=int, default=8, help="prompts decoded together")
     parser.add_argument("--prompt-tokens", type=int, default=128, help="tokens per prompt")
     parser.add_argument("--new-tokens", type=int, default=128, help="tokens sampled per prompt")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
-    parser.add_argument("--requests", type=int, default=0, metavar="N",
-                        help="run the GRPO-like request stream of N requests (continuous vs batch engine vs HF generate)")
+    parser.add_argument(
+        "--requests",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the GRPO-like request stream of N requests (continuous vs batch engine vs HF generate)",
+    )
     parser.add_argument("--concurrency", type=int, default=16, metavar="C", help="stream: clients in flight")
     parser.add_argument("--group", type=int, default=4, metavar="G", help="stream: requests sharing one prompt")
 
@@ -78,7 +85,9 @@ def run(args: argparse.Namespace) -> dict:
         figures[f"tokens_per_s_{key}"] = new_tokens / elapsed
         figures["new_tokens"] = new_tokens
         log.info("%s: %d new tokens in %.2fs", mode, new_tokens, elapsed)
-    pairs = [(a, b) for x, y in zip(outputs["kv_cache"], outputs["recompute"]) for a, b in zip(x.token_ids, y.token_ids)]
+    pairs = [
+        (a, b) for x, y in zip(outputs["kv_cache"], outputs["recompute"]) for a, b in zip(x.token_ids, y.token_ids)
+    ]
     agreement = sum(a == b for a, b in pairs) / max(len(pairs), 1)
     exact_dtype = next(engine.policy.model.parameters()).dtype == torch.float32
     if exact_dtype and agreement < 1.0:
@@ -145,9 +154,18 @@ def _hf_generate(model, requests: list[_Request], batch: int, pad_token_id: int 
         ids, mask, _ = left_padded([r.prompt for r in chunk], pad_token_id, torch.device("cpu"))
         torch.manual_seed(chunk[0].seed)
         with torch.no_grad():
-            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max(r.max_tokens for r in chunk),
-                           min_new_tokens=max(r.max_tokens for r in chunk), do_sample=True, temperature=1.0,
-                           top_k=0, top_p=1.0, pad_token_id=pad_token_id, use_cache=True)
+            model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max(r.max_tokens for r in chunk),
+                min_new_tokens=max(r.max_tokens for r in chunk),
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                pad_token_id=pad_token_id,
+                use_cache=True,
+            )
     return time.perf_counter() - started
 
 
@@ -174,7 +192,7 @@ def run_stream(args: argparse.Namespace) -> dict:
         elapsed = _through_batching_engine(engine, requests, args.concurrency)
         figures[f"tokens_per_s_{name}"] = new_tokens / elapsed
         log.info("%s engine: %d new tokens in %.2fs", name, new_tokens, elapsed)
-    timings = list(continuous._batcher.timings)[-len(requests):]
+    timings = list(continuous._batcher.timings)[-len(requests) :]
     figures["tokens_per_s"] = figures.pop("tokens_per_s_continuous")
     _hf_generate(policy.model, warm, args.concurrency)
     elapsed = _hf_generate(policy.model, requests, args.concurrency)
@@ -183,8 +201,16 @@ def run_stream(args: argparse.Namespace) -> dict:
     figures["speedup_vs_batch"] = figures["tokens_per_s"] / figures["tokens_per_s_batch"]
     figures["speedup_vs_hf"] = figures["tokens_per_s"] / figures["tokens_per_s_hf"]
     figures["ttft_p50_ms"] = 1000 * statistics.median(first - sent for sent, first, _, _ in timings)
-    figures["tpot_p50_ms"] = 1000 * statistics.median((done - first) / (n - 1) for _, first, done, n in timings if n > 1)
+    figures["tpot_p50_ms"] = 1000 * statistics.median(
+        (done - first) / (n - 1) for _, first, done, n in timings if n > 1
+    )
     figures["prefills"] = continuous._batcher.prefills - len(set(map(lambda r: tuple(r.prompt), warm)))
-    figures.update(new_tokens=new_tokens, requests=len(requests), concurrency=args.concurrency, group=args.group,
-                   prompt_tokens=args.prompt_tokens, threads=torch.get_num_threads())
+    figures.update(
+        new_tokens=new_tokens,
+        requests=len(requests),
+        concurrency=args.concurrency,
+        group=args.group,
+        prompt_tokens=args.prompt_tokens,
+        threads=torch.get_num_threads(),
+    )
     return figures

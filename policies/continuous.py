@@ -62,8 +62,8 @@ def left_padded(prompts, pad_token_id: int, device: torch.device) -> tuple[torch
     ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.int64, device=device)
     mask = torch.zeros_like(ids)
     for b, prompt in enumerate(prompts):
-        ids[b, width - len(prompt):] = torch.tensor(prompt, device=device)
-        mask[b, width - len(prompt):] = 1
+        ids[b, width - len(prompt) :] = torch.tensor(prompt, device=device)
+        mask[b, width - len(prompt) :] = 1
     return ids, mask, (mask.cumsum(-1) - 1).clamp_min(0)
 
 
@@ -89,8 +89,16 @@ def completion_routes(prompt: torch.Tensor, fed: list[torch.Tensor], tokens: int
 class SlotCache:
     """The static KV cache, seen by the model's attention through the `Cache.update` contract."""
 
-    def __init__(self, layers: int, slots: int, kv_heads: int, capacity: int, head_dim: int,
-                 dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(
+        self,
+        layers: int,
+        slots: int,
+        kv_heads: int,
+        capacity: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
         shape = (layers, slots, kv_heads, capacity, head_dim)
         self.keys = torch.zeros(shape, dtype=dtype, device=device)
         self.values = torch.zeros(shape, dtype=dtype, device=device)
@@ -169,15 +177,23 @@ class _Sequence:
 class ContinuousBatcher:
     """The worker thread and its scheduling (see the module docstring)."""
 
-    def __init__(self, policy: CausalLMPolicy, slots: int, pad_token_id: int = 0,
-                 version: Callable[[], int] = lambda: 0) -> None:
+    def __init__(
+        self, policy: CausalLMPolicy, slots: int, pad_token_id: int = 0, version: Callable[[], int] = lambda: 0
+    ) -> None:
         config = policy.model.config
         self.policy = policy
         self.slots = slots
         self.pad_token_id = pad_token_id
         self.version = version
-        self.cache = SlotCache(config.num_hidden_layers, slots, config.num_key_value_heads, policy.context_length,
-                               config.head_dim, next(policy.model.parameters()).dtype, policy.device)
+        self.cache = SlotCache(
+            config.num_hidden_layers,
+            slots,
+            config.num_key_value_heads,
+            policy.context_length,
+            config.head_dim,
+            next(policy.model.parameters()).dtype,
+            policy.device,
+        )
         self.running: list[_Sequence] = []
         self.waiting: deque[_Sequence] = deque()
         self.updates: deque[tuple[Callable[[], object], Future]] = deque()
@@ -349,10 +365,17 @@ class ContinuousBatcher:
 
     @staticmethod
     def _completion(row: _Sequence) -> Completion:
-        routes = None if row.prompt_routes is None else completion_routes(row.prompt_routes, row.routes, len(row.tokens))
-        return Completion(token_ids=row.tokens, logprobs=row.logprobs, raw_logprobs=row.raw_logprobs,
-                          routed_experts=routes, finish_reason=row.finish_reason or "length",
-                          weights_version=row.version)
+        routes = (
+            None if row.prompt_routes is None else completion_routes(row.prompt_routes, row.routes, len(row.tokens))
+        )
+        return Completion(
+            token_ids=row.tokens,
+            logprobs=row.logprobs,
+            raw_logprobs=row.raw_logprobs,
+            routed_experts=routes,
+            finish_reason=row.finish_reason or "length",
+            weights_version=row.version,
+        )
 
 
 def _work(ref: weakref.ref[ContinuousBatcher]) -> None:

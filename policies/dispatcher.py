@@ -61,7 +61,7 @@ class Dispatcher(ABC):
         """Sum `tensor` over ranks in place (router load counts); identity on one rank."""
         return tensor
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (a no-op default: a dispatcher without buffers has nothing to release)
         """Release buffers; idempotent."""
 
 

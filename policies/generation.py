@@ -114,8 +114,10 @@ class GenerationEngine:
 
     @staticmethod
     def _seeds(params: list[SamplingParams]) -> list[int]:
-        return [(p.seed + i) if p.seed is not None else int.from_bytes(os.urandom(7), "little")
-                for i, p in enumerate(params)]
+        return [
+            (p.seed + i) if p.seed is not None else int.from_bytes(os.urandom(7), "little")
+            for i, p in enumerate(params)
+        ]
 
     def _check(self, prompts: list[list[int]], params: list[SamplingParams]) -> None:
         if len(prompts) != len(params):
@@ -142,7 +144,9 @@ class GenerationEngine:
                 out.extend(self._generate_chunk(prompts[start:stop], params[start:stop], seeds[start:stop]))
         return out
 
-    def _generate_chunk(self, prompts: list[list[int]], params: list[SamplingParams], seeds: list[int]) -> list[Completion]:
+    def _generate_chunk(
+        self, prompts: list[list[int]], params: list[SamplingParams], seeds: list[int]
+    ) -> list[Completion]:
         device = self.policy.device
         rows = [_Row(params=p) for p in params]
         sampling = RowSampling.build(params, seeds, device)
@@ -162,7 +166,9 @@ class GenerationEngine:
                     append_sample(row, drawn, b)
         return [self._completion(row, prompt_routes, b, len(prompts[b])) for b, row in enumerate(rows)]
 
-    def _decode(self, ids, mask, positions, rows, sampling, budget) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
+    def _decode(
+        self, ids, mask, positions, rows, sampling, budget
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor | None]]:
         """Yield (next-token logits (B, V), routes of the positions just fed (L, B, n, K) | None) per step.
 
         The caller appends each row's sample to `rows` between yields; this feeds it back.

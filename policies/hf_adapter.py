@@ -81,7 +81,9 @@ class CausalLMPolicy:
             raise KeyError(f"{len(unknown)} tensor(s) the policy does not have, e.g. {unknown[:3]}")
         for key, value in state.items():
             if value.shape != own[key].shape:
-                raise ValueError(f"{key}: shape {tuple(value.shape)} does not match the policy's {tuple(own[key].shape)}")
+                raise ValueError(
+                    f"{key}: shape {tuple(value.shape)} does not match the policy's {tuple(own[key].shape)}"
+                )
         with torch.no_grad():
             for key, value in state.items():
                 own[key].copy_(value)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from transformers import initialization as init
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, DynamicCache, GenerationMixin, PreTrainedModel
+from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
@@ -52,9 +52,7 @@ class DecoderLayer(GradientCheckpointingLayer):
         self.attn = Attention(config, layer_idx)
         self.post_attn_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.is_moe = layer_idx >= config.num_dense_layers
-        self.mlp: nn.Module = (
-            MoEBlock(config) if self.is_moe else SwiGLU(config.hidden_size, config.intermediate_size)
-        )
+        self.mlp: nn.Module = MoEBlock(config) if self.is_moe else SwiGLU(config.hidden_size, config.intermediate_size)
 
     def forward(self, x, cos, sin, mask, cache=None, routes=None):  # -> (hidden, expert_idx | None, aux | None)
         x = x + self.attn(self.input_norm(x), cos, sin, mask, cache)

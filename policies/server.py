@@ -140,8 +140,9 @@ class PolicyServer:
             try:
                 results = await asyncio.to_thread(self.engine.generate_batch, prompts, params)
             except Exception:
-                log.exception("engine batch of %d sequences failed; running its %d jobs one by one", len(prompts),
-                              len(jobs))
+                log.exception(
+                    "engine batch of %d sequences failed; running its %d jobs one by one", len(prompts), len(jobs)
+                )
                 for job in jobs:  # one bad job must not fail its neighbours: each learns only its own outcome
                     await self._run_alone(job)
                 continue
@@ -184,8 +185,10 @@ class PolicyServer:
 
     async def _run(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
         if len(prompts) > self.options.max_sequences_per_request:
-            raise BadRequest(f"{len(prompts)} sequences (prompts x n) in one request; at most "
-                             f"{self.options.max_sequences_per_request} (max_sequences_per_request)")
+            raise BadRequest(
+                f"{len(prompts)} sequences (prompts x n) in one request; at most "
+                f"{self.options.max_sequences_per_request} (max_sequences_per_request)"
+            )
         for prompt, p in zip(prompts, params):
             try:
                 self.engine.check_request(prompt, p)
@@ -280,7 +283,9 @@ class PolicyServer:
             prompt, stops = tokenizer.render_chat([(m.role, m.content) for m in req.messages])
             max_tokens = req.max_completion_tokens or req.max_tokens or 256
             base = req.sampling_params(max_tokens, stops)
-            params = [base.model_copy(update={"seed": None if req.seed is None else req.seed + i}) for i in range(req.n)]
+            params = [
+                base.model_copy(update={"seed": None if req.seed is None else req.seed + i}) for i in range(req.n)
+            ]
             results = await self._run([prompt] * req.n, params)
         except BadRequest as exc:
             return _error(400, str(exc), "invalid_request_error")
@@ -292,7 +297,10 @@ class PolicyServer:
             logprobs = None
             if req.logprobs:
                 logprobs = ChatChoiceLogprobs(
-                    content=[ChatTokenLogprob(token=self._token_text(t), logprob=lp) for t, lp in zip(c.token_ids, c.logprobs)]
+                    content=[
+                        ChatTokenLogprob(token=self._token_text(t), logprob=lp)
+                        for t, lp in zip(c.token_ids, c.logprobs)
+                    ]
                 )
             choices.append(
                 ChatChoice(
@@ -316,18 +324,25 @@ class PolicyServer:
         return web.json_response(body.model_dump())
 
     async def models(self, _request: web.Request) -> web.Response:
-        card = {"id": self.model_name, "object": "model", "created": 0, "owned_by": "code-rl-gym",
-                "max_model_len": self.engine.context_length}
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "created": 0,
+            "owned_by": "code-rl-gym",
+            "max_model_len": self.engine.context_length,
+        }
         return web.json_response({"object": "list", "data": [card]})
 
     async def health(self, _request: web.Request) -> web.Response:
-        return web.json_response({
-            "status": "ok",
-            "model": self.model_name,
-            "weights_version": self.engine.weights_version,
-            "queued_requests": len(self._pending),
-            "context_length": self.engine.context_length,
-        })
+        return web.json_response(
+            {
+                "status": "ok",
+                "model": self.model_name,
+                "weights_version": self.engine.weights_version,
+                "queued_requests": len(self._pending),
+                "context_length": self.engine.context_length,
+            }
+        )
 
     async def update_weights(self, request: web.Request) -> web.Response:
         try:
@@ -346,7 +361,9 @@ class PolicyServer:
             if version is not None and version < 0:
                 raise ValueError("must be >= 0")
         except ValueError as exc:
-            return _error(400, f"version={raw_version!r} is not a non-negative integer ({exc})", "invalid_request_error")
+            return _error(
+                400, f"version={raw_version!r} is not a non-negative integer ({exc})", "invalid_request_error"
+            )
         data = await request.read()
         if not data:
             return _error(400, "body is empty: send the tensors as safetensors bytes", "invalid_request_error")
@@ -370,7 +387,9 @@ class _Overloaded(Exception):
 def _usage(prompts: list[list[int]], results: list[Completion]) -> Usage:
     prompt_tokens = sum(len(p) for p in prompts)
     completion_tokens = sum(len(c.token_ids) for c in results)
-    return Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens)
+    return Usage(
+        prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, total_tokens=prompt_tokens + completion_tokens
+    )
 
 
 async def serve(server: PolicyServer, sock: socket.socket) -> None:

@@ -54,8 +54,10 @@ class SharedMemoryDispatcher(RemoteDispatcher):
         paths = [SHM_DIR / f"{prefix[0]}-{r}" for r in range(world)]
         own = torch.from_file(str(paths[self.rank]), shared=True, size=size, dtype=torch.uint8)  # creates it
         dist.barrier(group=group)
-        segments = [own if r == self.rank else torch.from_file(str(p), shared=True, size=size, dtype=torch.uint8)
-                    for r, p in enumerate(paths)]
+        segments = [
+            own if r == self.rank else torch.from_file(str(p), shared=True, size=size, dtype=torch.uint8)
+            for r, p in enumerate(paths)
+        ]
         dist.barrier(group=group)
         os.unlink(paths[self.rank])  # every rank has it mapped: drop the name so nothing can leak
         self._headers = [seg[:header_bytes].view(torch.int64).view(world, local) for seg in segments]

@@ -15,7 +15,14 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 # Harmony special tokens; chats are rendered in Harmony when the tokenizer has them.
-START, MESSAGE, END, CHANNEL, RETURN, CALL = "<|start|>", "<|message|>", "<|end|>", "<|channel|>", "<|return|>", "<|call|>"
+START, MESSAGE, END, CHANNEL, RETURN, CALL = (
+    "<|start|>",
+    "<|message|>",
+    "<|end|>",
+    "<|channel|>",
+    "<|return|>",
+    "<|call|>",
+)
 
 
 class TextTokenizer:

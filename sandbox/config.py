@@ -34,7 +34,7 @@ class WorkspaceBudgets(_Config):
     fsize_mb: int = Field(256, ge=1, description="RLIMIT_FSIZE: largest file a process may write")
 
     @model_validator(mode="after")
-    def _disk_fits_in_memory(self) -> "WorkspaceBudgets":
+    def _disk_fits_in_memory(self) -> WorkspaceBudgets:
         if self.workspace_mb + self.tmp_mb >= self.memory_mb:
             raise ValueError(
                 f"workspace_mb + tmp_mb ({self.workspace_mb + self.tmp_mb}) must stay below memory_mb "
@@ -49,7 +49,9 @@ class CallBudgets(_Config):
 
     timeout_s: float = Field(10.0, gt=0, le=3600, description="wall-clock deadline of one call")
     output_limit_bytes: int = Field(1 << 20, gt=0, description="stdout+stderr bound; the rest is dropped and flagged")
-    grace_s: float = Field(2.0, gt=0, description="host-side slack past the deadline before the runner is presumed lost")
+    grace_s: float = Field(
+        2.0, gt=0, description="host-side slack past the deadline before the runner is presumed lost"
+    )
 
 
 class EpisodeBudgets(_Config):
@@ -84,12 +86,16 @@ class DockerEngineConfig(_Config):
 
     base_url: str | None = Field(None, description="engine URL; None = DOCKER_HOST or the default unix socket")
     timeout_s: float = Field(30.0, gt=0, description="deadline of every engine API call")
-    api_version: str = Field("1.41", pattern=r"^1\.\d+$", description="engine API version spoken (1.41 = Docker 20.10+)")
+    api_version: str = Field(
+        "1.41", pattern=r"^1\.\d+$", description="engine API version spoken (1.41 = Docker 20.10+)"
+    )
     ready_timeout_s: float = Field(30.0, gt=0, description="deadline for a new container's runner to say hello")
     outage_wait_s: float = Field(
-        30.0, ge=0, description="how long workspace starts wait for an engine that stopped answering (a daemon "
+        30.0,
+        ge=0,
+        description="how long workspace starts wait for an engine that stopped answering (a daemon "
         "restarting) before they fail as infra_error; counted once per outage, so a dead engine stalls a run this "
-        "long, not this long per episode; 0 = fail at once"
+        "long, not this long per episode; 0 = fail at once",
     )
 
 
@@ -114,14 +120,14 @@ class SandboxConfig(_Config):
     engine: DockerEngineConfig = Field(default_factory=DockerEngineConfig)
 
     @model_validator(mode="after")
-    def _absolute_allowlist(self) -> "SandboxConfig":
+    def _absolute_allowlist(self) -> SandboxConfig:
         for entry in self.allowlist:
             if not entry.startswith("/") or "/.." in entry or "\x00" in entry:
                 raise ValueError(f"allowlist entry {entry!r} must be an absolute path without '..'")
         return self
 
     @classmethod
-    def from_yaml(cls, path: Path) -> "SandboxConfig":
+    def from_yaml(cls, path: Path) -> SandboxConfig:
         """Read a YAML (or ``*.toml``) file, its ``sandbox:`` section or the whole file (sandbox.config_file);
         SandboxConfigError names the file and every invalid field."""
         data = read_config(path, SandboxConfigError)

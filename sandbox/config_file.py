@@ -69,7 +69,7 @@ def describe_errors(err: ValidationError, source: str, data: Any = None) -> str:
         found.append((tuple(parts), len(parts) < len(item["loc"]), item["msg"]))
     merged: dict[str, list[str]] = {}
     for parts, in_union, message in found:
-        if in_union and any(len(other) > len(parts) and other[:len(parts)] == parts for other, _, _ in found):
+        if in_union and any(len(other) > len(parts) and other[: len(parts)] == parts for other, _, _ in found):
             continue
         messages = merged.setdefault(".".join(str(part) for part in parts) or "(top level)", [])
         if message not in messages:

@@ -16,7 +16,8 @@ import select
 import socket
 import struct
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 from urllib.parse import urlparse
 
 import docker
@@ -39,7 +40,11 @@ STREAM_HEADER = struct.Struct(">BxxxI")
 # Per-IPC-namespace limits (the kernel's defaults allow 32000 identifiers of each kind).
 IPC_SYSCTLS = {"kernel.shmmni": "256", "kernel.msgmni": "256", "kernel.sem": "250 32000 32 256"}
 # trio renamed the flag; support both so a newer trio does not break thread calls.
-_ABANDON = "abandon_on_cancel" if "abandon_on_cancel" in inspect.signature(trio.to_thread.run_sync).parameters else "cancellable"
+_ABANDON = (
+    "abandon_on_cancel"
+    if "abandon_on_cancel" in inspect.signature(trio.to_thread.run_sync).parameters
+    else "cancellable"
+)
 
 
 def root_cause(exc: BaseException) -> BaseException:
@@ -85,8 +90,9 @@ class Engine:
         except docker.errors.NotFound:
             raise
         except requests.exceptions.ConnectionError as exc:  # no socket, refused: nothing listens (not a slow engine)
-            raise EngineUnreachable(f"the Docker engine at {self.url} does not answer: {root_cause(exc)} "
-                                    f"(call {what!r})") from exc
+            raise EngineUnreachable(
+                f"the Docker engine at {self.url} does not answer: {root_cause(exc)} (call {what!r})"
+            ) from exc
         except (docker.errors.DockerException, OSError, ValueError) as exc:
             raise InfraError(f"Docker engine call {what!r} failed: {exc}") from exc
 
@@ -124,7 +130,7 @@ class Engine:
         cfg = self.config
         budgets, hard = cfg.budgets, cfg.hardening
         api = self.client.api
-        tmpfs_opts = "rw,exec,nosuid,nodev,uid={uid},gid={uid}".format(uid=SANDBOX_UID)
+        tmpfs_opts = f"rw,exec,nosuid,nodev,uid={SANDBOX_UID},gid={SANDBOX_UID}"
         host_config = api.create_host_config(
             network_mode=hard.network,
             cap_drop=["ALL"] if hard.drop_caps else None,
@@ -166,7 +172,7 @@ class Engine:
             host_config=host_config,
         )
 
-    async def attach(self, container_id: str) -> "AttachedStream":
+    async def attach(self, container_id: str) -> AttachedStream:
         """Hijack the container's stdin/stdout (call before start so no byte is missed)."""
         return await AttachedStream.open(self, container_id)
 
@@ -179,9 +185,7 @@ class Engine:
 
     async def labelled(self) -> list[dict[str, Any]]:
         """All containers (running or not) that carry the gym label."""
-        return await self.call(
-            "list", self.client.api.containers, all=True, filters={"label": Labels.MARK}
-        )
+        return await self.call("list", self.client.api.containers, all=True, filters={"label": Labels.MARK})
 
     def close(self) -> None:
         if self._client is not None:
@@ -197,7 +201,7 @@ class AttachedStream:
         self._pending = bytearray()
 
     @classmethod
-    async def open(cls, engine: Engine, container_id: str) -> "AttachedStream":
+    async def open(cls, engine: Engine, container_id: str) -> AttachedStream:
         url = urlparse(engine.url)
         if url.scheme != "unix":
             raise InfraError(f"attached runner streams need a unix-socket engine, not {engine.url!r}")

@@ -32,7 +32,7 @@ class Labels:
     MARK = "gym.managed"
 
     @classmethod
-    def for_this_process(cls, ttl_s: float, role: str = "workspace") -> "Labels":
+    def for_this_process(cls, ttl_s: float, role: str = "workspace") -> Labels:
         now = time.time()
         return cls(owner=current_owner(), created=now, deadline=now + ttl_s, role=role)
 
@@ -46,7 +46,7 @@ class Labels:
         }
 
     @classmethod
-    def parse(cls, labels: dict[str, str]) -> "Labels":
+    def parse(cls, labels: dict[str, str]) -> Labels:
         return cls(
             owner=labels.get("gym.owner", ""),
             created=float(labels.get("gym.created", 0) or 0),

@@ -20,9 +20,9 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator
 
 import docker
 import trio
@@ -61,7 +61,7 @@ class WorkspacePool:
 
     # ------------------------------------------------------------ lifecycle
 
-    async def __aenter__(self) -> "WorkspacePool":
+    async def __aenter__(self) -> WorkspacePool:
         self._stack = AsyncExitStack()
         await self._stack.__aenter__()
         try:
@@ -130,7 +130,9 @@ class WorkspacePool:
                 if attempt:
                     time.sleep(0.5)
                 try:
-                    owned = {c["Id"] for c in api.containers(all=True, filters={"label": f"gym.owner={current_owner()}"})}
+                    owned = {
+                        c["Id"] for c in api.containers(all=True, filters={"label": f"gym.owner={current_owner()}"})
+                    }
                 except docker.errors.DockerException as exc:
                     log.warning("cleanup could not list containers: %s", exc)
                     owned = set()
@@ -233,15 +235,21 @@ class WorkspacePool:
             return False
         if self._outage_since is None:
             self._outage_since = trio.current_time()
-            log.warning("the Docker engine at %s does not answer: starts wait up to %.0fs for it",
-                        self.engine.url, self.config.engine.outage_wait_s)
+            log.warning(
+                "the Docker engine at %s does not answer: starts wait up to %.0fs for it",
+                self.engine.url,
+                self.config.engine.outage_wait_s,
+            )
         deadline = self._outage_since + self.config.engine.outage_wait_s
         while trio.current_time() < deadline:
             await trio.sleep(min(0.5, deadline - trio.current_time()))
             if await self.engine.healthy():
                 if self._outage_since is not None:  # the first waiter to see it says so
-                    log.info("the Docker engine at %s answers again after %.1fs", self.engine.url,
-                             trio.current_time() - self._outage_since)
+                    log.info(
+                        "the Docker engine at %s answers again after %.1fs",
+                        self.engine.url,
+                        trio.current_time() - self._outage_since,
+                    )
                     self._outage_since = None
                 return True
         return False

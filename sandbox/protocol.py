@@ -25,8 +25,9 @@ PROTOCOL_VERSION = 1
 # pydantic's ser_json_bytes="base64" writes the URL-safe alphabet ('-', '_'), which the runner's
 # base64.b64decode silently drops (corrupting the data or failing on padding): write the standard one.
 # Reading accepts both alphabets.
-WireBytes = Annotated[bytes, PlainSerializer(lambda data: base64.b64encode(data).decode("ascii"), return_type=str,
-                                             when_used="json")]
+WireBytes = Annotated[
+    bytes, PlainSerializer(lambda data: base64.b64encode(data).decode("ascii"), return_type=str, when_used="json")
+]
 
 
 class _Wire(BaseModel):
@@ -39,11 +40,19 @@ class ExecRequest(_Wire):
     argv: list[str] = Field(min_length=1, description="program and arguments; no shell unless you ask for one")
     cwd: str = Field("/workspace", description="working directory; must resolve inside the cwd allowlist")
     stdin: WireBytes = Field(b"", description="bytes written to the command's stdin, then closed")
-    timeout_s: float | None = Field(None, gt=0, description="wall-clock deadline; None = the workspace's per-call budget")
+    timeout_s: float | None = Field(
+        None, gt=0, description="wall-clock deadline; None = the workspace's per-call budget"
+    )
     output_limit_bytes: int | None = Field(None, gt=0, description="stdout+stderr bound; None = the workspace budget")
-    memory_limit_bytes: int | None = Field(None, gt=0, description="RLIMIT_AS for this process (graders' per-test limit)")
-    cpu_limit_s: float | None = Field(None, gt=0, description="CPU seconds of the whole process tree (user + sys), "
-                                      "polled from the container's cgroup; past it: killed, failure timeout")
+    memory_limit_bytes: int | None = Field(
+        None, gt=0, description="RLIMIT_AS for this process (graders' per-test limit)"
+    )
+    cpu_limit_s: float | None = Field(
+        None,
+        gt=0,
+        description="CPU seconds of the whole process tree (user + sys), "
+        "polled from the container's cgroup; past it: killed, failure timeout",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="added to the clean sandbox environment")
 
 
@@ -55,8 +64,11 @@ class ExecResult(_Wire):
     stdout: WireBytes = b""
     stderr: WireBytes = b""
     wall_s: float = 0.0
-    cpu_s: float = Field(0.0, description="CPU seconds (user + sys) of the command's process tree (its own rusage "
-                         "where the container's cgroup cannot be read)")
+    cpu_s: float = Field(
+        0.0,
+        description="CPU seconds (user + sys) of the command's process tree (its own rusage "
+        "where the container's cgroup cannot be read)",
+    )
     max_rss_kb: int = 0
     failure: FailureKind = FailureKind.OK
     truncated: bool = False
@@ -76,8 +88,11 @@ class BatchExecRequest(_Wire):
 
     items: list[ExecRequest] = Field(min_length=1)
     stop_on_failure: bool = Field(False, description="stop at the first item whose failure is not ok")
-    stop_on_deadline: bool = Field(False, description="stop at the first item killed at its wall-clock deadline "
-                                   "(a sleeper: the rest would each wait out theirs)")
+    stop_on_deadline: bool = Field(
+        False,
+        description="stop at the first item killed at its wall-clock deadline "
+        "(a sleeper: the rest would each wait out theirs)",
+    )
 
 
 class BatchExecResult(_Wire):

@@ -61,7 +61,11 @@ def profile() -> dict:
     rules: list[dict] = [{"names": sorted(ALLOWED), "action": "SCMP_ACT_ALLOW"}]
     for family in SOCKET_FAMILIES:
         rules.append(
-            {"names": ["socket"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": family, "op": "SCMP_CMP_EQ"}]}
+            {
+                "names": ["socket"],
+                "action": "SCMP_ACT_ALLOW",
+                "args": [{"index": 0, "value": family, "op": "SCMP_CMP_EQ"}],
+            }
         )
     rules.append(
         {
@@ -72,7 +76,11 @@ def profile() -> dict:
     )
     for persona in PERSONALITY_ALLOWED:
         rules.append(
-            {"names": ["personality"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 0, "value": persona, "op": "SCMP_CMP_EQ"}]}
+            {
+                "names": ["personality"],
+                "action": "SCMP_ACT_ALLOW",
+                "args": [{"index": 0, "value": persona, "op": "SCMP_CMP_EQ"}],
+            }
         )
     rules.append({"names": ["clone3"], "action": "SCMP_ACT_ERRNO", "errnoRet": ENOSYS})
     return {

@@ -25,8 +25,9 @@ import random
 import tarfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import trio
 
@@ -68,8 +69,7 @@ WEIGHTS: dict[str, int] = {
     "put_files": 2,
     "read_denied": 1,  # read_file of a path outside the allowlist: sandbox_denied
 }
-BATCH_ITEM_KINDS = ("true", "cat_small", "exit_nonzero", "unread_head", "output_over", "background",
-                    "missing_program")
+BATCH_ITEM_KINDS = ("true", "cat_small", "exit_nonzero", "unread_head", "output_over", "background", "missing_program")
 FILE_KINDS = frozenset({"write_file", "read_file", "list_dir", "get_archive", "put_files", "read_denied"})
 EXEC_KINDS = frozenset(WEIGHTS) - FILE_KINDS - {"batch"}
 
@@ -83,7 +83,7 @@ class Call:
     code: int = 0  # the exit code of exit_nonzero
     limit: int = 0  # the output bound of output_over; the deadline (ms) of timeout
     salt: int = 0  # picks the payload bytes and which file
-    items: tuple["Call", ...] = ()  # exec_batch items
+    items: tuple[Call, ...] = ()  # exec_batch items
     pause_s: float = 0.0  # idle gap after the call
 
 
@@ -197,7 +197,8 @@ def op_of(kind: str) -> str:
     if kind in EXEC_KINDS:
         return "exec"
     return {"batch": "exec_batch", "put_files": "put_archive", "setup": "write_file", "read_denied": "read_file"}.get(
-        kind, kind)
+        kind, kind
+    )
 
 
 def mismatch(expect: Expect, result: ExecResult) -> str | None:
@@ -256,12 +257,20 @@ class SoakReport:
     def note(self, kind: str, outcome: str) -> None:
         self.by_kind[kind][outcome] += 1
 
-    def infra(self, op: str, kind: str, detail: str, ws: Workspace | None = None, argv: list[str] | None = None) -> None:
+    def infra(
+        self, op: str, kind: str, detail: str, ws: Workspace | None = None, argv: list[str] | None = None
+    ) -> None:
         self.infra_errors += 1
         self.note(kind, FailureKind.INFRA_ERROR.value)
         if len(self.infra_examples) < EXAMPLES_KEPT:
             self.infra_examples.append(
-                {"op": op, "kind": kind, "argv": (argv or [])[:6], "detail": detail, "workspace": ws.id[:12] if ws else None}
+                {
+                    "op": op,
+                    "kind": kind,
+                    "argv": (argv or [])[:6],
+                    "detail": detail,
+                    "workspace": ws.id[:12] if ws else None,
+                }
             )
 
     def mismatched(self, op: str, kind: str, why: str, argv: list[str] | None = None) -> None:
@@ -339,8 +348,15 @@ async def _progress(report: SoakReport, started: float, options: SoakOptions) ->
 class _Worker:
     """One worker: acquire a workspace, run a drawn number of calls in it, release, repeat."""
 
-    def __init__(self, index: int, pool: WorkspacePool, report: SoakReport, mix: Mix,
-                 done: Callable[[], bool], on_acquire: OnAcquire | None):
+    def __init__(
+        self,
+        index: int,
+        pool: WorkspacePool,
+        report: SoakReport,
+        mix: Mix,
+        done: Callable[[], bool],
+        on_acquire: OnAcquire | None,
+    ):
         self.index, self.pool, self.report, self.mix = index, pool, report, mix
         self.done, self.on_acquire = done, on_acquire
 
@@ -442,19 +458,24 @@ class _Worker:
             wrong = None if data == files[path] else f"{path}: archived content differs"
             self._checked(ws, "get_archive", call.kind, FailureKind.OK, "", wrong)
 
-    def _checked(self, ws: Workspace, op: str, kind: str, failure: FailureKind, detail: str,
-                 wrong: str | None = None) -> bool:
+    def _checked(
+        self, ws: Workspace, op: str, kind: str, failure: FailureKind, detail: str, wrong: str | None = None
+    ) -> bool:
         """Count a file tool's outcome: infra error, unexpected (failure or ``wrong`` content) or ok."""
         if failure == FailureKind.INFRA_ERROR:
             self.report.infra(op, kind, detail, ws)
             return False
         if failure != FailureKind.OK or wrong:
-            self.report.mismatched(op, kind, wrong if failure == FailureKind.OK else f"failure {failure.value}: {detail}")
+            self.report.mismatched(
+                op, kind, wrong if failure == FailureKind.OK else f"failure {failure.value}: {detail}"
+            )
             return False
         self.report.note(kind, failure.value)
         return True
 
-    def _judge(self, ws: Workspace, op: str, kind: str, request: ExecRequest, expect: Expect, result: ExecResult) -> None:
+    def _judge(
+        self, ws: Workspace, op: str, kind: str, request: ExecRequest, expect: Expect, result: ExecResult
+    ) -> None:
         if result.failure == FailureKind.INFRA_ERROR:
             self.report.infra(op, kind, result.detail, ws, request.argv)
             return

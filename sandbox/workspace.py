@@ -15,10 +15,9 @@ import logging
 import posixpath
 import tarfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
-
-from collections.abc import Callable, Sequence
 
 import docker
 import trio
@@ -69,8 +68,9 @@ class RunnerLost(InfraError):
 class Workspace:
     """A live workspace. Obtain one from ``WorkspacePool.acquire``; never reused across tasks."""
 
-    def __init__(self, container_id: str, stream: AttachedStream, config: SandboxConfig, owner: str,
-                 engine: Engine | None = None):
+    def __init__(
+        self, container_id: str, stream: AttachedStream, config: SandboxConfig, owner: str, engine: Engine | None = None
+    ):
         self.id = container_id
         self._engine = engine  # to tell whose failure a lost runner is (see _blame)
         self._lost: tuple[FailureKind, str] | None = None
@@ -110,7 +110,10 @@ class Workspace:
         return self._frames.pop(0)
 
     async def _roundtrip(
-        self, op: str, body: dict[str, Any], timeouts: Sequence[float],
+        self,
+        op: str,
+        body: dict[str, Any],
+        timeouts: Sequence[float],
         on_partial: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """Send one request and read its frames: ``timeouts[i]`` bounds the wait for the i-th frame
@@ -149,8 +152,13 @@ class Workspace:
             self.broken = f"runner stream failed: {exc!r}"
             raise RunnerLost(self.broken) from exc
 
-    async def _exchange(self, op: str, request: BaseModel, timeouts: Sequence[float],
-                        on_partial: Callable[[dict[str, Any]], None] | None = None) -> tuple[dict[str, Any], float]:
+    async def _exchange(
+        self,
+        op: str,
+        request: BaseModel,
+        timeouts: Sequence[float],
+        on_partial: Callable[[dict[str, Any]], None] | None = None,
+    ) -> tuple[dict[str, Any], float]:
         """One request's round trip under the workspace's lock: ``(reply body, seconds)``."""
         body = json.loads(request.model_dump_json())
         body["allow"] = self.config.allowlist
@@ -258,8 +266,9 @@ class Workspace:
             raise InfraError(f"runner streamed {len(done)} results for {len(items)} items")
         return BatchExecResult(results=done)
 
-    async def _call_batch(self, request: BatchExecRequest, timeouts: list[float],
-                          take: Callable[[dict[str, Any]], None]) -> str | None:
+    async def _call_batch(
+        self, request: BatchExecRequest, timeouts: list[float], take: Callable[[dict[str, Any]], None]
+    ) -> str | None:
         """The streamed exec_batch round trip; returns the runner's failure detail if it failed between items."""
         reply, wall = await self._exchange("exec_batch", request, timeouts, take)
         failure = reply.get("failure")

@@ -45,40 +45,103 @@ from __future__ import annotations
 import ast
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 LEAF_PREFIX = "__leaf"
 
 # Pure builtins the host may apply to decoded plain values.
 HOST_FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "abs": abs, "all": all, "any": any, "bool": bool, "dict": dict, "float": float, "frozenset": frozenset,
-    "int": int, "isinstance": isinstance, "len": len, "list": list, "max": max, "min": min, "round": round,
-    "set": set, "sorted": sorted, "str": str, "sum": sum, "tuple": tuple, "type": type,
-    "math.isclose": math.isclose, "math.fabs": math.fabs, "math.isnan": math.isnan, "math.isinf": math.isinf,
-    "math.isfinite": math.isfinite, "math.floor": math.floor, "math.ceil": math.ceil, "math.sqrt": math.sqrt,
-    "math.factorial": lambda n: math.factorial(_bounded(n)), "math.comb": math.comb, "math.perm": math.perm,
-    "math.gcd": math.gcd, "math.lcm": math.lcm, "math.log": math.log, "math.log2": math.log2,
-    "math.log10": math.log10, "math.exp": math.exp, "math.trunc": math.trunc, "math.fsum": math.fsum,
-    "math.prod": math.prod, "divmod": divmod, "ord": ord, "chr": chr,
+    "abs": abs,
+    "all": all,
+    "any": any,
+    "bool": bool,
+    "dict": dict,
+    "float": float,
+    "frozenset": frozenset,
+    "int": int,
+    "isinstance": isinstance,
+    "len": len,
+    "list": list,
+    "max": max,
+    "min": min,
+    "round": round,
+    "set": set,
+    "sorted": sorted,
+    "str": str,
+    "sum": sum,
+    "tuple": tuple,
+    "type": type,
+    "math.isclose": math.isclose,
+    "math.fabs": math.fabs,
+    "math.isnan": math.isnan,
+    "math.isinf": math.isinf,
+    "math.isfinite": math.isfinite,
+    "math.floor": math.floor,
+    "math.ceil": math.ceil,
+    "math.sqrt": math.sqrt,
+    "math.factorial": lambda n: math.factorial(_bounded(n)),
+    "math.comb": math.comb,
+    "math.perm": math.perm,
+    "math.gcd": math.gcd,
+    "math.lcm": math.lcm,
+    "math.log": math.log,
+    "math.log2": math.log2,
+    "math.log10": math.log10,
+    "math.exp": math.exp,
+    "math.trunc": math.trunc,
+    "math.fsum": math.fsum,
+    "math.prod": math.prod,
+    "divmod": divmod,
+    "ord": ord,
+    "chr": chr,
 }
 # Names and dotted attributes that are host constants.
 HOST_VALUES: dict[str, Any] = {
-    "math.pi": math.pi, "math.e": math.e, "math.inf": math.inf, "math.nan": math.nan, "math.tau": math.tau,
-    "int": int, "float": float, "str": str, "bool": bool, "list": list, "tuple": tuple, "dict": dict,
-    "set": set, "frozenset": frozenset, "NoneType": type(None),
+    "math.pi": math.pi,
+    "math.e": math.e,
+    "math.inf": math.inf,
+    "math.nan": math.nan,
+    "math.tau": math.tau,
+    "int": int,
+    "float": float,
+    "str": str,
+    "bool": bool,
+    "list": list,
+    "tuple": tuple,
+    "dict": dict,
+    "set": set,
+    "frozenset": frozenset,
+    "NoneType": type(None),
 }
 
 _BINARY = {
-    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow, ast.BitAnd: operator.and_,
-    ast.BitOr: operator.or_, ast.BitXor: operator.xor, ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+    ast.BitAnd: operator.and_,
+    ast.BitOr: operator.or_,
+    ast.BitXor: operator.xor,
+    ast.LShift: operator.lshift,
+    ast.RShift: operator.rshift,
 }
 _UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_, ast.Invert: operator.invert}
 _COMPARE = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
-    ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
-    ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
 }
 _MAX_POW_EXPONENT = 10_000
 _MAX_SEQUENCE_REPEAT = 1 << 20
@@ -88,8 +151,23 @@ _MAX_SEQUENCE_REPEAT = 1 << 20
 # that could test a candidate value inside the container (a comparison, a lambda, a comprehension,
 # a conditional) is refused, so a leaf can only *produce* values for the host to judge.
 _LEAF_NODES = (
-    ast.Call, ast.Name, ast.Attribute, ast.Constant, ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Subscript,
-    ast.Slice, ast.UnaryOp, ast.BinOp, ast.keyword, ast.Load, ast.expr_context, ast.unaryop, ast.operator,
+    ast.Call,
+    ast.Name,
+    ast.Attribute,
+    ast.Constant,
+    ast.List,
+    ast.Tuple,
+    ast.Set,
+    ast.Dict,
+    ast.Subscript,
+    ast.Slice,
+    ast.UnaryOp,
+    ast.BinOp,
+    ast.keyword,
+    ast.Load,
+    ast.expr_context,
+    ast.unaryop,
+    ast.operator,
 )
 
 
@@ -142,7 +220,8 @@ def names_in(node: ast.AST) -> set[str]:
     host_roots = {
         id(sub.value)
         for sub in ast.walk(node)
-        if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name)
+        if isinstance(sub, ast.Attribute)
+        and isinstance(sub.value, ast.Name)
         and dotted(sub) in HOST_VALUES.keys() | HOST_FUNCTIONS.keys()
     }
     return {
@@ -206,7 +285,9 @@ class _Splitter:
         if isinstance(node, ast.Subscript):
             return ast.Subscript(value=self.visit(node.value), slice=self.visit(node.slice), ctx=ast.Load())
         if isinstance(node, ast.Slice):
-            return ast.Slice(*(None if part is None else self.visit(part) for part in (node.lower, node.upper, node.step)))
+            return ast.Slice(
+                *(None if part is None else self.visit(part) for part in (node.lower, node.upper, node.step))
+            )
         if isinstance(node, ast.IfExp):
             return ast.IfExp(test=self.visit(node.test), body=self.visit(node.body), orelse=self.visit(node.orelse))
         raise ValueError(f"{type(node).__name__} is outside the host grammar")

@@ -67,29 +67,30 @@ def _host_python(request: ExecRequest, config: GraderConfig) -> ExecRequest:
     prefix = list(config.python)
     if request.argv[: len(prefix)] != prefix:
         return request
-    argv = [os.path.realpath(sys.executable), "-I", "-S", *request.argv[len(prefix):]]
+    argv = [os.path.realpath(sys.executable), "-I", "-S", *request.argv[len(prefix) :]]
     return request.model_copy(update={"argv": argv})
 
 
 def _bare_result(request: ExecRequest, cwd: str) -> ExecResult:
     started = time.perf_counter()
     try:
-        proc = subprocess.run(request.argv, cwd=cwd, input=request.stdin, capture_output=True, timeout=request.timeout_s)
+        proc = subprocess.run(
+            request.argv, cwd=cwd, input=request.stdin, capture_output=True, timeout=request.timeout_s
+        )
     except subprocess.TimeoutExpired:
         return ExecResult(failure=FailureKind.TIMEOUT, wall_s=time.perf_counter() - started)
     failure = FailureKind.OK if proc.returncode == 0 else FailureKind.NONZERO_EXIT
     return ExecResult(
-        exit_code=proc.returncode, stdout=proc.stdout, stderr=proc.stderr, failure=failure,
+        exit_code=proc.returncode,
+        stdout=proc.stdout,
+        stderr=proc.stderr,
+        failure=failure,
         wall_s=time.perf_counter() - started,
     )
 
 
 def _plans(grader: Grader, pairs: list[tuple[Task, Submission]]) -> list[tuple[str, ExecRequest, Judge]]:
-    return [
-        (task.task_id, *grader.plan(task, i, test))
-        for task, _ in pairs
-        for i, test in enumerate(task.tests)
-    ]
+    return [(task.task_id, *grader.plan(task, i, test)) for task, _ in pairs for i, test in enumerate(task.tests)]
 
 
 def run_bare(pairs: list[tuple[Task, Submission]], config: GraderConfig, concurrency: int) -> tuple[float, int]:
@@ -122,7 +123,14 @@ def docker_run_argv(sandbox: SandboxConfig, seccomp_file: Path, workdir: str, la
     argv += ["--tmpfs", f"/tmp:rw,exec,nosuid,nodev,size={budgets.tmp_mb}m,mode=1777"]
     argv += ["--pids-limit", str(budgets.pids or -1), "--memory", f"{budgets.memory_mb}m"]
     argv += ["--memory-swap", f"{budgets.memory_mb}m", "--cpus", str(budgets.cpus)]
-    argv += ["--ulimit", f"nofile={budgets.nofile}", "--ulimit", f"fsize={budgets.fsize_mb << 20}", "--ulimit", "core=0"]
+    argv += [
+        "--ulimit",
+        f"nofile={budgets.nofile}",
+        "--ulimit",
+        f"fsize={budgets.fsize_mb << 20}",
+        "--ulimit",
+        "core=0",
+    ]
     argv += ["--user", "1000:1000", "-v", f"{workdir}:/workspace:ro", "-w", "/workspace"]
     for key, value in labels.items():
         argv += ["--label", f"{key}={value}"]
@@ -145,7 +153,9 @@ def run_docker(
             (directory / "solution.py").write_text(program(task, submission))
             os.chmod(directory / "solution.py", 0o644)
             prefix = docker_run_argv(sandbox, seccomp_file, str(directory), labels)
-            jobs += [(prefix, request, judge) for _, request, judge in _plans(Grader(None, config), [(task, submission)])]
+            jobs += [
+                (prefix, request, judge) for _, request, judge in _plans(Grader(None, config), [(task, submission)])
+            ]
         jobs = jobs[:limit]
 
         def one(job: tuple[list[str], ExecRequest, Judge]) -> TestResult:
@@ -206,8 +216,14 @@ async def measure(
             totals.add("bare", seconds, tests, passed)
             seconds, ran, passed = await trio.to_thread.run_sync(run_docker, chunk, config, sandbox, per_round, size)
             totals.add("docker_run", seconds, ran, passed)
-            log.info("round %d/%d: grader %.1f, bare %.1f, docker run %.1f tests/s so far", n + 1, len(rounds),
-                     totals.rate("grader"), totals.rate("bare"), totals.rate("docker_run"))
+            log.info(
+                "round %d/%d: grader %.1f, bare %.1f, docker run %.1f tests/s so far",
+                n + 1,
+                len(rounds),
+                totals.rate("grader"),
+                totals.rate("bare"),
+                totals.rate("docker_run"),
+            )
         return totals, pool.stats()
 
 
@@ -218,8 +234,9 @@ def run(args: argparse.Namespace) -> dict:
     config = GraderConfig(concurrency=args.concurrency)
     sandbox = SandboxConfig()
     sandbox = sandbox.model_copy(update={"episode": sandbox.episode.model_copy(update={"wall_s": 3600.0})})
-    log.info("bench: %d tasks, %d tests, concurrency %d", len(pairs), sum(len(t.tests) for t, _ in pairs),
-             args.concurrency)
+    log.info(
+        "bench: %d tasks, %d tests, concurrency %d", len(pairs), sum(len(t.tests) for t, _ in pairs), args.concurrency
+    )
     totals, stats = trio.run(measure, pairs, config, sandbox, args.docker_tests)
     if totals.passed != totals.tests:
         raise RuntimeError(f"reference solutions must pass in every mode: passed {totals.passed} of {totals.tests}")

@@ -106,7 +106,7 @@ def parse_report(stdout: bytes, nonce: str) -> DriverReport | None:
     if len(lines) > 1:
         raise EncodingError(f"{len(lines)} result lines carry the nonce: one was forged")
     try:
-        report = json.loads(lines[0][len(marker):])
+        report = json.loads(lines[0][len(marker) :])
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
         raise EncodingError(f"result line is not JSON: {err}") from err
     if not isinstance(report, dict) or len(report) != 1:

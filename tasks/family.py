@@ -90,7 +90,7 @@ class TaskFamily(Protocol):
 def submission_for(task: Task, program_text: str) -> Submission:
     """The submission whose graded program is ``program_text`` (a HumanEval prompt is not prepended twice)."""
     prefix = task.completion_prefix
-    completion = program_text[len(prefix):] if prefix and program_text.startswith(prefix) else program_text
+    completion = program_text[len(prefix) :] if prefix and program_text.startswith(prefix) else program_text
     return Submission(task_id=task.task_id, completion=completion)
 
 

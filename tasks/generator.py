@@ -195,127 +195,323 @@ def _join(values: Iterable[Any]) -> str:
 _CAESAR = "''.join(chr((ord(c) - 97 + K) % 26 + 97){} for {})"
 _ODD = "[x * K if i % 2 == {} else x for i, x in enumerate(a)]"
 
-TEMPLATES: dict[str, Template] = {t.name: t for t in [
-    Template("sum_plus", "ints", Variant(
-        "sum_plus", "Print the sum of the numbers plus K.", _grid(K=range(1, 201)),
-        "print(sum(a) + K)", "print(sum(a))",
-        lambda a, p: str(sum(a) + p["K"]), lambda r, p: _ints(r)), Variant(
-        "sum_mod", "Print the sum of the numbers modulo M.", _grid(M=range(2, 201)),
-        "print(sum(a) % M)", "print(sum(a) // M)",
-        lambda a, p: str(sum(a) % p["M"]), lambda r, p: _ints(r))),
-    Template("count_char", "word", Variant(
-        "count_one", "Print how many times the letter C occurs in s.", _grid(C=LETTERS),
-        "print(s.count(C))", "print(len(s) - s.count(C))",
-        lambda s, p: str(s.count(p["C"])), _word), Variant(
-        "count_two", "Print how many letters of s are C or D.", _pairs("C", "D", ordered=False),
-        "print(s.count(C) + s.count(D))", "print(s.count(C))",
-        lambda s, p: str(s.count(p["C"]) + s.count(p["D"])), _word)),
-    Template("replace_char", "word", Variant(
-        "replace", "Print s with every letter A replaced by B.", _pairs("A", "B", ordered=True),
-        "print(s.replace(A, B))", "print(s.replace(B, A))",
-        lambda s, p: s.replace(p["A"], p["B"]), _word), Variant(
-        "swap", "Print s with every letter A replaced by B and every letter B replaced by A.",
-        _pairs("A", "B", ordered=False),
-        "print(''.join(B if c == A else A if c == B else c for c in s))", "print(s.replace(A, B).replace(B, A))",
-        lambda s, p: "".join({p["A"]: p["B"], p["B"]: p["A"]}.get(c, c) for c in s), _word)),
-    Template("reverse_words", "line", Variant(
-        "reverse_with", "Reverse every word that contains the letter C; print the words in their order, "
-        "separated by spaces.", _grid(C=LETTERS),
-        "print(*[w[::-1] if C in w else w for w in s.split()])", "print(*[w[::-1] for w in s.split()])",
-        lambda s, p: _join(w[::-1] if p["C"] in w else w for w in s.split()), _line), Variant(
-        "reverse_with_order", "Reverse every word that contains the letter C, and print the words in reverse "
-        "order, separated by spaces.", _grid(C=LETTERS),
-        "print(*[w[::-1] if C in w else w for w in s.split()][::-1])",
-        "print(*[w[::-1] if C in w else w for w in s.split()])",
-        lambda s, p: _join([w[::-1] if p["C"] in w else w for w in s.split()][::-1]), _line)),
-    Template("kth_largest", "ints", Variant(
-        "kth_largest", "Print the K-th largest number (equal numbers count separately; n >= K).",
-        _grid(K=range(1, 16)),
-        "print(sorted(a, reverse=True)[K - 1])", "print(sorted(a)[K - 1])",
-        lambda a, p: str(sorted(a, reverse=True)[p["K"] - 1]), lambda r, p: _ints(r, p["K"], p["K"] + 5)), Variant(
-        "k_largest_sum", "Print the sum of the K largest numbers (n > K).", _grid(K=range(1, 16)),
-        "print(sum(sorted(a, reverse=True)[:K]))", "print(sum(sorted(a)[:K]))",
-        lambda a, p: str(sum(sorted(a, reverse=True)[: p["K"]])), lambda r, p: _ints(r, p["K"] + 1, p["K"] + 5))),
-    Template("rotate", "ints", Variant(
-        "rotate_left", "Rotate the numbers left by K positions (the first K numbers move to the end, in "
-        "order) and print them (n > K).", _grid(K=range(1, 13)),
-        "print(*(a[K:] + a[:K]))", "print(*(a[-K:] + a[:-K]))",
-        lambda a, p: _join(a[p["K"]:] + a[: p["K"]]), lambda r, p: _ints(r, p["K"] + 1, p["K"] + 6)), Variant(
-        "rotate_right", "Rotate the numbers right by K positions (the last number moves to the front, K "
-        "times; K may exceed n) and print them.", _grid(K=range(1, 21)),
-        "k = K % n\nprint(*(a[n - k:] + a[:n - k]))", "k = K % n\nprint(*(a[k:] + a[:k]))",
-        lambda a, p: _join(a[len(a) - p["K"] % len(a):] + a[: len(a) - p["K"] % len(a)]),
-        lambda r, p: _ints(r, 2, 9))),
-    Template("divisible", "int", Variant(
-        "divisible", "Print YES if n is divisible by D, otherwise print NO.", _grid(D=range(2, 101)),
-        "print('YES' if n % D == 0 else 'NO')", "print('YES' if n % D else 'NO')",
-        lambda n, p: "YES" if n % p["D"] == 0 else "NO", lambda r, p: _multiple(r, p["D"])), Variant(
-        "divisible_not", "Print YES if n is divisible by D but not by E, otherwise print NO.",
-        lambda: [{"D": d, "E": e} for d in range(2, 21) for e in range(2, 21) if d != e and d % e],
-        "print('YES' if n % D == 0 and n % E != 0 else 'NO')", "print('YES' if n % D == 0 else 'NO')",
-        lambda n, p: "YES" if n % p["D"] == 0 and n % p["E"] else "NO",
-        lambda r, p: _multiple(r, p["D"], p["E"]))),
-    Template("linear", "int", Variant(
-        "linear", "Print A * n + B.", _grid(A=range(2, 10), B=range(1, 21)),
-        "print(A * n + B)", "print(A * (n + B))",
-        lambda n, p: str(p["A"] * n + p["B"]), lambda r, p: r.randint(1, 10000)), Variant(
-        "linear_mod", "Print (A * n + B) modulo M.", _grid(A=range(2, 10), B=range(1, 10), M=(7, 9, 10, 11, 13, 100)),
-        "print((A * n + B) % M)", "print(A * n + B % M)",
-        lambda n, p: str((p["A"] * n + p["B"]) % p["M"]), lambda r, p: r.randint(1, 10000))),
-    Template("caesar", "word", Variant(
-        "shift", "Shift every letter of s forward by K places in the alphabet (after z comes a) and print "
-        "the result.", _grid(K=range(1, 26)),
-        "print(" + _CAESAR.format("", "c in s") + ")",
-        "print(''.join(chr((ord(c) - 96 + K) % 26 + 97) for c in s))",
-        lambda s, p: "".join(_shift(c, p["K"]) for c in s), lambda r, p: _word(r, p)), Variant(
-        "shift_odd", "Shift the 1st, 3rd, 5th, ... letters of s forward by K places in the alphabet (after z "
-        "comes a), keep the other letters, and print the result.", _grid(K=range(1, 26)),
-        "print(" + _CAESAR.format(" if i % 2 == 0 else c", "i, c in enumerate(s)") + ")",
-        "print(" + _CAESAR.format(" if i % 2 == 1 else c", "i, c in enumerate(s)") + ")",
-        lambda s, p: "".join(_shift(c, p["K"]) if i % 2 == 0 else c for i, c in enumerate(s)),
-        lambda r, p: _word(r, p, 2))),
-    Template("repeat_char", "word", Variant(
-        "repeat_all", "Print s with every letter repeated K times.", _grid(K=range(2, 10)),
-        "print(''.join(c * K for c in s))", "print(s * K)",
-        lambda s, p: "".join(c * p["K"] for c in s), lambda r, p: _word(r, p, 2, 8)), Variant(
-        "repeat_one", "Print s with every letter C repeated K times; the other letters stay as they are.",
-        _grid(C=LETTERS, K=range(2, 6)),
-        "print(''.join(c * K if c == C else c for c in s))", "print(s.replace(C, C * (K - 1)))",
-        lambda s, p: s.replace(p["C"], p["C"] * p["K"]), _word)),
-    Template("count_greater", "ints", Variant(
-        "greater", "Print how many of the numbers are greater than K.", _grid(K=range(0, 100)),
-        "print(sum(1 for x in a if x > K))", "print(sum(1 for x in a if x >= K))",
-        lambda a, p: str(sum(x > p["K"] for x in a)), lambda r, p: _ints(r, plant=[p["K"]] * 2)), Variant(
-        "between", "Print how many of the numbers x satisfy L <= x <= R.",
-        lambda: [{"L": lo, "R": lo + d} for lo in range(0, 95, 5) for d in range(5, 45, 5) if lo + d <= 99],
-        "print(sum(1 for x in a if L <= x <= R))", "print(sum(1 for x in a if L < x < R))",
-        lambda a, p: str(sum(p["L"] <= x <= p["R"] for x in a)), lambda r, p: _ints(r, plant=[p["L"], p["R"]]))),
-    Template("remove_char", "word", Variant(
-        "remove_one", "Print s with every letter C removed (at least one letter remains).", _grid(C=LETTERS),
-        "print(s.replace(C, ''))", "print(s.replace(C, '', 1))",
-        lambda s, p: s.replace(p["C"], ""), lambda r, p: _word(r, p, keep=True)), Variant(
-        "remove_two", "Print s with every letter C and every letter D removed (at least one letter remains).",
-        _pairs("C", "D", ordered=False),
-        "print(s.replace(C, '').replace(D, ''))", "print(s.replace(C, ''))",
-        lambda s, p: s.replace(p["C"], "").replace(p["D"], ""), lambda r, p: _word(r, p, keep=True))),
-    Template("scale", "ints", Variant(
-        "scale_all", "Print every number multiplied by K, separated by spaces.", _grid(K=range(2, 51)),
-        "print(*[x * K for x in a])", "print(*[x + K for x in a])",
-        lambda a, p: _join(x * p["K"] for x in a), lambda r, p: _ints(r)), Variant(
-        "scale_odd", "Multiply the 1st, 3rd, 5th, ... numbers by K and print all the numbers, separated by "
-        "spaces.", _grid(K=range(2, 51)),
-        "print(*" + _ODD.format(0) + ")", "print(*" + _ODD.format(1) + ")",
-        lambda a, p: _join(x * p["K"] if i % 2 == 0 else x for i, x in enumerate(a)), lambda r, p: _ints(r, 2))),
-    Template("every_kth", "ints", Variant(
-        "every_from_first", "Print the 1st, (K+1)-th, (2K+1)-th, ... numbers, separated by spaces.",
-        _grid(K=range(2, 11)),
-        "print(*a[::K])", "print(*a[K - 1::K])",
-        lambda a, p: _join(a[:: p["K"]]), lambda r, p: _ints(r, p["K"] + 1, p["K"] + 8)), Variant(
-        "every_from_kth", "Print the K-th, 2K-th, 3K-th, ... numbers, separated by spaces (n >= K).",
-        _grid(K=range(2, 11)),
-        "print(*a[K - 1::K])", "print(*a[::K])",
-        lambda a, p: _join(a[p["K"] - 1:: p["K"]]), lambda r, p: _ints(r, p["K"], p["K"] + 8))),
-]}
+TEMPLATES: dict[str, Template] = {
+    t.name: t
+    for t in [
+        Template(
+            "sum_plus",
+            "ints",
+            Variant(
+                "sum_plus",
+                "Print the sum of the numbers plus K.",
+                _grid(K=range(1, 201)),
+                "print(sum(a) + K)",
+                "print(sum(a))",
+                lambda a, p: str(sum(a) + p["K"]),
+                lambda r, p: _ints(r),
+            ),
+            Variant(
+                "sum_mod",
+                "Print the sum of the numbers modulo M.",
+                _grid(M=range(2, 201)),
+                "print(sum(a) % M)",
+                "print(sum(a) // M)",
+                lambda a, p: str(sum(a) % p["M"]),
+                lambda r, p: _ints(r),
+            ),
+        ),
+        Template(
+            "count_char",
+            "word",
+            Variant(
+                "count_one",
+                "Print how many times the letter C occurs in s.",
+                _grid(C=LETTERS),
+                "print(s.count(C))",
+                "print(len(s) - s.count(C))",
+                lambda s, p: str(s.count(p["C"])),
+                _word,
+            ),
+            Variant(
+                "count_two",
+                "Print how many letters of s are C or D.",
+                _pairs("C", "D", ordered=False),
+                "print(s.count(C) + s.count(D))",
+                "print(s.count(C))",
+                lambda s, p: str(s.count(p["C"]) + s.count(p["D"])),
+                _word,
+            ),
+        ),
+        Template(
+            "replace_char",
+            "word",
+            Variant(
+                "replace",
+                "Print s with every letter A replaced by B.",
+                _pairs("A", "B", ordered=True),
+                "print(s.replace(A, B))",
+                "print(s.replace(B, A))",
+                lambda s, p: s.replace(p["A"], p["B"]),
+                _word,
+            ),
+            Variant(
+                "swap",
+                "Print s with every letter A replaced by B and every letter B replaced by A.",
+                _pairs("A", "B", ordered=False),
+                "print(''.join(B if c == A else A if c == B else c for c in s))",
+                "print(s.replace(A, B).replace(B, A))",
+                lambda s, p: "".join({p["A"]: p["B"], p["B"]: p["A"]}.get(c, c) for c in s),
+                _word,
+            ),
+        ),
+        Template(
+            "reverse_words",
+            "line",
+            Variant(
+                "reverse_with",
+                "Reverse every word that contains the letter C; print the words in their order, separated by spaces.",
+                _grid(C=LETTERS),
+                "print(*[w[::-1] if C in w else w for w in s.split()])",
+                "print(*[w[::-1] for w in s.split()])",
+                lambda s, p: _join(w[::-1] if p["C"] in w else w for w in s.split()),
+                _line,
+            ),
+            Variant(
+                "reverse_with_order",
+                "Reverse every word that contains the letter C, and print the words in reverse "
+                "order, separated by spaces.",
+                _grid(C=LETTERS),
+                "print(*[w[::-1] if C in w else w for w in s.split()][::-1])",
+                "print(*[w[::-1] if C in w else w for w in s.split()])",
+                lambda s, p: _join([w[::-1] if p["C"] in w else w for w in s.split()][::-1]),
+                _line,
+            ),
+        ),
+        Template(
+            "kth_largest",
+            "ints",
+            Variant(
+                "kth_largest",
+                "Print the K-th largest number (equal numbers count separately; n >= K).",
+                _grid(K=range(1, 16)),
+                "print(sorted(a, reverse=True)[K - 1])",
+                "print(sorted(a)[K - 1])",
+                lambda a, p: str(sorted(a, reverse=True)[p["K"] - 1]),
+                lambda r, p: _ints(r, p["K"], p["K"] + 5),
+            ),
+            Variant(
+                "k_largest_sum",
+                "Print the sum of the K largest numbers (n > K).",
+                _grid(K=range(1, 16)),
+                "print(sum(sorted(a, reverse=True)[:K]))",
+                "print(sum(sorted(a)[:K]))",
+                lambda a, p: str(sum(sorted(a, reverse=True)[: p["K"]])),
+                lambda r, p: _ints(r, p["K"] + 1, p["K"] + 5),
+            ),
+        ),
+        Template(
+            "rotate",
+            "ints",
+            Variant(
+                "rotate_left",
+                "Rotate the numbers left by K positions (the first K numbers move to the end, in "
+                "order) and print them (n > K).",
+                _grid(K=range(1, 13)),
+                "print(*(a[K:] + a[:K]))",
+                "print(*(a[-K:] + a[:-K]))",
+                lambda a, p: _join(a[p["K"] :] + a[: p["K"]]),
+                lambda r, p: _ints(r, p["K"] + 1, p["K"] + 6),
+            ),
+            Variant(
+                "rotate_right",
+                "Rotate the numbers right by K positions (the last number moves to the front, K "
+                "times; K may exceed n) and print them.",
+                _grid(K=range(1, 21)),
+                "k = K % n\nprint(*(a[n - k:] + a[:n - k]))",
+                "k = K % n\nprint(*(a[k:] + a[:k]))",
+                lambda a, p: _join(a[len(a) - p["K"] % len(a) :] + a[: len(a) - p["K"] % len(a)]),
+                lambda r, p: _ints(r, 2, 9),
+            ),
+        ),
+        Template(
+            "divisible",
+            "int",
+            Variant(
+                "divisible",
+                "Print YES if n is divisible by D, otherwise print NO.",
+                _grid(D=range(2, 101)),
+                "print('YES' if n % D == 0 else 'NO')",
+                "print('YES' if n % D else 'NO')",
+                lambda n, p: "YES" if n % p["D"] == 0 else "NO",
+                lambda r, p: _multiple(r, p["D"]),
+            ),
+            Variant(
+                "divisible_not",
+                "Print YES if n is divisible by D but not by E, otherwise print NO.",
+                lambda: [{"D": d, "E": e} for d in range(2, 21) for e in range(2, 21) if d != e and d % e],
+                "print('YES' if n % D == 0 and n % E != 0 else 'NO')",
+                "print('YES' if n % D == 0 else 'NO')",
+                lambda n, p: "YES" if n % p["D"] == 0 and n % p["E"] else "NO",
+                lambda r, p: _multiple(r, p["D"], p["E"]),
+            ),
+        ),
+        Template(
+            "linear",
+            "int",
+            Variant(
+                "linear",
+                "Print A * n + B.",
+                _grid(A=range(2, 10), B=range(1, 21)),
+                "print(A * n + B)",
+                "print(A * (n + B))",
+                lambda n, p: str(p["A"] * n + p["B"]),
+                lambda r, p: r.randint(1, 10000),
+            ),
+            Variant(
+                "linear_mod",
+                "Print (A * n + B) modulo M.",
+                _grid(A=range(2, 10), B=range(1, 10), M=(7, 9, 10, 11, 13, 100)),
+                "print((A * n + B) % M)",
+                "print(A * n + B % M)",
+                lambda n, p: str((p["A"] * n + p["B"]) % p["M"]),
+                lambda r, p: r.randint(1, 10000),
+            ),
+        ),
+        Template(
+            "caesar",
+            "word",
+            Variant(
+                "shift",
+                "Shift every letter of s forward by K places in the alphabet (after z comes a) and print the result.",
+                _grid(K=range(1, 26)),
+                "print(" + _CAESAR.format("", "c in s") + ")",
+                "print(''.join(chr((ord(c) - 96 + K) % 26 + 97) for c in s))",
+                lambda s, p: "".join(_shift(c, p["K"]) for c in s),
+                lambda r, p: _word(r, p),
+            ),
+            Variant(
+                "shift_odd",
+                "Shift the 1st, 3rd, 5th, ... letters of s forward by K places in the alphabet (after z "
+                "comes a), keep the other letters, and print the result.",
+                _grid(K=range(1, 26)),
+                "print(" + _CAESAR.format(" if i % 2 == 0 else c", "i, c in enumerate(s)") + ")",
+                "print(" + _CAESAR.format(" if i % 2 == 1 else c", "i, c in enumerate(s)") + ")",
+                lambda s, p: "".join(_shift(c, p["K"]) if i % 2 == 0 else c for i, c in enumerate(s)),
+                lambda r, p: _word(r, p, 2),
+            ),
+        ),
+        Template(
+            "repeat_char",
+            "word",
+            Variant(
+                "repeat_all",
+                "Print s with every letter repeated K times.",
+                _grid(K=range(2, 10)),
+                "print(''.join(c * K for c in s))",
+                "print(s * K)",
+                lambda s, p: "".join(c * p["K"] for c in s),
+                lambda r, p: _word(r, p, 2, 8),
+            ),
+            Variant(
+                "repeat_one",
+                "Print s with every letter C repeated K times; the other letters stay as they are.",
+                _grid(C=LETTERS, K=range(2, 6)),
+                "print(''.join(c * K if c == C else c for c in s))",
+                "print(s.replace(C, C * (K - 1)))",
+                lambda s, p: s.replace(p["C"], p["C"] * p["K"]),
+                _word,
+            ),
+        ),
+        Template(
+            "count_greater",
+            "ints",
+            Variant(
+                "greater",
+                "Print how many of the numbers are greater than K.",
+                _grid(K=range(0, 100)),
+                "print(sum(1 for x in a if x > K))",
+                "print(sum(1 for x in a if x >= K))",
+                lambda a, p: str(sum(x > p["K"] for x in a)),
+                lambda r, p: _ints(r, plant=[p["K"]] * 2),
+            ),
+            Variant(
+                "between",
+                "Print how many of the numbers x satisfy L <= x <= R.",
+                lambda: [{"L": lo, "R": lo + d} for lo in range(0, 95, 5) for d in range(5, 45, 5) if lo + d <= 99],
+                "print(sum(1 for x in a if L <= x <= R))",
+                "print(sum(1 for x in a if L < x < R))",
+                lambda a, p: str(sum(p["L"] <= x <= p["R"] for x in a)),
+                lambda r, p: _ints(r, plant=[p["L"], p["R"]]),
+            ),
+        ),
+        Template(
+            "remove_char",
+            "word",
+            Variant(
+                "remove_one",
+                "Print s with every letter C removed (at least one letter remains).",
+                _grid(C=LETTERS),
+                "print(s.replace(C, ''))",
+                "print(s.replace(C, '', 1))",
+                lambda s, p: s.replace(p["C"], ""),
+                lambda r, p: _word(r, p, keep=True),
+            ),
+            Variant(
+                "remove_two",
+                "Print s with every letter C and every letter D removed (at least one letter remains).",
+                _pairs("C", "D", ordered=False),
+                "print(s.replace(C, '').replace(D, ''))",
+                "print(s.replace(C, ''))",
+                lambda s, p: s.replace(p["C"], "").replace(p["D"], ""),
+                lambda r, p: _word(r, p, keep=True),
+            ),
+        ),
+        Template(
+            "scale",
+            "ints",
+            Variant(
+                "scale_all",
+                "Print every number multiplied by K, separated by spaces.",
+                _grid(K=range(2, 51)),
+                "print(*[x * K for x in a])",
+                "print(*[x + K for x in a])",
+                lambda a, p: _join(x * p["K"] for x in a),
+                lambda r, p: _ints(r),
+            ),
+            Variant(
+                "scale_odd",
+                "Multiply the 1st, 3rd, 5th, ... numbers by K and print all the numbers, separated by spaces.",
+                _grid(K=range(2, 51)),
+                "print(*" + _ODD.format(0) + ")",
+                "print(*" + _ODD.format(1) + ")",
+                lambda a, p: _join(x * p["K"] if i % 2 == 0 else x for i, x in enumerate(a)),
+                lambda r, p: _ints(r, 2),
+            ),
+        ),
+        Template(
+            "every_kth",
+            "ints",
+            Variant(
+                "every_from_first",
+                "Print the 1st, (K+1)-th, (2K+1)-th, ... numbers, separated by spaces.",
+                _grid(K=range(2, 11)),
+                "print(*a[::K])",
+                "print(*a[K - 1::K])",
+                lambda a, p: _join(a[:: p["K"]]),
+                lambda r, p: _ints(r, p["K"] + 1, p["K"] + 8),
+            ),
+            Variant(
+                "every_from_kth",
+                "Print the K-th, 2K-th, 3K-th, ... numbers, separated by spaces (n >= K).",
+                _grid(K=range(2, 11)),
+                "print(*a[K - 1::K])",
+                "print(*a[::K])",
+                lambda a, p: _join(a[p["K"] - 1 :: p["K"]]),
+                lambda r, p: _ints(r, p["K"], p["K"] + 8),
+            ),
+        ),
+    ]
+}
 
 
 @cache
@@ -379,8 +575,7 @@ def _name_params(spec: TaskSpec) -> str:
 def program(spec: TaskSpec, body: str, params_in: ParamsIn = "statement") -> str:
     """Parameter assignments (or their read from the first input line), then the case read and ``body``,
     inside a test-case loop above level 1."""
-    head = (_read_params(spec) if params_in == "input" else
-            "".join(f"{k} = {v!r}\n" for k, v in spec.params))
+    head = _read_params(spec) if params_in == "input" else "".join(f"{k} = {v!r}\n" for k, v in spec.params)
     code = READ[TEMPLATES[spec.template].kind] + "\n" + body
     if spec.level == 1:
         return head + code + "\n"
@@ -411,8 +606,10 @@ def statement(spec: TaskSpec, example: tuple[str, str], params_in: ParamsIn = "s
         stated = ""
     else:
         stated = "Parameters: " + ", ".join(f"{k} = {v!r}" for k, v in spec.params) + ".\n"
-    return (f"{spec.variant.sentence}\n{stated}\nInput: {layout}.\nOutput: {output}.\n\n"
-            f"Example input:\n{example[0]}Example output:\n{example[1]}")
+    return (
+        f"{spec.variant.sentence}\n{stated}\nInput: {layout}.\nOutput: {output}.\n\n"
+        f"Example input:\n{example[0]}Example output:\n{example[1]}"
+    )
 
 
 def render(spec: TaskSpec, seed: int, params_in: ParamsIn = "statement") -> GeneratedTask:
@@ -436,14 +633,22 @@ def render(spec: TaskSpec, seed: int, params_in: ParamsIn = "statement") -> Gene
         "memory_limit_bytes": MEMORY_LIMIT_BYTES,
         "solutions": {"language": [3], "solution": [reference]},
         "incorrect_solutions": {"language": [3], "solution": [wrong]},
-        "generator": {"template": spec.template, "variant": spec.variant.name, "level": spec.level,
-                      "params": dict(spec.params), "params_in": params_in, "split": spec.split, "seed": seed},
+        "generator": {
+            "template": spec.template,
+            "variant": spec.variant.name,
+            "level": spec.level,
+            "params": dict(spec.params),
+            "params_in": params_in,
+            "split": spec.split,
+            "seed": seed,
+        },
     }
     return GeneratedTask(spec=spec, row=row, reference=reference, wrong=wrong)
 
 
-def draw(split: Split, count: int, seed: int, levels: Sequence[int] = LEVELS,
-         templates: Sequence[str] | None = None) -> list[TaskSpec]:
+def draw(
+    split: Split, count: int, seed: int, levels: Sequence[int] = LEVELS, templates: Sequence[str] | None = None
+) -> list[TaskSpec]:
     """``count`` tasks of ``split``, round-robin over (template, level) buckets each shuffled by ``seed``,
     so every template and level is drawn about equally often."""
     buckets: dict[tuple[str, int], list[TaskSpec]] = {}
@@ -465,16 +670,18 @@ def draw(split: Split, count: int, seed: int, levels: Sequence[int] = LEVELS,
     return drawn
 
 
-def write(out: Path, seed: int, train: int, heldout: int, levels: Sequence[int] = LEVELS,
-          params_in: ParamsIn = "statement") -> dict[str, int]:
+def write(
+    out: Path, seed: int, train: int, heldout: int, levels: Sequence[int] = LEVELS, params_in: ParamsIn = "statement"
+) -> dict[str, int]:
     """``out/{train,heldout}.jsonl`` and ``out/{train,heldout}.solutions.jsonl``; the number of rows per file."""
     out.mkdir(parents=True, exist_ok=True)
     counts: dict[str, int] = {}
     for split, count in (("train", train), ("heldout", heldout)):
         tasks = [render(spec, seed, params_in) for spec in draw(split, count, seed, levels)]
         rows = (json.dumps(t.row) + "\n" for t in tasks)
-        solutions = (json.dumps({"task_id": t.spec.task_id, "completion": t.reference, "expect": "passed"}) + "\n"
-                     for t in tasks)
+        solutions = (
+            json.dumps({"task_id": t.spec.task_id, "completion": t.reference, "expect": "passed"}) + "\n" for t in tasks
+        )
         (out / f"{split}.jsonl").write_text("".join(rows))
         (out / f"{split}.solutions.jsonl").write_text("".join(solutions))
         counts[split] = len(tasks)

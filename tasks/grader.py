@@ -72,7 +72,9 @@ MAX_PROGRAM_BYTES = 1 << 20
 # Stdin travels base64-encoded in one runner frame (256 MiB at most): past this total a task's tests go
 # in several consecutive batches, still in the same container.
 MAX_BATCH_STDIN_BYTES = 48 << 20
-UNSPLITTABLE = "refused for reward: this assert cannot be split, and run whole it would share the candidate's interpreter"
+UNSPLITTABLE = (
+    "refused for reward: this assert cannot be split, and run whole it would share the candidate's interpreter"
+)
 
 
 class GraderConfig(BaseModel):
@@ -83,18 +85,30 @@ class GraderConfig(BaseModel):
     tolerance: Tolerance = Field(default_factory=Tolerance, description="float tolerance of output comparison")
     default_time_s: float = Field(4.0, gt=0, description="per-test time limit when the row has none")
     time_model: Literal["cpu", "wall"] = Field(
-        "cpu", description="cpu: a test's limit is CPU time (user + sys) of its process tree, the wall clock only a "
-        "backstop; wall: the limit is a wall-clock deadline (the machine's load counts against the program)")
-    backstop_factor: float = Field(10.0, ge=1, description="cpu model: wall-clock backstop = factor x limit + backstop_s "
-                                   "(kills sleepers and blocked programs: time_limit); measured: a test got 1/7 of a core "
-                                   "beside four busy containers on a 2-core machine")
+        "cpu",
+        description="cpu: a test's limit is CPU time (user + sys) of its process tree, the wall clock only a "
+        "backstop; wall: the limit is a wall-clock deadline (the machine's load counts against the program)",
+    )
+    backstop_factor: float = Field(
+        10.0,
+        ge=1,
+        description="cpu model: wall-clock backstop = factor x limit + backstop_s "
+        "(kills sleepers and blocked programs: time_limit); measured: a test got 1/7 of a core "
+        "beside four busy containers on a 2-core machine",
+    )
     backstop_s: float = Field(1.0, ge=0, description="cpu model: start-up allowance added to the backstop")
-    rerun_margin: float = Field(0.25, ge=0, description="cpu model: a test ending within (limit, limit x (1 + margin)] "
-                                "of CPU is re-run once and judged by the re-run; the process is killed past that")
+    rerun_margin: float = Field(
+        0.25,
+        ge=0,
+        description="cpu model: a test ending within (limit, limit x (1 + margin)] "
+        "of CPU is re-run once and judged by the re-run; the process is killed past that",
+    )
     time_scale: float = Field(1.0, gt=0, description="multiplier on the row's time limit (Python vs C++ limits)")
     speed_factor: float | Literal["auto"] = Field(
-        "auto", description="multiplier for this machine's speed: auto measures a fixed workload once per process "
-        "(`machine_speed_factor`: 1.0 on a machine as fast as the project's reference VM, more on slower ones)")
+        "auto",
+        description="multiplier for this machine's speed: auto measures a fixed workload once per process "
+        "(`machine_speed_factor`: 1.0 on a machine as fast as the project's reference VM, more on slower ones)",
+    )
     min_time_s: float = Field(1.0, gt=0, description="floor of a test's time limit (interpreter start-up counts)")
     max_time_s: float = Field(30.0, gt=0, description="ceiling of a test's time limit")
     default_memory_bytes: int = Field(512 << 20, gt=0, description="per-test RLIMIT_AS when the row has none")
@@ -116,7 +130,7 @@ class GraderConfig(BaseModel):
         return machine_speed_factor() if self.speed_factor == "auto" else self.speed_factor
 
     @model_validator(mode="after")
-    def _bounds_in_order(self) -> "GraderConfig":
+    def _bounds_in_order(self) -> GraderConfig:
         if self.min_time_s > self.max_time_s:
             raise ValueError(f"min_time_s ({self.min_time_s}) exceeds max_time_s ({self.max_time_s})")
         return self
@@ -152,12 +166,14 @@ class GradeReport(BaseModel):
     reruns: int = Field(0, description="borderline tests re-run, over all tasks")
     skipped: int = Field(0, ge=0, description="submissions not graded (``total`` counts only the graded ones)")
     skipped_reasons: dict[str, int] = Field(
-        default_factory=dict, description="skipped submissions by reason, e.g. {'unknown task id': 1, 'unparseable row': 1}"
+        default_factory=dict,
+        description="skipped submissions by reason, e.g. {'unknown task id': 1, 'unparseable row': 1}",
     )
 
     @classmethod
-    def of(cls, results: Sequence[TaskResult], config: GraderConfig | None = None,
-           skipped: Mapping[str, int] | None = None) -> "GradeReport":
+    def of(
+        cls, results: Sequence[TaskResult], config: GraderConfig | None = None, skipped: Mapping[str, int] | None = None
+    ) -> GradeReport:
         """Totals of ``results``; ``skipped``: how many submissions were left out, by reason (zeros dropped)."""
         config = config or GraderConfig()
         reasons = {reason: n for reason, n in (skipped or {}).items() if n}
@@ -226,7 +242,9 @@ def compile_problem(source: str) -> str | None:
     return None
 
 
-def summarise(task_id: str, tests: Sequence[TestResult], detail: str = "", wall_s: float = 0.0, reruns: int = 0) -> TaskResult:
+def summarise(
+    task_id: str, tests: Sequence[TestResult], detail: str = "", wall_s: float = 0.0, reruns: int = 0
+) -> TaskResult:
     infra = any(t.verdict == Verdict.INFRA_ERROR for t in tests)
     passed = sum(t.verdict == Verdict.PASSED for t in tests)
     return TaskResult(
@@ -264,7 +282,9 @@ def _chunks(requests: list[ExecRequest]) -> list[list[ExecRequest]]:
 class Grader:
     """Grades submissions through a `WorkspacePool` (one fresh container per task)."""
 
-    def __init__(self, pool: WorkspacePool | None, config: GraderConfig | None = None, program_path: str = PROGRAM_PATH):
+    def __init__(
+        self, pool: WorkspacePool | None, config: GraderConfig | None = None, program_path: str = PROGRAM_PATH
+    ):
         self.pool = pool  # None only for planning without a sandbox (the bench's bare-subprocess baseline)
         self.config = config or GraderConfig()
         self.program_path = program_path
@@ -285,8 +305,10 @@ class Grader:
         config = self.config
         if config.time_model == "wall":
             return {"timeout_s": time_s}
-        return {"timeout_s": time_s * config.backstop_factor + config.backstop_s,
-                "cpu_limit_s": time_s * (1 + config.rerun_margin)}
+        return {
+            "timeout_s": time_s * config.backstop_factor + config.backstop_s,
+            "cpu_limit_s": time_s * (1 + config.rerun_margin),
+        }
 
     def _driver(self, request: dict, time_s: float, memory: int) -> tuple[ExecRequest, str]:
         nonce = secrets.token_hex(16)
@@ -324,8 +346,9 @@ class Grader:
         if split is None:
             # Run whole, the check would share the candidate's interpreter (frame walking, objects equal to
             # everything, patched modules forge a pass): refused for reward, reported, never run.
-            return None, lambda r: TestResult(index=index, verdict=Verdict.INFRA_ERROR, split=False,
-                                              detail=f"{UNSPLITTABLE}: {test.source[:120]}")
+            return None, lambda r: TestResult(
+                index=index, verdict=Verdict.INFRA_ERROR, split=False, detail=f"{UNSPLITTABLE}: {test.source[:120]}"
+            )
         request, nonce = self._driver({"mode": "eval", "exprs": list(split.leaves), **shared}, time_s, memory)
         return request, lambda r: judge_split_assert(index, r, split, nonce)
 
@@ -349,9 +372,12 @@ class Grader:
         """Per-test results and how many tests were re-run."""
         plans = [self.plan(task, i, test) for i, test in enumerate(task.tests)]
         if any(request is None for request, _ in plans):  # the task is refused for reward: nothing runs
-            return [judge(ExecResult()) if request is None else
-                    TestResult(index=i, verdict=NOT_RUN, detail="the task is refused for reward")
-                    for i, (request, judge) in enumerate(plans)], 0
+            return [
+                judge(ExecResult())
+                if request is None
+                else TestResult(index=i, verdict=NOT_RUN, detail="the task is refused for reward")
+                for i, (request, judge) in enumerate(plans)
+            ], 0
         if self.pool is None:
             raise RuntimeError("this Grader has no pool: it can plan tests but not run them")
         requests = [request for request, _ in plans]
@@ -359,7 +385,9 @@ class Grader:
         outcomes = await self._execute(task, source, requests, budget)
         if isinstance(outcomes, str):
             return _all(task, Verdict.INFRA_ERROR, outcomes), 0
-        borderline = [i for i, (request, outcome) in enumerate(zip(requests, outcomes)) if self._borderline(request, outcome)]
+        borderline = [
+            i for i, (request, outcome) in enumerate(zip(requests, outcomes)) if self._borderline(request, outcome)
+        ]
         if borderline:  # once, in a fresh container: nothing the first run left behind (files) helps the re-run
             again = await self._execute(task, source, [requests[i] for i in borderline], budget)
             if isinstance(again, str):
@@ -370,13 +398,17 @@ class Grader:
         slept = stopped and outcomes and deadline_kill(requests[len(outcomes) - 1], outcomes[-1])
         if stopped and not self.config.early_stop and not slept:
             raise RuntimeError(f"runner returned {len(outcomes)} results for {len(plans)} tests")
-        results = [self._verdict(i, judge, request, result)
-                   for i, ((request, judge), result) in enumerate(zip(plans, outcomes))]
+        results = [
+            self._verdict(i, judge, request, result)
+            for i, ((request, judge), result) in enumerate(zip(plans, outcomes))
+        ]
         why = "an earlier test slept past its wall-clock backstop" if slept else "early stop"
         results += [TestResult(index=i, verdict=NOT_RUN, detail=why) for i in range(len(outcomes), len(plans))]
         return results, len(borderline)
 
-    async def _execute(self, task: Task, source: str, requests: list[ExecRequest], budget: float) -> list[ExecResult] | str:
+    async def _execute(
+        self, task: Task, source: str, requests: list[ExecRequest], budget: float
+    ) -> list[ExecResult] | str:
         """The results of ``requests`` in a fresh container holding the program, or why the sandbox could not run them."""
         async with self.pool.acquire(owner=f"grade:{task.task_id}") as ws:
             if budget >= ws.config.episode.wall_s:
@@ -399,8 +431,9 @@ class Grader:
         outcomes: list[ExecResult] = []
         stop = self.config.time_model == "cpu"
         for chunk in _chunks(requests):
-            batch = await ws.exec_batch(BatchExecRequest(items=chunk, stop_on_failure=self.config.early_stop,
-                                                         stop_on_deadline=stop))
+            batch = await ws.exec_batch(
+                BatchExecRequest(items=chunk, stop_on_failure=self.config.early_stop, stop_on_deadline=stop)
+            )
             outcomes += batch.results
             if len(batch.results) < len(chunk):
                 break
@@ -419,13 +452,18 @@ class Grader:
     def _verdict(self, index: int, judge: Judge, request: ExecRequest, result: ExecResult) -> TestResult:
         if self._borderline(request, result):  # still over its limit after the re-run
             limit = self._limit(request)
-            return TestResult(index=index, verdict=Verdict.TIME_LIMIT, wall_s=round(result.wall_s, 4),
-                              cpu_s=round(result.cpu_s, 4),
-                              detail=f"{result.cpu_s:.2f}s CPU over the limit of {limit:.2f}s, twice")
+            return TestResult(
+                index=index,
+                verdict=Verdict.TIME_LIMIT,
+                wall_s=round(result.wall_s, 4),
+                cpu_s=round(result.cpu_s, 4),
+                detail=f"{result.cpu_s:.2f}s CPU over the limit of {limit:.2f}s, twice",
+            )
         return _judged(index, judge, result)
 
-    async def grade_many(self, pairs: Sequence[tuple[Task, Submission]],
-                         on_result: Callable[[TaskResult], object] | None = None) -> list[TaskResult]:
+    async def grade_many(
+        self, pairs: Sequence[tuple[Task, Submission]], on_result: Callable[[TaskResult], object] | None = None
+    ) -> list[TaskResult]:
         """Grade every pair, ``config.concurrency`` at a time; results in input order.
 
         ``on_result(result)`` is called as each task's grading finishes (the CLI's progress bar)."""
@@ -435,8 +473,13 @@ class Grader:
         async def one(i: int, task: Task, submission: Submission) -> None:
             async with limiter:
                 results[i] = await self.grade(task, submission)
-                log.debug("graded %d/%d: %s passed=%s", sum(r is not None for r in results), len(pairs),
-                          task.task_id, results[i].passed)
+                log.debug(
+                    "graded %d/%d: %s passed=%s",
+                    sum(r is not None for r in results),
+                    len(pairs),
+                    task.task_id,
+                    results[i].passed,
+                )
                 if on_result is not None:
                     on_result(results[i])
 
@@ -448,7 +491,9 @@ class Grader:
 
 def deadline_kill(request: ExecRequest, result: ExecResult) -> bool:
     """Killed at its wall-clock deadline (not at its CPU limit, which comes first when the program computes)."""
-    return result.failure == FailureKind.TIMEOUT and request.timeout_s is not None and result.wall_s >= request.timeout_s
+    return (
+        result.failure == FailureKind.TIMEOUT and request.timeout_s is not None and result.wall_s >= request.timeout_s
+    )
 
 
 def _judged(index: int, judge: Judge, result: ExecResult) -> TestResult:
@@ -459,8 +504,12 @@ def _judged(index: int, judge: Judge, result: ExecResult) -> TestResult:
         return judge(result)
     except Exception as err:  # anything the candidate's bytes can make a host-side parser raise
         log.info("judge of test %d could not read the output: %r", index, err)
-        return TestResult(index=index, verdict=Verdict.WRONG_ANSWER, wall_s=round(result.wall_s, 4),
-                          detail=f"output the judge cannot read: {type(err).__name__}: {err}"[:200])
+        return TestResult(
+            index=index,
+            verdict=Verdict.WRONG_ANSWER,
+            wall_s=round(result.wall_s, 4),
+            detail=f"output the judge cannot read: {type(err).__name__}: {err}"[:200],
+        )
 
 
 def pair_submissions(
@@ -474,7 +523,9 @@ def pair_submissions(
 
 
 def grade_pairs(
-    pairs: Sequence[tuple[Task, Submission]], config: GraderConfig, sandbox: SandboxConfig,
+    pairs: Sequence[tuple[Task, Submission]],
+    config: GraderConfig,
+    sandbox: SandboxConfig,
     on_result: Callable[[TaskResult], object] | None = None,
 ) -> list[TaskResult]:
     """Grade ``pairs`` with a pool of its own (synchronous entry point for the CLI and the bench)."""

@@ -78,7 +78,9 @@ def failure_verdict(result: ExecResult) -> tuple[Verdict, str] | None:
     return Verdict.RUNTIME_ERROR, f"{failure.value} ({how}): {last}"[:_HEAD]
 
 
-def _result(index: int, result: ExecResult, verdict: Verdict, detail: str = "", split: bool | None = None) -> TestResult:
+def _result(
+    index: int, result: ExecResult, verdict: Verdict, detail: str = "", split: bool | None = None
+) -> TestResult:
     return TestResult(
         index=index,
         verdict=verdict,
@@ -138,7 +140,9 @@ def judge_call(index: int, result: ExecResult, test: CallTest, nonce: str, toler
     if report.kind != "value":
         return _result(index, result, Verdict.WRONG_ANSWER, f"driver reported {report.kind!r}, not a value")
     value = report.payload
-    if values_match(value, test.expected, tolerance) or (test.wrapped and values_match(value, test.expected[0], tolerance)):
+    if values_match(value, test.expected, tolerance) or (
+        test.wrapped and values_match(value, test.expected[0], tolerance)
+    ):
         return _result(index, result, Verdict.PASSED)
     return _result(index, result, Verdict.WRONG_ANSWER, f"returned {repr(value)[:80]}")
 

@@ -20,7 +20,7 @@ Three test kinds:
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -66,7 +66,7 @@ class AssertTest(_Frozen):
     source: str = Field(description="an assert statement, or a block run whole inside the container")
 
 
-TestCase = Annotated[Union[StdinTest, CallTest, AssertTest], Field(discriminator="type")]
+TestCase = Annotated[StdinTest | CallTest | AssertTest, Field(discriminator="type")]
 
 
 class Limits(_Frozen):

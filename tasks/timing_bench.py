@@ -36,8 +36,7 @@ from tasks.task import Limits, Task
 log = logging.getLogger(__name__)
 
 KINDS = ("accepted", "wrong", "slow")
-BURN = ("import time as _t\n_end = _t.process_time() + {seconds}\n"
-        "while _t.process_time() < _end:\n    pass\n")
+BURN = "import time as _t\n_end = _t.process_time() + {seconds}\nwhile _t.process_time() < _end:\n    pass\n"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -45,11 +44,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--load", type=int, default=4, help="busy containers during the loaded passes")
     parser.add_argument("--limit", type=float, default=1.0, help="time limit of every test (seconds)")
     parser.add_argument("--work", type=float, default=0.5, help="CPU of an accepted submission, x the limit, per test")
-    parser.add_argument("--slow-factor", type=float, default=2.0, help="CPU of a too-slow submission, x the limit, per test")
+    parser.add_argument(
+        "--slow-factor", type=float, default=2.0, help="CPU of a too-slow submission, x the limit, per test"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the generated problems")
 
 
-def contest(problems: int, limit: float, work: float, slow_factor: float, seed: int) -> list[tuple[str, Task, Submission]]:
+def contest(
+    problems: int, limit: float, work: float, slow_factor: float, seed: int
+) -> list[tuple[str, Task, Submission]]:
     """``(kind, task, submission)`` for every jury submission of the set."""
     entries = []
     for spec in generator.draw("train", problems, seed):
@@ -57,8 +60,11 @@ def contest(problems: int, limit: float, work: float, slow_factor: float, seed: 
         parsed = codecontests.parse(0, rendered.row)
         task = parsed.model_copy(update={"limits": Limits(time_s=limit, memory_bytes=parsed.limits.memory_bytes)})
         busy = BURN.format(seconds=limit * work)
-        programs = {"accepted": busy + rendered.reference, "wrong": busy + rendered.wrong,
-                    "slow": BURN.format(seconds=limit * slow_factor) + rendered.reference}
+        programs = {
+            "accepted": busy + rendered.reference,
+            "wrong": busy + rendered.wrong,
+            "slow": BURN.format(seconds=limit * slow_factor) + rendered.reference,
+        }
         entries += [(kind, task, Submission(task_id=task.task_id, completion=programs[kind])) for kind in KINDS]
     return entries
 
@@ -69,13 +75,31 @@ def busy_containers(count: int) -> Iterator[None]:
     label = f"gym-bench-load={uuid.uuid4().hex[:12]}"
     try:
         for _ in range(count):
-            subprocess.run(["docker", "run", "-d", "--rm", "--label", label, "--network", "none", "--entrypoint", "python3", runner_image(),
-                            "-c", "while 1: pass"], check=True, capture_output=True)
+            subprocess.run(
+                [
+                    "docker",
+                    "run",
+                    "-d",
+                    "--rm",
+                    "--label",
+                    label,
+                    "--network",
+                    "none",
+                    "--entrypoint",
+                    "python3",
+                    runner_image(),
+                    "-c",
+                    "while 1: pass",
+                ],
+                check=True,
+                capture_output=True,
+            )
         time.sleep(1.0)
         yield
     finally:
-        running = subprocess.run(["docker", "ps", "-q", "--filter", f"label={label}"], capture_output=True,
-                                 text=True).stdout.split()
+        running = subprocess.run(
+            ["docker", "ps", "-q", "--filter", f"label={label}"], capture_output=True, text=True
+        ).stdout.split()
         if running:
             subprocess.run(["docker", "rm", "-f", *running], capture_output=True)
 
@@ -114,9 +138,21 @@ def measure(entries: list[tuple[str, Task, Submission]], load: int) -> dict[str,
 
 def run(args: argparse.Namespace) -> dict:
     entries = contest(args.problems, args.limit, args.work, args.slow_factor, args.seed)
-    log.info("bench timing: %d problems x %d submissions, limit %.2fs, %d busy containers under load",
-             args.problems, len(KINDS), args.limit, args.load)
+    log.info(
+        "bench timing: %d problems x %d submissions, limit %.2fs, %d busy containers under load",
+        args.problems,
+        len(KINDS),
+        args.limit,
+        args.load,
+    )
     result = measure(entries, args.load)
-    result.update({"problems": args.problems, "limit_s": args.limit, "work": args.work, "load_containers": args.load,
-                   "host_cpus": os.cpu_count() or 0})
+    result.update(
+        {
+            "problems": args.problems,
+            "limit_s": args.limit,
+            "work": args.work,
+            "load_containers": args.load,
+            "host_cpus": os.cpu_count() or 0,
+        }
+    )
     return result

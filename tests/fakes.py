@@ -16,9 +16,9 @@ from pathlib import Path
 
 import trio
 
-from gym.policy_client import EngineError
 from gym.environment import Environment, EnvironmentConfig
 from gym.message import Message, ToolCall
+from gym.policy_client import EngineError
 from gym.tokenizer import load_tokenizer
 from gym.tools import Toolbox
 from policies.sampling import Completion, SamplingParams
@@ -58,8 +58,11 @@ class MemoryWorkspace:
             return ReadFileResult(failure=FailureKind.TOOL_ERROR, detail=f"{full}: No such file or directory")
         data = self.files[full]
         truncated = len(data) > max_bytes
-        return ReadFileResult(data=data[:max_bytes], truncated=truncated,
-                              failure=FailureKind.OUTPUT_TRUNCATED if truncated else FailureKind.OK)
+        return ReadFileResult(
+            data=data[:max_bytes],
+            truncated=truncated,
+            failure=FailureKind.OUTPUT_TRUNCATED if truncated else FailureKind.OK,
+        )
 
     async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> FileResult:
         full = self._path(path)
@@ -72,8 +75,10 @@ class MemoryWorkspace:
         full = self._path(path)
         if full is None:
             return ListDirResult(failure=FailureKind.SANDBOX_DENIED, detail=f"{path} outside the allowlist")
-        names = sorted(p[len(full) + 1:] for p in self.files if p.startswith(full + "/"))
-        return ListDirResult(entries=[DirEntry(name=n, kind="file", size=len(self.files[f"{full}/{n}"])) for n in names])
+        names = sorted(p[len(full) + 1 :] for p in self.files if p.startswith(full + "/"))
+        return ListDirResult(
+            entries=[DirEntry(name=n, kind="file", size=len(self.files[f"{full}/{n}"])) for n in names]
+        )
 
 
 def call(name: str, namespace: str = "functions", **arguments) -> ToolCall:
@@ -92,8 +97,12 @@ def tokenizer():
 def make_env(**overrides) -> Environment:
     data = {
         "name": "unit",
-        "task_pool": {"type": "jsonl", "path": str(SAMPLES / "codecontests.jsonl"), "format": "codecontests",
-                      "solutions": str(SAMPLES / "codecontests.solutions.jsonl")},
+        "task_pool": {
+            "type": "jsonl",
+            "path": str(SAMPLES / "codecontests.jsonl"),
+            "format": "codecontests",
+            "solutions": str(SAMPLES / "codecontests.solutions.jsonl"),
+        },
         **overrides,
     }
     return Environment(EnvironmentConfig.from_dict(data), tokenizer())
@@ -131,8 +140,11 @@ class FakeGrader:
         assert self.pool.held == 0 or self.pool.max_held > 1, "grading must wait for the workspace's release"
         source = program(task, submission)
         self.graded.append(source)
-        verdict = Verdict.INFRA_ERROR if self.infra else (
-            Verdict.PASSED if source == self.references[task.task_id] else Verdict.WRONG_ANSWER)
+        verdict = (
+            Verdict.INFRA_ERROR
+            if self.infra
+            else (Verdict.PASSED if source == self.references[task.task_id] else Verdict.WRONG_ANSWER)
+        )
         return summarise(task.task_id, [TestResult(index=i, verdict=verdict) for i in range(len(task.tests))])
 
 
@@ -147,8 +159,15 @@ class TurnsEngine:
         ids = self.env.harmony.render_completion(turn)[: params.max_tokens]
         version = self.version + self.step * self.calls
         self.calls += 1
-        return [Completion(token_ids=ids, logprobs=[-0.5] * len(ids), raw_logprobs=[-0.5] * len(ids),
-                           finish_reason="stop", weights_version=version)]
+        return [
+            Completion(
+                token_ids=ids,
+                logprobs=[-0.5] * len(ids),
+                raw_logprobs=[-0.5] * len(ids),
+                finish_reason="stop",
+                weights_version=version,
+            )
+        ]
 
 
 class GarbageEngine:
@@ -159,8 +178,15 @@ class GarbageEngine:
 
     async def generate(self, prompts, params):
         ids = self.ids[: params.max_tokens]
-        return [Completion(token_ids=ids, logprobs=[-1.0] * len(ids), raw_logprobs=[-1.0] * len(ids),
-                           finish_reason="length", weights_version=0)]
+        return [
+            Completion(
+                token_ids=ids,
+                logprobs=[-1.0] * len(ids),
+                raw_logprobs=[-1.0] * len(ids),
+                finish_reason="length",
+                weights_version=0,
+            )
+        ]
 
 
 class FailingEngine:

@@ -37,13 +37,15 @@ class ServedReference:
     def check_request(self, prompt: list[int], params: SamplingParams) -> None:
         if not prompt:
             raise EngineError("prompt is empty")
-        if any(prompt[:len(prefix)] == prefix for prefix in self.refused):
+        if any(prompt[: len(prefix)] == prefix for prefix in self.refused):
             raise EngineError("this prompt is refused by the test")
 
     def generate_batch(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
         self.batches.append(len(prompts))
-        return [self.policy.complete(p, q).model_copy(update={"weights_version": self.weights_version})
-                for p, q in zip(prompts, params)]
+        return [
+            self.policy.complete(p, q).model_copy(update={"weights_version": self.weights_version})
+            for p, q in zip(prompts, params)
+        ]
 
     def load_checkpoint(self, path, version=None) -> int:
         raise NotImplementedError

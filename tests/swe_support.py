@@ -17,8 +17,9 @@ TOOLZ = "pytoolz__toolz-gym-1"  # the fastest shipped instance: the one most tes
 @cache
 def shipped() -> dict[str, SweInstance]:
     """``python -m gym tasks build-swe`` (sdists cached under .cache/swe), then the instances by id."""
-    proc = subprocess.run([sys.executable, "-m", "gym", "tasks", "build-swe"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gym", "tasks", "build-swe"], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return load_instances(DEFAULT_OUT).by_id()
 

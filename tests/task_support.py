@@ -6,7 +6,8 @@ from tasks.task import StdinTest, Task
 
 
 def task(**fields) -> Task:
-    base = dict(task_id="t", source_format="nemotron", kind="stdin", prompt="p",
-                tests=(StdinTest(input="1\n", output="1\n"),))
+    base = dict(
+        task_id="t", source_format="nemotron", kind="stdin", prompt="p", tests=(StdinTest(input="1\n", output="1\n"),)
+    )
     base.update(fields)
     return Task(**base)

@@ -20,15 +20,31 @@ from trainer.config import TrainConfig
 from trainer.sample import Sample
 from trainer.selection import Scored
 
-TINY = {"vocab_size": 8192, "hidden_size": 32, "num_hidden_layers": 2, "num_dense_layers": 1, "num_attention_heads": 2,
-        "num_key_value_heads": 1, "head_dim": 16, "intermediate_size": 32, "moe_intermediate_size": 16, "num_experts": 4,
-        "num_experts_per_tok": 2, "num_shared_experts": 1, "max_position_embeddings": 1024}
+TINY = {
+    "vocab_size": 8192,
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_dense_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 16,
+    "intermediate_size": 32,
+    "moe_intermediate_size": 16,
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "num_shared_experts": 1,
+    "max_position_embeddings": 1024,
+}
 
 
 FAKE_ENVIRONMENT = {
     "name": "masked",
-    "task_pool": {"type": "jsonl", "path": str(SAMPLES / "codecontests.jsonl"), "format": "codecontests",
-                  "solutions": str(SAMPLES / "codecontests.solutions.jsonl")},
+    "task_pool": {
+        "type": "jsonl",
+        "path": str(SAMPLES / "codecontests.jsonl"),
+        "format": "codecontests",
+        "solutions": str(SAMPLES / "codecontests.solutions.jsonl"),
+    },
     "tools": {"enabled": ["submit"]},
     "episode": {"max_turns": 1, "max_tokens_per_turn": 16, "max_total_tokens": 1024, "on_parse_error": "end"},
     "replay": {"rate": 0.0, "failures": False},
@@ -45,8 +61,13 @@ def config_data(run_dir: Path, bound: float, steps: int = 2) -> dict:
         "policy": {"type": "rdep_moe", "seed": 0, "model": TINY},
         "rollout": {"group_size": 4, "groups_per_step": 2, "seed": 0},
         "optimizer": {"lr": 0.001},
-        "loop": {"steps": steps, "max_staleness": 0, "micro_batch_size": 8, "max_masked_share": bound,
-                 "masked_share_min_samples": 8},
+        "loop": {
+            "steps": steps,
+            "max_staleness": 0,
+            "micro_batch_size": 8,
+            "max_masked_share": bound,
+            "masked_share_min_samples": 8,
+        },
         "checkpoint": {"every": 100},
         "metrics": {"progress": False, "tensorboard": False},
     }
@@ -59,9 +80,20 @@ def train_with_fakes(config: TrainConfig, resume: bool = False, real_train=train
     return real_train(config, resume=resume, workspaces=pool, grader=FakeGrader(env, pool))
 
 
-ARCH = MoEArchitecture(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_dense_layers=1, num_attention_heads=2,
-                       num_key_value_heads=1, head_dim=16, intermediate_size=32, moe_intermediate_size=16, num_experts=4,
-                       num_experts_per_tok=2, max_position_embeddings=128)
+ARCH = MoEArchitecture(
+    vocab_size=64,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_dense_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=16,
+    intermediate_size=32,
+    moe_intermediate_size=16,
+    num_experts=4,
+    num_experts_per_tok=2,
+    max_position_embeddings=128,
+)
 
 
 def scored_samples(n: int = 4, seed: int = 0) -> list[Scored]:
@@ -70,8 +102,15 @@ def scored_samples(n: int = 4, seed: int = 0) -> list[Scored]:
     for i in range(n):
         prompt = tuple(int(x) for x in rng.integers(9, 64, size=3 + i))
         completion = tuple(int(x) for x in rng.integers(9, 64, size=4 + 2 * i))
-        t = Trajectory(task_id=f"t{i}", tokenizer="test", policy_version=0, prompt_ids=prompt, ids=prompt + completion,
-                       sampled=(False,) * len(prompt) + (True,) * len(completion),
-                       logprobs=(None,) * len(prompt) + tuple(float(-rng.uniform(3, 5)) for _ in completion), reward=float(i % 2))
+        t = Trajectory(
+            task_id=f"t{i}",
+            tokenizer="test",
+            policy_version=0,
+            prompt_ids=prompt,
+            ids=prompt + completion,
+            sampled=(False,) * len(prompt) + (True,) * len(completion),
+            logprobs=(None,) * len(prompt) + tuple(float(-rng.uniform(3, 5)) for _ in completion),
+            reward=float(i % 2),
+        )
         out.append(Scored(sample=Sample(t), advantage=1.0 if i % 2 else -1.0))
     return out

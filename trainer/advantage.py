@@ -66,4 +66,3 @@ def overlong_penalty(length: int, max_tokens: int, buffer_tokens: int) -> float:
     if length <= start:
         return 0.0
     return max(-1.0, (start - length) / buffer_tokens)
-

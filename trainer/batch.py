@@ -40,12 +40,14 @@ class TrainBatch:
     def size(self) -> int:
         return int(self.input_ids.shape[0])
 
-    def to(self, device: torch.device) -> "TrainBatch":
+    def to(self, device: torch.device) -> TrainBatch:
         """The same batch on ``device`` (collation happens on the CPU; the model may live on a GPU)."""
         if self.input_ids.device == device:
             return self
-        moved = {name: getattr(self, name).to(device, non_blocking=True) for name in
-                 ("input_ids", "attention_mask", "loss_mask", "behaviour_logprobs", "advantages", "weights")}
+        moved = {
+            name: getattr(self, name).to(device, non_blocking=True)
+            for name in ("input_ids", "attention_mask", "loss_mask", "behaviour_logprobs", "advantages", "weights")
+        }
         return TrainBatch(**moved, routes=None if self.routes is None else self.routes.to(device, non_blocking=True))
 
 

@@ -50,7 +50,11 @@ def run(args: argparse.Namespace) -> dict:
     config = TrainConfig.load(CONFIG)
     setup = _Setup(config, args)
     ours = setup.bench_ours()
-    figures = {"tokens_per_step": setup.tokens_per_step, "step_s_ours": ours, "tokens_per_s_ours": setup.tokens_per_step / ours}
+    figures = {
+        "tokens_per_step": setup.tokens_per_step,
+        "step_s_ours": ours,
+        "tokens_per_s_ours": setup.tokens_per_step / ours,
+    }
     trl_error, trl_s, version = None, None, None
     if args.skip_trl:
         trl_error = "skipped (--skip-trl)"
@@ -66,7 +70,9 @@ def run(args: argparse.Namespace) -> dict:
             log.warning("TRL could not run:\n%s", traceback.format_exc())
     figures["step_s_trl"] = trl_s
     figures["tokens_per_s_trl"] = figures["tokens_per_step_trl"] / trl_s if trl_s else None
-    figures["ratio"] = figures["tokens_per_s_ours"] / figures["tokens_per_s_trl"] if figures["tokens_per_s_trl"] else None
+    figures["ratio"] = (
+        figures["tokens_per_s_ours"] / figures["tokens_per_s_trl"] if figures["tokens_per_s_trl"] else None
+    )
     figures["trl_version"] = version
     figures["trl_error"] = trl_error
     figures["torch_threads"] = torch.get_num_threads()
@@ -119,14 +125,27 @@ class _Setup:
         sync = InProcessSync(engine)
         optimizer, scheduler = make_optimizer(model, OptimizerConfig(lr=1e-5, grad_clip=1.0), args.steps + 1)
         algorithm = AlgorithmConfig(routing_replay=True)
-        update = PolicyUpdate(model=model, optimizer=optimizer, scheduler=scheduler, algorithm=algorithm,
-                              micro_batch_size=args.prompts * args.group_size, norm_length=args.max_tokens)
+        update = PolicyUpdate(
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            algorithm=algorithm,
+            micro_batch_size=args.prompts * args.group_size,
+            norm_length=args.max_tokens,
+        )
         times = []
         for step in range(args.steps + 1):
             started = time.perf_counter()
             prompts = [p for p in self.prompts for _ in range(args.group_size)]
-            params = [SamplingParams(max_tokens=args.max_tokens, stop_token_ids=tuple(self.stops), seed=1000 * step + i,
-                                     return_routed_experts=True) for i in range(len(prompts))]
+            params = [
+                SamplingParams(
+                    max_tokens=args.max_tokens,
+                    stop_token_ids=tuple(self.stops),
+                    seed=1000 * step + i,
+                    return_routed_experts=True,
+                )
+                for i in range(len(prompts))
+            ]
             completions = engine.generate_batch(prompts, params)
             scored, tokens = [], 0
             for g in range(args.prompts):
@@ -136,9 +155,16 @@ class _Setup:
                 for c, a, r in zip(members, advantages.tolist(), rewards.tolist()):
                     prompt = self.prompts[g]
                     ids = tuple(prompt) + tuple(c.token_ids)
-                    t = Trajectory(task_id=str(g), tokenizer="bench", policy_version=c.weights_version, prompt_ids=tuple(prompt),
-                                   ids=ids, sampled=(False,) * len(prompt) + (True,) * len(c.token_ids),
-                                   logprobs=(None,) * len(prompt) + tuple(min(0.0, lp) for lp in c.logprobs), reward=r)
+                    t = Trajectory(
+                        task_id=str(g),
+                        tokenizer="bench",
+                        policy_version=c.weights_version,
+                        prompt_ids=tuple(prompt),
+                        ids=ids,
+                        sampled=(False,) * len(prompt) + (True,) * len(c.token_ids),
+                        logprobs=(None,) * len(prompt) + tuple(min(0.0, lp) for lp in c.logprobs),
+                        reward=r,
+                    )
                     import numpy as np
 
                     routes = np.asarray(c.routed_experts, dtype=np.int16) if c.routed_experts else None
@@ -186,17 +212,42 @@ class _Setup:
 
         with tempfile.TemporaryDirectory() as out:
             grpo = GRPOConfig(
-                output_dir=out, per_device_train_batch_size=args.prompts * args.group_size, num_generations=args.group_size,
-                max_completion_length=args.max_tokens, learning_rate=1e-5, max_steps=args.steps + 1, logging_steps=1,
-                report_to="none", save_strategy="no", use_cpu=True, bf16=False, beta=0.0, temperature=1.0,
-                loss_type="dapo", epsilon=0.2, epsilon_high=0.28, gradient_accumulation_steps=1, shuffle_dataset=False,
-                seed=0, dataloader_num_workers=0, max_grad_norm=1.0, lr_scheduler_type="constant",
+                output_dir=out,
+                per_device_train_batch_size=args.prompts * args.group_size,
+                num_generations=args.group_size,
+                max_completion_length=args.max_tokens,
+                learning_rate=1e-5,
+                max_steps=args.steps + 1,
+                logging_steps=1,
+                report_to="none",
+                save_strategy="no",
+                use_cpu=True,
+                bf16=False,
+                beta=0.0,
+                temperature=1.0,
+                loss_type="dapo",
+                epsilon=0.2,
+                epsilon_high=0.28,
+                gradient_accumulation_steps=1,
+                shuffle_dataset=False,
+                seed=0,
+                dataloader_num_workers=0,
+                max_grad_norm=1.0,
+                lr_scheduler_type="constant",
             )
-            trainer = GRPOTrainer(model=model, reward_funcs=harmony_reward, args=grpo, train_dataset=data,
-                                  processing_class=tokenizer, callbacks=[Timer()])
+            trainer = GRPOTrainer(
+                model=model,
+                reward_funcs=harmony_reward,
+                args=grpo,
+                train_dataset=data,
+                processing_class=tokenizer,
+                callbacks=[Timer()],
+            )
             trainer.train()
             history = [h for h in trainer.state.log_history if "completions/mean_length" in h]
         times = stats["times"][1:]
-        completion_mean = statistics.fmean(h["completions/mean_length"] for h in history[1:]) if len(history) > 1 else args.max_tokens
+        completion_mean = (
+            statistics.fmean(h["completions/mean_length"] for h in history[1:]) if len(history) > 1 else args.max_tokens
+        )
         tokens = sum(len(p) for p in self.prompts) * args.group_size + completion_mean * args.prompts * args.group_size
         return statistics.median(times), tokens

@@ -92,7 +92,9 @@ def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
 class Checkpointer:
     """Writes and reads the checkpoints of one run; every rank calls save/load together."""
 
-    def __init__(self, directory: Path, rank: int = 0, world_size: int = 1, keep: int = 2, barrier=lambda: None) -> None:
+    def __init__(
+        self, directory: Path, rank: int = 0, world_size: int = 1, keep: int = 2, barrier=lambda: None
+    ) -> None:
         self.directory = Path(directory)
         self.rank, self.world_size, self.keep = rank, world_size, keep
         self.barrier = barrier
@@ -115,14 +117,19 @@ class Checkpointer:
             tmp.mkdir()
         self.barrier()
         save_file(model_tensors(model), str(tmp / weights_file(self.rank, self.world_size)), metadata={"format": "pt"})
-        _save_torch({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / f"optimizer-rank{self.rank:02d}.pt")
+        _save_torch(
+            {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+            tmp / f"optimizer-rank{self.rank:02d}.pt",
+        )
         _save_torch(rng_state(), tmp / f"rng-rank{self.rank:02d}.pt")
         self.barrier()
         if self.rank == 0:
             config = getattr(model, "config", None)
             if config is not None and hasattr(config, "to_json_file"):
                 config.to_json_file(str(tmp / "config.json"))
-            (tmp / "state.json").write_text(state.model_copy(update={"world_size": self.world_size}).model_dump_json(indent=2))
+            (tmp / "state.json").write_text(
+                state.model_copy(update={"world_size": self.world_size}).model_dump_json(indent=2)
+            )
             for file in tmp.iterdir():
                 with file.open("rb") as handle:
                     os.fsync(handle.fileno())
@@ -158,6 +165,11 @@ class Checkpointer:
         optimizer.load_state_dict(blob["optimizer"])
         scheduler.load_state_dict(blob["scheduler"])
         set_rng_state(torch.load(path / f"rng-rank{self.rank:02d}.pt", weights_only=False))
-        log.info("resumed from %s (step %d, weights version %d, data cursor %d)", path, state.step, state.weights_version, state.data_cursor)
+        log.info(
+            "resumed from %s (step %d, weights version %d, data cursor %d)",
+            path,
+            state.step,
+            state.weights_version,
+            state.data_cursor,
+        )
         return state
-

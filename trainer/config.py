@@ -258,6 +258,7 @@ class EvalConfig(BaseModel):
     """The k of each pass@k reported (each <= samples)."""
     before: bool = False
     """Also evaluate before the first step (after any warm start), with the same seeds as later passes."""
+
     @model_validator(mode="after")
     def _k_fits(self) -> EvalConfig:
         if self.every and self.environment is None:
@@ -359,7 +360,9 @@ class TrainConfig(BaseModel):
             _environment(self.eval.environment, f"{source}: eval.environment")
         config = self.model_copy(update=update)
         if config.env.sampling.temperature <= 0:
-            raise ConfigError(f"{source}: environment.sampling.temperature: must be > 0 to train (greedy samples have no logprob)")
+            raise ConfigError(
+                f"{source}: environment.sampling.temperature: must be > 0 to train (greedy samples have no logprob)"
+            )
         return config
 
     @property
@@ -378,7 +381,6 @@ def _environment(path: Path, where: str) -> EnvironmentConfig:
         return EnvironmentConfig.from_file(path)
     except EnvironmentConfigError as err:
         raise ConfigError(f"{where}: {err}") from None
-
 
 
 def _environment_read_error(path: Path):

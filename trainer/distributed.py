@@ -54,7 +54,9 @@ def init_world(config: DistributedConfig, device: str) -> World:
     backend = config.backend if config.backend != "auto" else ("nccl" if device.startswith("cuda") else "gloo")
     if not dist.is_initialized():
         dist.init_process_group(backend=backend, timeout=datetime.timedelta(minutes=10))
-    world = World(rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=int(os.environ.get("LOCAL_RANK", "0")))
+    world = World(
+        rank=dist.get_rank(), world_size=dist.get_world_size(), local_rank=int(os.environ.get("LOCAL_RANK", "0"))
+    )
     log.info("rank %d of %d (%s)", world.rank, world.world_size, backend)
     return world
 
@@ -66,7 +68,9 @@ def shard_experts(model: nn.Module, config: DistributedConfig, world: World) -> 
     if config.dispatcher == "shared_memory":
         from policies.shm_dispatcher import SharedMemoryDispatcher
 
-        dispatcher = SharedMemoryDispatcher(model.config.num_experts, model.config.hidden_size, config.dispatch_capacity)
+        dispatcher = SharedMemoryDispatcher(
+            model.config.num_experts, model.config.hidden_size, config.dispatch_capacity
+        )
     else:
         from policies.collective_dispatcher import CollectiveDispatcher
 

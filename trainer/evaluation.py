@@ -50,10 +50,12 @@ def evaluate(groups: Iterable[Group], ks: Sequence[int], correctness_weight: flo
                 continue
             per_k[k].append(pass_at_k(n, c, k))
     figures = {f"pass@{k}": (sum(v) / len(v) if v else 0.0) for k, v in per_k.items()}
-    figures.update({
-        "tasks": float(tasks),
-        "reward_mean": sum(rewards) / len(rewards) if rewards else 0.0,
-        "masked": float(masked),
-        "skipped": float(skipped),
-    })
+    figures.update(
+        {
+            "tasks": float(tasks),
+            "reward_mean": sum(rewards) / len(rewards) if rewards else 0.0,
+            "masked": float(masked),
+            "skipped": float(skipped),
+        }
+    )
     return figures

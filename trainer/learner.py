@@ -74,7 +74,9 @@ Command = Stop | FreezeReference | WarmStart | Gather | Step | Save
 def make_optimizer(model: nn.Module, config: OptimizerConfig, total_steps: int):
     """AdamW over trainable parameters, with linear warm-up then a constant or cosine schedule."""
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(
+        params, lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay
+    )
 
     def factor(step: int) -> float:
         if config.warmup_steps and step < config.warmup_steps:
@@ -116,8 +118,13 @@ class Learner:
         self.dispatcher = shard_experts(self.model, config.distributed, world)
         self.sync: GradientSync = ProcessGroupSync(self.model) if world.distributed else GradientSync()
         self.optimizer, self.scheduler = make_optimizer(self.model, config.optimizer, config.loop.steps)
-        self.checkpointer = Checkpointer(self.run_dir / "checkpoints", world.rank, world.world_size, config.checkpoint.keep,
-                                         barrier=lambda: barrier(world))
+        self.checkpointer = Checkpointer(
+            self.run_dir / "checkpoints",
+            world.rank,
+            world.world_size,
+            config.checkpoint.keep,
+            barrier=lambda: barrier(world),
+        )
         self.state = TrainerState(world_size=world.world_size)
         self.resumed = False
         latest = self.checkpointer.latest() if resume else None
@@ -128,10 +135,17 @@ class Learner:
             self.resumed = True
         self.reference: nn.Module | None = None
         self.update = PolicyUpdate(
-            model=self.model, optimizer=self.optimizer, scheduler=self.scheduler, algorithm=config.algorithm,
-            micro_batch_size=config.loop.micro_batch_size, norm_length=config.norm_length,
-            temperature=config.env.sampling.temperature, grad_clip=config.optimizer.grad_clip, sync=self.sync,
-            updates_per_batch=config.loop.updates_per_batch, on_step=router_bias_hook(self.model, config.algorithm.router_bias),
+            model=self.model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            algorithm=config.algorithm,
+            micro_batch_size=config.loop.micro_batch_size,
+            norm_length=config.norm_length,
+            temperature=config.env.sampling.temperature,
+            grad_clip=config.optimizer.grad_clip,
+            sync=self.sync,
+            updates_per_batch=config.loop.updates_per_batch,
+            on_step=router_bias_hook(self.model, config.algorithm.router_bias),
         )
 
     def freeze_reference(self) -> None:
@@ -172,8 +186,16 @@ def follow(learner: Learner) -> None:
             case Stop():
                 return
             case WarmStart(demos):
-                warm_start(learner.model, demos, learner.config.warm_start, learner.config.seed, learner.sync,
-                           learner.world.rank, learner.world.world_size, learner.update.temperature)
+                warm_start(
+                    learner.model,
+                    demos,
+                    learner.config.warm_start,
+                    learner.config.seed,
+                    learner.sync,
+                    learner.world.rank,
+                    learner.world.world_size,
+                    learner.update.temperature,
+                )
             case FreezeReference():
                 learner.freeze_reference()
             case Step(scored):

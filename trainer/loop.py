@@ -107,7 +107,9 @@ def train(config: TrainConfig, resume: bool = False, workspaces=None, grader=Non
 class Loop:
     """Rank 0's asynchronous loop (see the module docstring)."""
 
-    def __init__(self, config: TrainConfig, learner: Learner, world: World, started: float, workspaces=None, grader=None) -> None:
+    def __init__(
+        self, config: TrainConfig, learner: Learner, world: World, started: float, workspaces=None, grader=None
+    ) -> None:
         self.config, self.learner, self.world, self.started = config, learner, world, started
         self.workspaces, self.grader = workspaces, grader
         self.correctness_weight = config.env.rubric.correctness.weight
@@ -133,8 +135,13 @@ class Loop:
         (self.run_dir / "config.json").write_text(self.config.model_dump_json(indent=2) + "\n")
         env = Environment(self.config.env)
         state = self.learner.state
-        self.metrics = MetricsLogger(self.run_dir, self.config.metrics, self.config.loop.steps, state.step,
-                                     run_config=self.config.model_dump(mode="json"))
+        self.metrics = MetricsLogger(
+            self.run_dir,
+            self.config.metrics,
+            self.config.loop.steps,
+            state.step,
+            run_config=self.config.model_dump(mode="json"),
+        )
         stopped: MaskedShareError | None = None
         try:
             if self.workspaces is not None:
@@ -177,15 +184,33 @@ class Loop:
         if self.config.warm_start.demos == "final_answers":
             demos = final_answer_demos(env, self.config.warm_start.tasks)
         else:
-            demos = await reference_demos(env, pool, self.config.warm_start.tasks, self.config.rollout.seed, self.grader)
+            demos = await reference_demos(
+                env, pool, self.config.warm_start.tasks, self.config.rollout.seed, self.grader
+            )
         self.command(WarmStart(demos))
         losses = await trio.to_thread.run_sync(
-            lambda: warm_start(self.learner.model, demos, self.config.warm_start, self.config.seed, self.learner.sync,
-                               0, self.world.world_size, self.learner.update.temperature,
-                               progress=self.config.metrics.progress)
+            lambda: warm_start(
+                self.learner.model,
+                demos,
+                self.config.warm_start,
+                self.config.seed,
+                self.learner.sync,
+                0,
+                self.world.world_size,
+                self.learner.update.temperature,
+                progress=self.config.metrics.progress,
+            )
         )
-        self.metrics.log(0, {"warm_start/loss_first": losses[0], "warm_start/loss_last": losses[-1],
-                             "warm_start/demos": len(demos), "time/warm_start": time.monotonic() - started}, kind="warm_start")
+        self.metrics.log(
+            0,
+            {
+                "warm_start/loss_first": losses[0],
+                "warm_start/loss_last": losses[-1],
+                "warm_start/demos": len(demos),
+                "time/warm_start": time.monotonic() - started,
+            },
+            kind="warm_start",
+        )
 
     async def start_engine(self) -> None:
         """The rollout engine at the learner's current weights and version."""
@@ -221,15 +246,16 @@ class Loop:
 
     async def loop(self, env, pool) -> None:
         from gym.rollout import RolloutWorkers
-        from trainer.routes import RouteRecorder
         from trainer.producer import ConsumedStream, Producer
+        from trainer.routes import RouteRecorder
 
         config, state = self.config, self.learner.state
         replay = config.algorithm.routing_replay and hasattr(self.learner.model, "update_router_biases")
         recorder = RouteRecorder(self.engine) if replay else None
         stream = ConsumedStream(env.stream(), state.data_cursor, set(state.consumed))
-        workers = RolloutWorkers(env, recorder or self.engine, pool, grader=self.grader, bundle_dir=self.run_dir / "bundles",
-                                 stream=stream)
+        workers = RolloutWorkers(
+            env, recorder or self.engine, pool, grader=self.grader, bundle_dir=self.run_dir / "bundles", stream=stream
+        )
         producer = Producer(workers, stream, config.rollout.group_size, config.rollout.seed, recorder)
         self.eval_env = None
         send, receive = trio.open_memory_channel[Group](math.inf)
@@ -252,11 +278,17 @@ class Loop:
                 producer.grant(config.rollout.groups_per_step)
                 done = time.monotonic()
                 figures.update(self.step_metrics(batch))
-                figures.update({"time/wait_rollout": train_started - step_started, "time/train": sync_started - train_started,
-                                "time/sync": done - sync_started, "time/step": done - step_started,
-                                "perf/tokens_per_s": figures.get("tokens", 0.0) / max(done - step_started, 1e-9),
-                                "perf/train_tokens_per_s": figures.get("tokens", 0.0) / max(sync_started - train_started, 1e-9),
-                                "perf/peak_rss_mb": peak_rss_mb()})
+                figures.update(
+                    {
+                        "time/wait_rollout": train_started - step_started,
+                        "time/train": sync_started - train_started,
+                        "time/sync": done - sync_started,
+                        "time/step": done - step_started,
+                        "perf/tokens_per_s": figures.get("tokens", 0.0) / max(done - step_started, 1e-9),
+                        "perf/train_tokens_per_s": figures.get("tokens", 0.0) / max(sync_started - train_started, 1e-9),
+                        "perf/peak_rss_mb": peak_rss_mb(),
+                    }
+                )
                 self.metrics.log(state.step, figures)
                 self.write_trajectories(batch.groups)
                 state.data_cursor, state.consumed = stream.cursor()
@@ -307,12 +339,23 @@ class Loop:
                     producer.grant(missing)
             elif producer.outstanding < missing:
                 producer.grant(missing - producer.outstanding)
-        scored = sorted(filler.scored, key=lambda s: (s.sample.trajectory.seeds.position or 0, s.sample.trajectory.seeds.member or 0))
+        scored = sorted(
+            filler.scored,
+            key=lambda s: (s.sample.trajectory.seeds.position or 0, s.sample.trajectory.seeds.member or 0),
+        )
         self.step_rewards.append(mean(rewards))
         graded = [s for g in filler.groups for s in g.samples if not s.masked]
-        self.step_pass_rates.append(mean([float(passed(s.trajectory.reward_breakdown, self.correctness_weight)) for s in graded]))
-        return StepBatch(groups=filler.groups, scored=scored, counts=filler.counts, wait_s=waited,
-                         version=self.learner.state.weights_version, rewards=rewards)
+        self.step_pass_rates.append(
+            mean([float(passed(s.trajectory.reward_breakdown, self.correctness_weight)) for s in graded])
+        )
+        return StepBatch(
+            groups=filler.groups,
+            scored=scored,
+            counts=filler.counts,
+            wait_s=waited,
+            version=self.learner.state.weights_version,
+            rewards=rewards,
+        )
 
     def step_metrics(self, batch: StepBatch) -> dict[str, float]:
         samples = [s for g in batch.groups for s in g.samples]
@@ -326,7 +369,9 @@ class Loop:
             "reward/mean": mean(batch.rewards),
             "reward/std": statistics.pstdev(batch.rewards) if len(batch.rewards) > 1 else 0.0,
             "reward/kept_mean": mean([s.reward for s in batch.scored]),
-            "reward/correct_share": mean([float(s.trajectory.reward_breakdown.get("correctness", 0.0) > 0) for s in graded]),
+            "reward/correct_share": mean(
+                [float(s.trajectory.reward_breakdown.get("correctness", 0.0) > 0) for s in graded]
+            ),
             "reward/pass_rate": self.step_pass_rates[-1] if self.step_pass_rates else 0.0,
             "staleness/mean": mean([max(0, g) for g in gaps]),
             "staleness/max": float(max(max(gaps), 0)),
@@ -362,9 +407,16 @@ class Loop:
         env = self.eval_env
         started = time.monotonic()
         # the same seeds at every step: evaluations differ by the weights only (common random numbers)
-        trajectories, _ = await collect_async(env, self.engine, pool, len(env.tasks), self.config.eval.samples,
-                                              self.config.rollout.seed + 1_000_003, stream=env.stream(),
-                                              grader=self.grader)
+        trajectories, _ = await collect_async(
+            env,
+            self.engine,
+            pool,
+            len(env.tasks),
+            self.config.eval.samples,
+            self.config.rollout.seed + 1_000_003,
+            stream=env.stream(),
+            grader=self.grader,
+        )
         by_group: dict[str, list] = {}
         for t in trajectories:
             by_group.setdefault(t.group_key, []).append(Sample(t))
@@ -372,7 +424,11 @@ class Loop:
         figures = evaluate(groups, self.config.eval.k, env.config.rubric.correctness.weight)
         figures["time/eval"] = time.monotonic() - started
         self.evals.append((step, figures))
-        log.info("held-out eval at step %d: %s", step, ", ".join(f"{k} {v:.3f}" for k, v in figures.items() if k.startswith("pass@")))
+        log.info(
+            "held-out eval at step %d: %s",
+            step,
+            ", ".join(f"{k} {v:.3f}" for k, v in figures.items() if k.startswith("pass@")),
+        )
         self.metrics.log(step, figures, kind="eval")
 
     def summary(self, stopped: MaskedShareError | None = None) -> dict:

@@ -161,14 +161,21 @@ def importance_weights(
     return ImportanceWeights(weights=weights * mask, capped_fraction=capped)
 
 
-def mismatch_metrics(trainer_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+def mismatch_metrics(
+    trainer_logprobs: torch.Tensor, behaviour_logprobs: torch.Tensor, mask: torch.Tensor
+) -> dict[str, float]:
     """How far the engine's logprobs are from the trainer's on the sampled tokens.
 
     ``kl_k1`` and ``kl_k3`` estimate KL(behaviour || trainer) from the behaviour's own samples.
     """
     valid = mask > 0
     if not valid.any():
-        return {"mismatch/abs_diff_mean": 0.0, "mismatch/abs_diff_max": 0.0, "mismatch/kl_k1": 0.0, "mismatch/kl_k3": 0.0}
+        return {
+            "mismatch/abs_diff_mean": 0.0,
+            "mismatch/abs_diff_max": 0.0,
+            "mismatch/kl_k1": 0.0,
+            "mismatch/kl_k3": 0.0,
+        }
     diff = (behaviour_logprobs - trainer_logprobs)[valid].double()  # log(behaviour / trainer)
     return {
         "mismatch/abs_diff_mean": float(diff.abs().mean()),

@@ -76,5 +76,7 @@ class MaskedTally:
             f"masked share {self.share:.3f} ({self.masked} of {self.samples} samples) exceeds "
             f"loop.max_masked_share = {self.bound:g}; most frequent: {reasons}. Fix the infrastructure, "
             f"or raise loop.max_masked_share (or loop.masked_share_min_samples) in the config to go on",
-            share=self.share, bound=self.bound, reasons=top,
+            share=self.share,
+            bound=self.bound,
+            reasons=top,
         )

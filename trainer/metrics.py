@@ -26,8 +26,15 @@ PROGRESS_FIELDS = {"reward/mean": "reward", "perf/tokens_per_s": "tok/s", "stale
 class MetricsLogger:
     """Sinks of one run (only rank 0 creates one with writing enabled)."""
 
-    def __init__(self, run_dir: Path, config: MetricsConfig, total_steps: int, start_step: int = 0, enabled: bool = True,
-                 run_config: dict | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        config: MetricsConfig,
+        total_steps: int,
+        start_step: int = 0,
+        enabled: bool = True,
+        run_config: dict | None = None,
+    ) -> None:
         self.path = Path(run_dir) / "metrics.jsonl"
         self.enabled = enabled
         self._tb = None
@@ -44,8 +51,9 @@ class MetricsLogger:
         if config.progress:
             from tqdm import tqdm
 
-            self._bar = tqdm(total=total_steps, initial=start_step, desc="grpo", unit="step", dynamic_ncols=True,
-                             disable=None)  # none when stderr is not a terminal (logs, CI), as gym/progress.py
+            self._bar = tqdm(
+                total=total_steps, initial=start_step, desc="grpo", unit="step", dynamic_ncols=True, disable=None
+            )  # none when stderr is not a terminal (logs, CI), as gym/progress.py
 
     def log(self, step: int, metrics: dict[str, Any], kind: str = "train") -> None:
         if not self.enabled:
@@ -63,7 +71,11 @@ class MetricsLogger:
         if self._bar is not None and kind == "train":
             self._bar.n = step
             self._bar.set_postfix(
-                {label: f"{metrics[key]:.3g}" for key, label in PROGRESS_FIELDS.items() if isinstance(metrics.get(key), (int, float))},
+                {
+                    label: f"{metrics[key]:.3g}"
+                    for key, label in PROGRESS_FIELDS.items()
+                    if isinstance(metrics.get(key), (int, float))
+                },
                 refresh=False,
             )
             self._bar.refresh()
@@ -94,8 +106,10 @@ def _tensorboard_writer(directory: Path):
         writer_cls = importlib.import_module(module).SummaryWriter
         log.info("TensorBoard events in %s", directory)
         return writer_cls(log_dir=str(directory))
-    log.warning("TensorBoard not installed (metrics.tensorboard is on): metrics go to metrics.jsonl only; "
-                "`bash bin/setup` installs it, or set metrics.tensorboard: false")
+    log.warning(
+        "TensorBoard not installed (metrics.tensorboard is on): metrics go to metrics.jsonl only; "
+        "`bash bin/setup` installs it, or set metrics.tensorboard: false"
+    )
     return None
 
 

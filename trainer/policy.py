@@ -27,8 +27,12 @@ from policies.serve_config import HFPolicySource, MoEPolicySource
 log = logging.getLogger(__name__)
 
 
-def build_model(source: MoEPolicySource | HFPolicySource, dtype: str = "float32", device: str = "cpu",
-                aux_loss_coef: float | None = None) -> nn.Module:
+def build_model(
+    source: MoEPolicySource | HFPolicySource,
+    dtype: str = "float32",
+    device: str = "cpu",
+    aux_loss_coef: float | None = None,
+) -> nn.Module:
     """The trainable model a policy source describes (random init is seeded by ``source.seed``)."""
     from transformers import AutoModelForCausalLM
 
@@ -43,7 +47,11 @@ def build_model(source: MoEPolicySource | HFPolicySource, dtype: str = "float32"
         model = RdepMoeForCausalLM(RdepMoeConfig.from_architecture(arch))
     else:
         path = source.checkpoint if isinstance(source, MoEPolicySource) else source.path
-        extra = {"aux_loss_coef": aux_loss_coef} if aux_loss_coef is not None and isinstance(source, MoEPolicySource) else {}
+        extra = (
+            {"aux_loss_coef": aux_loss_coef}
+            if aux_loss_coef is not None and isinstance(source, MoEPolicySource)
+            else {}
+        )
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, **extra)
     return model.to(dtype=torch_dtype, device=device)
 
@@ -56,15 +64,17 @@ def frozen_copy(model: nn.Module) -> nn.Module:
     return reference
 
 
-def build_engine(model: nn.Module, max_batch_size: int = 32, pad_token_id: int = 0, name: str = "policy",
-                 mode: str | None = None) -> GenerationEngine:
+def build_engine(
+    model: nn.Module, max_batch_size: int = 32, pad_token_id: int = 0, name: str = "policy", mode: str | None = None
+) -> GenerationEngine:
     """An in-process generation engine over its own copy of ``model``'s weights (version 0); ``mode`` as
     `GenerationEngine` (None: its default)."""
     copy_ = copy.deepcopy(model).eval()
     for p in copy_.parameters():
         p.requires_grad_(False)
-    return GenerationEngine(CausalLMPolicy(copy_, name=name), max_batch_size=max_batch_size, mode=mode,
-                            pad_token_id=pad_token_id)
+    return GenerationEngine(
+        CausalLMPolicy(copy_, name=name), max_batch_size=max_batch_size, mode=mode, pad_token_id=pad_token_id
+    )
 
 
 class WeightSync(Protocol):
@@ -102,7 +112,9 @@ class HttpSync:
                         return
             except OSError as exc:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"policy server {self.base_url} did not answer /health within {timeout_s:.0f} s: {exc}") from None
+                    raise RuntimeError(
+                        f"policy server {self.base_url} did not answer /health within {timeout_s:.0f} s: {exc}"
+                    ) from None
             time.sleep(1.0)
 
     def push(self, tensors: dict[str, torch.Tensor], version: int) -> None:
@@ -116,5 +128,9 @@ class HttpSync:
         )
         with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
             if response.status != 200:
-                raise RuntimeError(f"weight update to {self.base_url} answered {response.status}: {response.read()[:200]!r}")
-        log.info("pushed %d tensors (%.1f MB) to %s as version %d", len(tensors), len(body) / 1e6, self.base_url, version)
+                raise RuntimeError(
+                    f"weight update to {self.base_url} answered {response.status}: {response.read()[:200]!r}"
+                )
+        log.info(
+            "pushed %d tensors (%.1f MB) to %s as version %d", len(tensors), len(body) / 1e6, self.base_url, version
+        )

@@ -67,8 +67,14 @@ class ConsumedStream:
 class Producer:
     """Runs groups as credits allow and sends each finished `Group` on a channel."""
 
-    def __init__(self, workers: RolloutWorkers, stream: ConsumedStream, group_size: int, seed: int,
-                 recorder: RouteRecorder | None = None) -> None:
+    def __init__(
+        self,
+        workers: RolloutWorkers,
+        stream: ConsumedStream,
+        group_size: int,
+        seed: int,
+        recorder: RouteRecorder | None = None,
+    ) -> None:
         self.workers, self.stream = workers, stream
         self.group_size, self.seed = group_size, seed
         self.recorder = recorder
@@ -105,7 +111,9 @@ class Producer:
     async def _one_group(self, send: trio.MemorySendChannel[Trajectory]) -> None:
         await self.workers.run(send, groups=1, group_size=self.group_size, seed=self.seed)
 
-    async def _collect(self, receive: trio.MemoryReceiveChannel[Trajectory], send: trio.MemorySendChannel[Group]) -> None:
+    async def _collect(
+        self, receive: trio.MemoryReceiveChannel[Trajectory], send: trio.MemorySendChannel[Group]
+    ) -> None:
         async with receive:
             async for trajectory in receive:
                 key = trajectory.group_key
@@ -127,5 +135,9 @@ class Producer:
         for t in trajectories:
             for phase, seconds in t.timings.items():
                 timings[phase] += seconds
-        return Group(task_id=trajectories[0].task_id, samples=tuple(samples),
-                     index=trajectories[0].seeds.position or 0, timings=dict(timings))
+        return Group(
+            task_id=trajectories[0].task_id,
+            samples=tuple(samples),
+            index=trajectories[0].seeds.position or 0,
+            timings=dict(timings),
+        )

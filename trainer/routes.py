@@ -32,7 +32,9 @@ class RouteRecorder:
         out = []
         for prompt, completion in zip(prompts, completions):
             if completion.routed_experts is not None:
-                self._routes[sequence_key(list(prompt) + completion.token_ids)] = np.asarray(completion.routed_experts, dtype=np.int16)
+                self._routes[sequence_key(list(prompt) + completion.token_ids)] = np.asarray(
+                    completion.routed_experts, dtype=np.int16
+                )
             out.append(completion.model_copy(update={"routed_experts": None}))
         return out
 

@@ -87,7 +87,9 @@ def select_group(
             counts["stale_downweighted"] += 1
         reward = sample.reward
         if algorithm.overlong.mode == "penalty":
-            penalty = overlong_penalty(sample.num_sampled, algorithm.overlong.max_tokens, algorithm.overlong.buffer_tokens)
+            penalty = overlong_penalty(
+                sample.num_sampled, algorithm.overlong.max_tokens, algorithm.overlong.buffer_tokens
+            )
             counts["overlong_penalised"] += penalty < 0
             reward += penalty
         if reward_offsets is not None:

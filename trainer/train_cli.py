@@ -29,10 +29,17 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     parser.add_argument("--resume", action="store_true", help="continue from the run directory's latest checkpoint")
     parser.add_argument("--steps", type=int, default=None, help="override loop.steps")
     parser.add_argument("--run-dir", type=Path, default=None, help="override run_dir")
-    parser.add_argument("--engine-url", default=None, metavar="URL",
-                        help="sample from a policy server (python -m gym serve) at URL and push weights to it, instead of in process")
-    add_argument(parser, "optimizer.lr=1e-3 --set environment.episode.max_turns=4",
-                 scope=" from the top of the training config (an environment given as a file is read in first)")
+    parser.add_argument(
+        "--engine-url",
+        default=None,
+        metavar="URL",
+        help="sample from a policy server (python -m gym serve) at URL and push weights to it, instead of in process",
+    )
+    add_argument(
+        parser,
+        "optimizer.lr=1e-3 --set environment.episode.max_turns=4",
+        scope=" from the top of the training config (an environment given as a file is read in first)",
+    )
 
 
 def writable(run_dir: Path) -> None:
@@ -71,7 +78,15 @@ def run(args: argparse.Namespace) -> int:
         raise CommandError(f"train stopped: {err}", f"see {config.run_dir / 'summary.json'}") from err
     if summary:
         print(json.dumps(summary, indent=2))
-        log.info("run %s: %d steps in %.1f s, peak RSS %.0f MB, reward %s -> %s, %d masked (share %.3f)",
-                 config.run_dir, summary["steps"], summary["wall_s"], summary["peak_rss_mb"],
-                 summary["reward_first"], summary["reward_last"], summary["masked"], summary["masked_share"])
+        log.info(
+            "run %s: %d steps in %.1f s, peak RSS %.0f MB, reward %s -> %s, %d masked (share %.3f)",
+            config.run_dir,
+            summary["steps"],
+            summary["wall_s"],
+            summary["peak_rss_mb"],
+            summary["reward_first"],
+            summary["reward_last"],
+            summary["masked"],
+            summary["masked_share"],
+        )
     return 0

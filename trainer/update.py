@@ -88,9 +88,13 @@ def micro_batch_loss(
     old = scores.logprobs.detach() if proximal is None else proximal
 
     def reduce(values: torch.Tensor) -> torch.Tensor:
-        return aggregate(values, mask, algorithm.aggregation, denominators.tokens, denominators.sequences, denominators.norm_length)
+        return aggregate(
+            values, mask, algorithm.aggregation, denominators.tokens, denominators.sequences, denominators.norm_length
+        )
 
-    terms = policy_loss(scores.logprobs, old, batch.advantages, algorithm.clip_low, algorithm.clip_high, algorithm.dual_clip)
+    terms = policy_loss(
+        scores.logprobs, old, batch.advantages, algorithm.clip_low, algorithm.clip_high, algorithm.dual_clip
+    )
     per_token = terms.loss * batch.weights
     stats: dict[str, float] = {}
     if algorithm.importance_sampling.enabled:
@@ -179,7 +183,9 @@ class PolicyUpdate:
         return micro + [empty_batch(self.pad_id).to(device) for _ in range(rounds - len(micro))]
 
     def _denominators(self, micro: list[TrainBatch]) -> Denominators:
-        counts = torch.tensor([sum(b.num_tokens for b in micro), sum(b.num_sequences for b in micro)], dtype=torch.float64)
+        counts = torch.tensor(
+            [sum(b.num_tokens for b in micro), sum(b.num_sequences for b in micro)], dtype=torch.float64
+        )
         counts = self.sync.all_reduce(counts)
         return Denominators(tokens=float(counts[0]), sequences=float(counts[1]), norm_length=self.norm_length)
 
@@ -188,7 +194,13 @@ class PolicyUpdate:
             self.optimizer.zero_grad(set_to_none=True)
             self.optimizer.step()  # no gradients: changes nothing, keeps the scheduler's step count aligned
             self.scheduler.step()
-            return {"loss": 0.0, "tokens": 0.0, "sequences": 0.0, "skipped_empty": 1.0, "lr": self.optimizer.param_groups[0]["lr"]}
+            return {
+                "loss": 0.0,
+                "tokens": 0.0,
+                "sequences": 0.0,
+                "skipped_empty": 1.0,
+                "lr": self.optimizer.param_groups[0]["lr"],
+            }
         denominators = self._denominators(micro)
         self.model.train()
         sums: dict[str, float] = defaultdict(float)
@@ -248,20 +260,30 @@ class PolicyUpdate:
             if key in summed:
                 metrics[name] = summed[key] / tokens
         moments = self.sync.all_reduce(
-            torch.stack([diff.abs().sum(), diff.sum(), (torch.exp(-diff) - 1 + diff).sum(), torch.tensor(float(diff.numel()))])
+            torch.stack(
+                [diff.abs().sum(), diff.sum(), (torch.exp(-diff) - 1 + diff).sum(), torch.tensor(float(diff.numel()))]
+            )
         )
-        peak = self.sync.all_reduce(diff.abs().max().reshape(1) if diff.numel() else torch.zeros(1, dtype=torch.float64), op="max")
+        peak = self.sync.all_reduce(
+            diff.abs().max().reshape(1) if diff.numel() else torch.zeros(1, dtype=torch.float64), op="max"
+        )
         count = max(float(moments[3]), 1.0)
-        metrics.update({
-            "mismatch/abs_diff_mean": float(moments[0]) / count,
-            "mismatch/abs_diff_max": float(peak[0]),
-            "mismatch/kl_k1": float(moments[1]) / count,
-            "mismatch/kl_k3": float(moments[2]) / count,
-            "tokens": denominators.tokens,
-            "sequences": denominators.sequences,
-        })
+        metrics.update(
+            {
+                "mismatch/abs_diff_mean": float(moments[0]) / count,
+                "mismatch/abs_diff_max": float(peak[0]),
+                "mismatch/kl_k1": float(moments[1]) / count,
+                "mismatch/kl_k3": float(moments[2]) / count,
+                "tokens": denominators.tokens,
+                "sequences": denominators.sequences,
+            }
+        )
         return metrics
 
 
 # summed statistic -> metric name once divided by the batch's token count
-_PER_TOKEN = {"clipped_tokens": "clip_fraction", "dual_clipped_tokens": "dual_clip_fraction", "is_weight_sum": "is_weight_mean"}
+_PER_TOKEN = {
+    "clipped_tokens": "clip_fraction",
+    "dual_clipped_tokens": "dual_clip_fraction",
+    "is_weight_sum": "is_weight_mean",
+}

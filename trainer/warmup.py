@@ -22,10 +22,10 @@ import torch
 from torch import nn
 
 from gym.environment import Environment
-from gym.rollout import collect_async
-from gym.scripted import load_scripted
 from gym.message import Message
 from gym.progress import progress as bar_of
+from gym.rollout import collect_async
+from gym.scripted import load_scripted
 from gym.trajectory import Trajectory, TrajectoryBuilder
 from tasks.task import Task
 from trainer.batch import collate, shard
@@ -45,15 +45,28 @@ async def reference_demos(env: Environment, pool, tasks: int | None, seed: int, 
     never learns turns it would not be allowed to finish.
     """
     episode = env.config.episode
-    roomy = Environment(env.config.model_copy(update={"episode": episode.model_copy(
-        update={"max_tokens_per_turn": episode.max_total_tokens})}), tokenizer=env.tokenizer)
+    roomy = Environment(
+        env.config.model_copy(
+            update={"episode": episode.model_copy(update={"max_tokens_per_turn": episode.max_total_tokens})}
+        ),
+        tokenizer=env.tokenizer,
+    )
     engine = load_scripted("reference", roomy)
     chosen = TaskList(demo_tasks(roomy, tasks))
     trajectories, _ = await collect_async(roomy, engine, pool, len(chosen.tasks), 1, seed, stream=chosen, grader=grader)
-    kept = [t for t in trajectories if not t.masked and t.reward is not None and t.end_reason == "submit"
-            and longest_turn(t.sampled) <= episode.max_tokens_per_turn]
-    log.info("warm start: %d reference trajectories (%d masked, unsubmitted or over the turn budget left out)",
-             len(kept), len(trajectories) - len(kept))
+    kept = [
+        t
+        for t in trajectories
+        if not t.masked
+        and t.reward is not None
+        and t.end_reason == "submit"
+        and longest_turn(t.sampled) <= episode.max_tokens_per_turn
+    ]
+    log.info(
+        "warm start: %d reference trajectories (%d masked, unsubmitted or over the turn budget left out)",
+        len(kept),
+        len(trajectories) - len(kept),
+    )
     return sorted(kept, key=lambda t: t.seeds.position or 0)
 
 
@@ -106,7 +119,12 @@ def final_answer_demos(env: Environment, tasks: int | None) -> list[Trajectory]:
         demos.append(builder.build())
     max_turn = env.config.episode.max_tokens_per_turn
     kept = [d for d in demos if d.num_sampled <= max_turn]
-    log.info("warm start: %d final-answer demos (%d over the %d-token turn budget left out)", len(kept), len(demos) - len(kept), max_turn)
+    log.info(
+        "warm start: %d final-answer demos (%d over the %d-token turn budget left out)",
+        len(kept),
+        len(demos) - len(kept),
+        max_turn,
+    )
     return kept
 
 
@@ -144,8 +162,18 @@ def warm_start(
     model.train()
     with bar_of(config.steps, "warm start", "step", enabled=progress and rank == 0) as bar:
         for step in range(config.steps):
-            losses.append(_warm_step(model, optimizer, sync, order.sample(items, min(config.batch_size, len(items))),
-                                     rank, world_size, device, temperature))
+            losses.append(
+                _warm_step(
+                    model,
+                    optimizer,
+                    sync,
+                    order.sample(items, min(config.batch_size, len(items))),
+                    rank,
+                    world_size,
+                    device,
+                    temperature,
+                )
+            )
             bar.set_postfix({"loss": f"{losses[-1]:.4f}"}, refresh=False)
             bar.update(1)
             if step % 10 == 0 or step == config.steps - 1:
@@ -155,8 +183,16 @@ def warm_start(
     return losses
 
 
-def _warm_step(model: nn.Module, optimizer: torch.optim.Optimizer, sync: GradientSync, batch: list[Scored], rank: int,
-               world_size: int, device: torch.device, temperature: float) -> float:
+def _warm_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    sync: GradientSync,
+    batch: list[Scored],
+    rank: int,
+    world_size: int,
+    device: torch.device,
+    temperature: float,
+) -> float:
     """One supervised step on ``batch`` (every rank drew the same one); its loss summed over ranks."""
     mine = shard(batch, rank, world_size)
     tokens = float(sum(s.sample.num_sampled for s in batch))

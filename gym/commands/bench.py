@@ -15,14 +15,29 @@ from pathlib import Path
 # target -> (dotted module path, one-line help)
 BENCHES: dict[str, tuple[str, str]] = {
     "sandbox": ("sandbox.bench", "tool-call round trip (runner vs docker exec vs host) and workspace acquire"),
-    "kernels": ("kernels.bench", "reference vs Triton kernel times (GPU) for logprob/entropy, MoE permute/unpermute, grouped SwiGLU"),
+    "kernels": (
+        "kernels.bench",
+        "reference vs Triton kernel times (GPU) for logprob/entropy, MoE permute/unpermute, grouped SwiGLU",
+    ),
     "grader": ("tasks.bench", "CP grader tests/s vs bare host subprocesses vs one docker run per test"),
-    "timing": ("tasks.timing_bench", "time limits idle vs beside busy containers, CPU vs wall model: accepted, wrong and "
-               "too-slow jury submissions of a generated contest set, and the CPU/wall ratio of tests"),
-    "rollout": ("gym.bench", "episodes/s of scripted:reference rollouts and the share of time in policy, tools, grading"),
-    "swe": ("gym.swe_bench", "SWE episodes/min of scripted:reference on the shipped instances, workspace-ready and grading p50"),
+    "timing": (
+        "tasks.timing_bench",
+        "time limits idle vs beside busy containers, CPU vs wall model: accepted, wrong and "
+        "too-slow jury submissions of a generated contest set, and the CPU/wall ratio of tests",
+    ),
+    "rollout": (
+        "gym.bench",
+        "episodes/s of scripted:reference rollouts and the share of time in policy, tools, grading",
+    ),
+    "swe": (
+        "gym.swe_bench",
+        "SWE episodes/min of scripted:reference on the shipped instances, workspace-ready and grading p50",
+    ),
     "generate": ("policies.bench", "tiny policy generation tokens/s: KV cache vs full recompute"),
-    "trainer": ("trainer.bench", "GRPO step tokens/s of this trainer vs TRL's GRPOTrainer (same tiny policy, prompts, reward)"),
+    "trainer": (
+        "trainer.bench",
+        "GRPO step tokens/s of this trainer vs TRL's GRPOTrainer (same tiny policy, prompts, reward)",
+    ),
 }
 
 

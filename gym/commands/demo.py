@@ -41,7 +41,15 @@ def run(args: argparse.Namespace) -> int:
                 started = time.perf_counter()
                 result = await call
                 out = getattr(result, "stdout_text", "").strip()
-                rows.append((index, step, name, result.failure.value + (f" -> {out}" if out else ""), time.perf_counter() - started))
+                rows.append(
+                    (
+                        index,
+                        step,
+                        name,
+                        result.failure.value + (f" -> {out}" if out else ""),
+                        time.perf_counter() - started,
+                    )
+                )
 
     async def main() -> int:
         config = SandboxConfig()
@@ -55,8 +63,10 @@ def run(args: argparse.Namespace) -> int:
             live_before_close = len(pool.live)
         for index, _, name, outcome, seconds in sorted(rows):
             print(f"ws{index}  {name:<22} {outcome:<28} {seconds * 1000:7.1f} ms")
-        print(f"{args.workspaces} workspaces, {len(rows)} tool calls; containers left after release: "
-              f"{len(pool.live)} (were {live_before_close} live incl. warm spares before close)")
+        print(
+            f"{args.workspaces} workspaces, {len(rows)} tool calls; containers left after release: "
+            f"{len(pool.live)} (were {live_before_close} live incl. warm spares before close)"
+        )
         return 0 if not pool.live else 1
 
     return trio.run(main)

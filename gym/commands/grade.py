@@ -48,18 +48,28 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     cp = parser.add_argument_group("competitive programming")
     cp.add_argument("--tasks", type=Path, metavar="FILE", help="dataset file (jsonl[.gz], json, parquet, arrow, dir)")
     cp.add_argument("--format", choices=FORMATS, default="auto", help="dataset format (default: recognised)")
-    cp.add_argument("--reader", choices=("auto", "plain", "datasets"), default="auto",
-                    help="plain JSON(L) reader, or the datasets library (default: datasets for parquet/arrow/dirs)")
+    cp.add_argument(
+        "--reader",
+        choices=("auto", "plain", "datasets"),
+        default="auto",
+        help="plain JSON(L) reader, or the datasets library (default: datasets for parquet/arrow/dirs)",
+    )
     cp.add_argument("--solutions", type=Path, metavar="FILE", help="JSON Lines of {task_id, completion}")
     cp.add_argument("--concurrency", type=int, default=None, help="tasks graded at once (default 2)")
     cp.add_argument("--time-scale", type=float, default=None, help="multiplier on the tasks' time limits")
-    cp.add_argument("--time-model", choices=("cpu", "wall"), default=None,
-                    help="limits on CPU time of each test's process tree (default; the wall clock only a backstop) "
-                         "or on wall-clock time")
+    cp.add_argument(
+        "--time-model",
+        choices=("cpu", "wall"),
+        default=None,
+        help="limits on CPU time of each test's process tree (default; the wall clock only a backstop) "
+        "or on wall-clock time",
+    )
     cp.add_argument("--tolerance", type=float, default=None, help="absolute and relative float tolerance (1e-6)")
     cp.add_argument("--early-stop", action="store_true", help="stop a task at its first crash or timeout")
-    swe = parser.add_argument_group("SWE patch tasks (--tasks: instances; --solutions: FILE of {instance_id, "
-                                    "model_patch}, gold or empty; --concurrency)")
+    swe = parser.add_argument_group(
+        "SWE patch tasks (--tasks: instances; --solutions: FILE of {instance_id, "
+        "model_patch}, gold or empty; --concurrency)"
+    )
     swe.add_argument("--swe", action="store_true", help="grade SWE patch predictions (tasks/swe/evaluation.py)")
     swe.add_argument("--repos-dir", type=Path, default=None, metavar="DIR", help="local clones as DIR/owner__name")
     swe.add_argument("--test-timeout", type=float, default=None, help="wall clock of one test run (default 900 s)")
@@ -107,8 +117,10 @@ def _print_results(report) -> None:
         extra = " ".join(f"{k}={v}" for k, v in sorted(counts.items()))
         print(f"{result.task_id:<{width}}  {status:<5}  {result.fraction:.3f}  {passed}/{len(result.tests)}  {extra}")
     print(summary_line(report))
-    print(f"limits: {report.time_model} time x time_scale {report.time_scale:g} x speed factor {report.speed_factor:.2f}, "
-          f"{report.reruns} borderline re-runs")
+    print(
+        f"limits: {report.time_model} time x time_scale {report.time_scale:g} x speed factor {report.speed_factor:.2f}, "
+        f"{report.reruns} borderline re-runs"
+    )
 
 
 def summary_line(report) -> str:
@@ -116,8 +128,10 @@ def summary_line(report) -> str:
     failed = report.total - report.passed - report.infra_errors
     rate = report.passed / report.total if report.total else 0.0
     reasons = ", ".join(f"{n} {reason}{'s' * (n > 1)}" for reason, n in report.skipped_reasons.items())
-    return (f"passed {report.passed}/{report.total} graded ({rate:.3f}), failed {failed}, "
-            f"infra_errors {report.infra_errors}, {report.skipped} skipped" + (f" ({reasons})" if reasons else ""))
+    return (
+        f"passed {report.passed}/{report.total} graded ({rate:.3f}), failed {failed}, "
+        f"infra_errors {report.infra_errors}, {report.skipped} skipped" + (f" ({reasons})" if reasons else "")
+    )
 
 
 def _nothing_graded(args: argparse.Namespace, tasks: int, rows: int, report) -> tuple[int, str] | None:
@@ -131,8 +145,10 @@ def _nothing_graded(args: argparse.Namespace, tasks: int, rows: int, report) -> 
     if not report.total:
         kinds = " or ".join(report.skipped_reasons)
         return NOTHING_TO_GRADE, f"none of the {rows} solution rows of {args.solutions} could be graded ({kinds})"
-    return ALL_INFRA, (f"every one of the {report.total} graded solutions hit an infrastructure error "
-                       "(check the engine with `docker info`; `bash bin/setup` restarts dockerd)")
+    return ALL_INFRA, (
+        f"every one of the {report.total} graded solutions hit an infrastructure error "
+        "(check the engine with `docker info`; `bash bin/setup` restarts dockerd)"
+    )
 
 
 def _grade_with_bar(pairs, config, sandbox) -> list:
@@ -171,8 +187,9 @@ def _run_cp(args: argparse.Namespace) -> int:
         log.warning("%s: skipped solution row %d: %s", args.solutions, error.index, error.reason)
     pairs, unknown = pair_submissions(loaded.tasks, submissions)
     if unknown:
-        log.warning("%d solutions name tasks not in %s: %s", len(submissions) - len(pairs), args.tasks,
-                    ", ".join(unknown[:10]))
+        log.warning(
+            "%d solutions name tasks not in %s: %s", len(submissions) - len(pairs), args.tasks, ", ".join(unknown[:10])
+        )
     log.info("grading %d solutions for %d tasks (%s)", len(pairs), len(loaded.tasks), loaded.format)
     config = _grader_config(args)
     results = _grade_with_bar(pairs, config, _sandbox_config(args)) if pairs else []  # no pool for nothing

@@ -20,9 +20,12 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     parser.add_argument("bundles", type=Path, nargs="+", help="bundle files, or folders of them")
     parser.add_argument("--concurrency", type=int, default=4, help="bundles replayed at once")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the reports as JSON")
-    parser.add_argument("--trust-bundle-sandbox", action="store_true",
-                        help="replay a bundle whose sandbox is weakened (network, seccomp, caps, no pids limit) or "
-                             "names another engine; refused otherwise, since a tampered bundle could escape")
+    parser.add_argument(
+        "--trust-bundle-sandbox",
+        action="store_true",
+        help="replay a bundle whose sandbox is weakened (network, seccomp, caps, no pids limit) or "
+        "names another engine; refused otherwise, since a tampered bundle could escape",
+    )
 
 
 def bundle_paths(arguments: list[Path]) -> list[Path]:
@@ -38,13 +41,18 @@ def run(args: argparse.Namespace) -> int:
 
     paths = bundle_paths(args.bundles)
     if not paths:
-        raise CommandError(f"no bundles in {', '.join(map(str, args.bundles))}",
-                           "pass bundle files, or a folder of them (RUN/bundles/)", ExitCode.INPUT)
+        raise CommandError(
+            f"no bundles in {', '.join(map(str, args.bundles))}",
+            "pass bundle files, or a folder of them (RUN/bundles/)",
+            ExitCode.INPUT,
+        )
     reports = replay_files(paths, concurrency=args.concurrency, trust_sandbox=args.trust_bundle_sandbox)
     for report in reports:
         status = "identical" if report.identical else f"{len(report.differences)} DIFFERENCES"
-        print(f"{report.bundle}: {report.task_id}: {report.tool_calls} tool calls, reward "
-              f"{report.reward_recorded} -> {report.reward_replayed}: {status}")
+        print(
+            f"{report.bundle}: {report.task_id}: {report.tool_calls} tool calls, reward "
+            f"{report.reward_recorded} -> {report.reward_replayed}: {status}"
+        )
         for difference in report.differences:
             print(f"  {difference.what}: recorded {difference.recorded!r}, replayed {difference.replayed!r}")
         for note in report.notes:

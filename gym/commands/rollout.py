@@ -48,22 +48,32 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     parser.add_argument("config", type=Path, help="environment YAML or TOML (e.g. configs/cp_smoke.yaml)")
     parser.add_argument("--episodes", type=int, required=True, help="episodes to run (a multiple of --group-size)")
     parser.add_argument("--group-size", type=int, default=1, help="episodes per task draw (a GRPO group; default 1)")
-    parser.add_argument("--policy", default="scripted:reference", help="scripted:reference (default), scripted:empty, http://HOST:PORT or checkpoint:DIR")
+    parser.add_argument(
+        "--policy",
+        default="scripted:reference",
+        help="scripted:reference (default), scripted:empty, http://HOST:PORT or checkpoint:DIR",
+    )
     parser.add_argument("--out", type=Path, required=True, help="run directory to write")
     parser.add_argument("--seed", type=int, default=0, help="rollout seed (sampling seeds derive from it)")
     parser.add_argument("--concurrency", type=int, default=None, help="episodes at once (default: the config's)")
-    parser.add_argument("--replay-rate", type=float, default=None, help="share of successful episodes bundled (default: the config's)")
-    add_argument(parser, "episode.max_turns=4 --set task_pool.sources.0.pool.limit=2 (or task_pool.path=... for a jsonl pool)")
+    parser.add_argument(
+        "--replay-rate", type=float, default=None, help="share of successful episodes bundled (default: the config's)"
+    )
+    add_argument(
+        parser, "episode.max_turns=4 --set task_pool.sources.0.pool.limit=2 (or task_pool.path=... for a jsonl pool)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from gym.policy_client import load_engine
     from gym.environment import Environment, EnvironmentConfig, EnvironmentConfigError
     from gym.overrides import OverrideError, exit_usage
+    from gym.policy_client import load_engine
     from gym.run_dir import set_aside
 
     if args.episodes < 1 or args.group_size < 1 or args.episodes % args.group_size:
-        raise SystemExit(f"--episodes ({args.episodes}) must be a positive multiple of --group-size ({args.group_size})")
+        raise SystemExit(
+            f"--episodes ({args.episodes}) must be a positive multiple of --group-size ({args.group_size})"
+        )
     overrides = list(args.set)  # --replay-rate is an override too, applied after --set
     if args.replay_rate is not None:
         overrides.append((("replay", "rate"), args.replay_rate))
@@ -98,12 +108,13 @@ class _Run:
     def main(self) -> int:
         import trio
 
+        from gym.progress import progress
         from gym.trajectory import TrajectoryLog
 
-        from gym.progress import progress
-
-        with TrajectoryLog(self.out / "trajectories.jsonl") as sink, \
-                progress(self.args.episodes, "rollout", "episode") as self.bar:
+        with (
+            TrajectoryLog(self.out / "trajectories.jsonl") as sink,
+            progress(self.args.episodes, "rollout", "episode") as self.bar,
+        ):
             try:
                 trio.run(self._collect, sink)
             except* KeyboardInterrupt:  # SIGINT outside the signal window (pool start or close)
@@ -125,8 +136,9 @@ class _Run:
 
         args = self.args
         async with WorkspacePool(self.env.config.sandbox) as pool:
-            self.workers = RolloutWorkers(self.env, self.engine, pool, concurrency=args.concurrency,
-                                          bundle_dir=self.out / "bundles")
+            self.workers = RolloutWorkers(
+                self.env, self.engine, pool, concurrency=args.concurrency, bundle_dir=self.out / "bundles"
+            )
             # Inside the pool: these handlers replace its SIGTERM backstop while episodes run, so the
             # episodes are cancelled and their workspaces released the ordinary way.
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -138,8 +150,13 @@ class _Run:
 
     def _advance(self) -> None:
         rewards = [t.reward for t in self.trajectories if t.reward is not None]
-        self.bar.set_postfix({"reward": f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",
-                              "masked": sum(t.masked for t in self.trajectories)}, refresh=False)
+        self.bar.set_postfix(
+            {
+                "reward": f"{sum(rewards) / len(rewards):.3f}" if rewards else "-",
+                "masked": sum(t.masked for t in self.trajectories),
+            },
+            refresh=False,
+        )
         self.bar.update(1)
 
     async def _stop_on_signal(self, signals, scope) -> None:
@@ -154,10 +171,14 @@ class _Run:
         from gym.run_dir import write_atomic
 
         workers = self.workers
-        summary = {**summarize(self.trajectories, time.monotonic() - self.started), "policy": self.args.policy,
-                   "episodes_requested": self.args.episodes, "interrupted": self.signal is not None,
-                   "bundles": len(workers.bundles) if workers else 0,
-                   "stream_position": workers.stream.position if workers else 0}
+        summary = {
+            **summarize(self.trajectories, time.monotonic() - self.started),
+            "policy": self.args.policy,
+            "episodes_requested": self.args.episodes,
+            "interrupted": self.signal is not None,
+            "bundles": len(workers.bundles) if workers else 0,
+            "stream_position": workers.stream.position if workers else 0,
+        }
         write_atomic(self.out / "summary.json", json.dumps(summary, indent=2) + "\n")
         return summary
 
@@ -165,8 +186,10 @@ class _Run:
         """The exit code (module docstring), with a one-line reason on stderr when it is not a clean 0."""
         done, masked = summary["episodes"], summary["masked"]
         if self.signal is not None:
-            print(f"rollout: interrupted by {self.signal} after {done}/{self.args.episodes} episodes; "
-                  f"kept in {self.out}", file=sys.stderr)
+            print(
+                f"rollout: interrupted by {self.signal} after {done}/{self.args.episodes} episodes; kept in {self.out}",
+                file=sys.stderr,
+            )
             return 128 + signal.Signals[self.signal].value
         if not masked:
             return 0
@@ -175,5 +198,7 @@ class _Run:
         if masked == done:
             print(f"rollout: every episode was masked ({masked}/{done}){why}", file=sys.stderr)
             return ALL_MASKED
-        print(f"rollout: {masked} of {done} episodes masked (infra_error, excluded from training){why}", file=sys.stderr)
+        print(
+            f"rollout: {masked} of {done} episodes masked (infra_error, excluded from training){why}", file=sys.stderr
+        )
         return 0

@@ -101,11 +101,15 @@ def transcript(bundle, full: bool = False) -> str:
     grading = bundle.grading
     if grading is not None:
         passed = sum(test.verdict == "passed" for test in grading.tests)
-        lines.append(f"\n=== grading: {passed}/{len(grading.tests)} tests passed"
-                     f"{' (INFRA ERROR)' if grading.infra_error else ''} ===")
+        lines.append(
+            f"\n=== grading: {passed}/{len(grading.tests)} tests passed"
+            f"{' (INFRA ERROR)' if grading.infra_error else ''} ==="
+        )
         for test in grading.tests:
-            lines.append(f"test {test.index}: {getattr(test.verdict, 'value', test.verdict)}"
-                         + (f"  {test.detail}" if test.detail else ""))
+            lines.append(
+                f"test {test.index}: {getattr(test.verdict, 'value', test.verdict)}"
+                + (f"  {test.detail}" if test.detail else "")
+            )
     return "\n".join(lines)
 
 

@@ -23,12 +23,16 @@ log = logging.getLogger(__name__)
 
 
 def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    parser.add_argument("--workspaces", type=int, default=8, help="workspaces hammered at once (also the warm pool size)")
+    parser.add_argument(
+        "--workspaces", type=int, default=8, help="workspaces hammered at once (also the warm pool size)"
+    )
     parser.add_argument("--minutes", type=float, default=10.0, help="stop after this long ...")
     parser.add_argument("--calls", type=int, default=None, metavar="N", help="... or after N calls, whichever is first")
     parser.add_argument("--seed", type=int, default=0, help="seed of the call mix (per worker: seed and worker index)")
     parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the report as JSON")
-    parser.add_argument("--config", type=Path, default=None, help="sandbox config YAML (default: the built-in defaults)")
+    parser.add_argument(
+        "--config", type=Path, default=None, help="sandbox config YAML (default: the built-in defaults)"
+    )
     parser.add_argument("--image", default=None, help="workspace image (default: the config's)")
 
 
@@ -50,8 +54,15 @@ def run(args: argparse.Namespace) -> int:
         config = config.model_copy(update={"image": args.image})
     options = SoakOptions(workspaces=args.workspaces, seconds=args.minutes * 60, calls=args.calls, seed=args.seed)
     load_start = load_average()
-    log.info("soak: %d workspaces, %.1f min%s, seed %d, image %s, load average %s", args.workspaces, args.minutes,
-             f" or {args.calls} calls" if args.calls else "", args.seed, config.image, load_start)
+    log.info(
+        "soak: %d workspaces, %.1f min%s, seed %d, image %s, load average %s",
+        args.workspaces,
+        args.minutes,
+        f" or {args.calls} calls" if args.calls else "",
+        args.seed,
+        config.image,
+        load_start,
+    )
     report = trio.run(soak, config, options)
     figures = {
         **report.as_json(),
@@ -61,8 +72,18 @@ def run(args: argparse.Namespace) -> int:
         "loadavg_start": load_start,
         "loadavg_end": load_average(),
     }
-    for key in ("calls", "calls_per_s", "seconds", "workspaces_used", "infra_errors", "runner_deaths",
-                "leaked_containers", "unexpected", "loadavg_start", "loadavg_end"):
+    for key in (
+        "calls",
+        "calls_per_s",
+        "seconds",
+        "workspaces_used",
+        "infra_errors",
+        "runner_deaths",
+        "leaked_containers",
+        "unexpected",
+        "loadavg_start",
+        "loadavg_end",
+    ):
         print(f"{key:<18} {figures[key]}")
     for kind, outcomes in figures["by_kind"].items():
         print(f"  {kind:<22} " + ", ".join(f"{outcome} {count}" for outcome, count in outcomes.items()))

@@ -36,7 +36,8 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     derive.add_argument("--repos-dir", type=Path, default=None, metavar="DIR", help="local clones as DIR/owner__name")
     derive.add_argument("--instance", action="append", default=None, metavar="ID", help="only these instances")
     generate = sub.add_parser(
-        "generate", help="seeded train/held-out CP tasks (CodeContests rows) + reference solutions",
+        "generate",
+        help="seeded train/held-out CP tasks (CodeContests rows) + reference solutions",
         description="Write DIR/train.jsonl, DIR/heldout.jsonl (CodeContests layout) and DIR/{train,heldout}"
         ".solutions.jsonl (reference solutions, expect: passed). Held-out tasks are parameters never in train.",
     )
@@ -44,12 +45,21 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     generate.add_argument("--seed", type=int, default=0, metavar="S", help="picks the tasks and every test input")
     generate.add_argument("--train", type=_count, default=1000, metavar="N", help="training tasks written")
     generate.add_argument("--heldout", type=_count, default=200, metavar="M", help="held-out tasks written")
-    generate.add_argument("--levels", type=_levels, default=(1, 2, 3), metavar="L,L",
-                          help="difficulty levels drawn, comma-separated (1: one input, 2: t test cases, "
-                          "3: harder variant, t test cases)")
-    generate.add_argument("--params-in", choices=("statement", "input"), default="statement",
-                          help="statement: parameter values stated, programs assign them; input: every test's "
-                          "first line holds them, programs read them")
+    generate.add_argument(
+        "--levels",
+        type=_levels,
+        default=(1, 2, 3),
+        metavar="L,L",
+        help="difficulty levels drawn, comma-separated (1: one input, 2: t test cases, "
+        "3: harder variant, t test cases)",
+    )
+    generate.add_argument(
+        "--params-in",
+        choices=("statement", "input"),
+        default="statement",
+        help="statement: parameter values stated, programs assign them; input: every test's "
+        "first line holds them, programs read them",
+    )
 
 
 def _count(text: str) -> int:
@@ -74,10 +84,14 @@ def _build(args: argparse.Namespace) -> int:
     started = time.monotonic()
     instances = build_shipped(load_specs(args.specs), args.repos_dir, args.out)
     for instance in instances:
-        print(f"{instance.instance_id:<40} base_commit={instance.base_commit[:12]} "
-              f"f2p={len(instance.fail_to_pass)} p2p={len(instance.pass_to_pass)}")
-    print(f"wrote {len(instances)} instances to {args.out} in {time.monotonic() - started:.1f}s "
-          f"(clones under {args.repos_dir})")
+        print(
+            f"{instance.instance_id:<40} base_commit={instance.base_commit[:12]} "
+            f"f2p={len(instance.fail_to_pass)} p2p={len(instance.pass_to_pass)}"
+        )
+    print(
+        f"wrote {len(instances)} instances to {args.out} in {time.monotonic() - started:.1f}s "
+        f"(clones under {args.repos_dir})"
+    )
     return 0
 
 
@@ -95,8 +109,13 @@ def _derive(args: argparse.Namespace) -> int:
         print(f"# {derived.instance_id}" + (f": {derived.detail}" if derived.detail else ""))
         if derived.failing_with_gold:
             print(f"# failing even with the gold patch (left out): {list(derived.failing_with_gold)}")
-        print(yaml.safe_dump({"fail_to_pass": list(derived.fail_to_pass), "pass_to_pass": list(derived.pass_to_pass)},
-                             sort_keys=False, width=200))
+        print(
+            yaml.safe_dump(
+                {"fail_to_pass": list(derived.fail_to_pass), "pass_to_pass": list(derived.pass_to_pass)},
+                sort_keys=False,
+                width=200,
+            )
+        )
     return 0
 
 
@@ -109,9 +128,11 @@ def _generate(args: argparse.Namespace) -> int:
     counts = write(args.out, args.seed, args.train, args.heldout, args.levels, args.params_in)
     for split, count in counts.items():
         print(f"{split:<8} {count:>6} tasks -> {args.out / f'{split}.jsonl'} (+ {split}.solutions.jsonl)")
-    print(f"seed {args.seed}, levels {','.join(map(str, sorted(set(args.levels))))}, parameters in the "
-          f"{args.params_in}, "
-          f"{time.monotonic() - started:.1f}s; load with --format codecontests")
+    print(
+        f"seed {args.seed}, levels {','.join(map(str, sorted(set(args.levels))))}, parameters in the "
+        f"{args.params_in}, "
+        f"{time.monotonic() - started:.1f}s; load with --format codecontests"
+    )
     return 0
 
 

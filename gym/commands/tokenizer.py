@@ -20,7 +20,9 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     train = actions.add_parser("train", help="train the default byte-level BPE (deterministic)")
-    train.add_argument("--out", type=Path, default=DEFAULT_PATH, help=f"tokenizer.json to write (default: {DEFAULT_PATH})")
+    train.add_argument(
+        "--out", type=Path, default=DEFAULT_PATH, help=f"tokenizer.json to write (default: {DEFAULT_PATH})"
+    )
     train.add_argument("--vocab-size", type=int, default=BpeConfig().vocab_size, help="total ids, specials included")
     info = actions.add_parser("info", help="describe a tokenizer as JSON")
     info.add_argument("spec", nargs="?", default="bpe", help="bpe | bpe:PATH | hf:DIR | o200k_harmony (default bpe)")

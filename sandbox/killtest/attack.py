@@ -105,7 +105,7 @@ class Attack(_Data):
     )
 
     @model_validator(mode="after")
-    def _does_something(self) -> "Attack":
+    def _does_something(self) -> Attack:
         if self.program is None and not self.steps:
             raise ValueError(f"attack {self.name!r} has neither a program nor tool steps")
         if self.neighbour == "probe" and self.program is None:
@@ -121,5 +121,7 @@ class Attack(_Data):
         """The expected outcome in words, for the table."""
         parts = ["|".join(p.expected) for p in self.programs]
         if self.steps:
-            parts.insert(1 if self.program else 0, "tools " + "|".join(sorted({k.value for s in self.steps for k in s.expect})))
+            parts.insert(
+                1 if self.program else 0, "tools " + "|".join(sorted({k.value for s in self.steps for k in s.expect}))
+            )
         return "; ".join(parts)

@@ -48,7 +48,9 @@ class HostChecks:
         deadline = time.monotonic() + SETTLE_S
         while True:
             try:
-                top = await self.engine.call("top", self.engine.client.api.top, container_id, ps_args="-eo pid,user,stat,args")
+                top = await self.engine.call(
+                    "top", self.engine.client.api.top, container_id, ps_args="-eo pid,user,stat,args"
+                )
             except InfraError:
                 info = await self.engine.call("inspect", self.engine.client.api.inspect_container, container_id)
                 if not (info.get("State") or {}).get("Running"):
@@ -174,7 +176,11 @@ def files_unchanged(before: dict[str, str], after: dict[str, str]) -> Check:
 
 def rootfs_unchanged(baseline: set[str], after: set[str]) -> Check:
     new = sorted(after - baseline)
-    return Check(name="rootfs", passed=not new, detail="root fs layer changed: " + ", ".join(new) if new else "root fs layer unchanged")
+    return Check(
+        name="rootfs",
+        passed=not new,
+        detail="root fs layer changed: " + ", ".join(new) if new else "root fs layer unchanged",
+    )
 
 
 class NeighbourProbe:

@@ -83,7 +83,9 @@ def parse_report(stdout: bytes) -> dict | None:
     return None
 
 
-def observe(stage: str, program: Program, result: ExecResult, survivors: list[str], runner_lost_escapes: bool = False) -> Observation:
+def observe(
+    stage: str, program: Program, result: ExecResult, survivors: list[str], runner_lost_escapes: bool = False
+) -> Observation:
     """The observation of one program run, from the source its ``observe`` names.
 
     A lost runner (``infra_error``) cannot be judged in an attack's first call; in a later
@@ -93,7 +95,9 @@ def observe(stage: str, program: Program, result: ExecResult, survivors: list[st
     evidence = str(report.get("evidence", "")) or _tail(result)
     if result.failure == FailureKind.INFRA_ERROR:
         observed = FailureKind.INFRA_ERROR.value if runner_lost_escapes else ERROR
-        return Observation(stage=stage, observed=observed, expected=program.expected, evidence=f"infra_error: {result.detail}")
+        return Observation(
+            stage=stage, observed=observed, expected=program.expected, evidence=f"infra_error: {result.detail}"
+        )
     if program.observe == "failure":
         observed = result.failure.value
         evidence = str(report.get("evidence", "")) or _outcome(result)
@@ -120,7 +124,9 @@ def _tail(result: ExecResult, size: int = 200) -> str:
     return " ".join(text.split()) or result.detail
 
 
-def bounds(stage: str, program: Program, result: ExecResult, output_limit: int, host_wall_s: float, grace_s: float) -> Check:
+def bounds(
+    stage: str, program: Program, result: ExecResult, output_limit: int, host_wall_s: float, grace_s: float
+) -> Check:
     """The call stayed inside its deadline (plus the host's grace) and its output bound, as seen from the host."""
     size = len(result.stdout) + len(result.stderr)
     limit_s = program.timeout_s + grace_s + DEADLINE_SLACK_S
@@ -132,10 +138,14 @@ def bounds(stage: str, program: Program, result: ExecResult, output_limit: int, 
 def canary(outputs: list[bytes], secret: str) -> Check:
     """The host's canary secret appears in no output."""
     leaked = any(secret.encode() in out for out in outputs)
-    return Check(name="host_secret", passed=not leaked, detail="host canary secret " + ("LEAKED" if leaked else "not seen"))
+    return Check(
+        name="host_secret", passed=not leaked, detail="host canary secret " + ("LEAKED" if leaked else "not seen")
+    )
 
 
-def judge(attack: Attack, observations: list[Observation], checks: list[Check], seconds: float, error: str = "") -> AttackResult:
+def judge(
+    attack: Attack, observations: list[Observation], checks: list[Check], seconds: float, error: str = ""
+) -> AttackResult:
     """The verdict and the row of the report."""
     failed = [c for c in checks if not c.passed]
     broken = [o for o in observations if o.observed == ERROR]
@@ -173,7 +183,10 @@ def summary(observations: list[Observation]) -> str:
         if o.stage.startswith("tool "):
             if o is tools[0]:
                 bad = [t for t in tools if not t.held]
-                parts.append(f"tools {len(tools) - len(bad)}/{len(tools)} held" + "".join(f" [{t.stage[5:]}: {t.observed}]" for t in bad))
+                parts.append(
+                    f"tools {len(tools) - len(bad)}/{len(tools)} held"
+                    + "".join(f" [{t.stage[5:]}: {t.observed}]" for t in bad)
+                )
         else:
             parts.append(o.observed)
     return "; ".join(parts)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 import socket
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
 
 import docker
 import trio

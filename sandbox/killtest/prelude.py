@@ -14,10 +14,25 @@ import sys
 
 LIBC = ctypes.CDLL(None, use_errno=True)
 NR = {
-    "ptrace": 101, "syslog": 103, "mknod": 133, "chroot": 161, "mount": 165, "umount2": 166, "clock_settime": 227,
-    "add_key": 248, "keyctl": 250, "unshare": 272, "perf_event_open": 298, "name_to_handle_at": 303,
-    "open_by_handle_at": 304, "setns": 308, "process_vm_readv": 310, "process_vm_writev": 311,
-    "bpf": 321, "userfaultfd": 323, "io_uring_setup": 425,
+    "ptrace": 101,
+    "syslog": 103,
+    "mknod": 133,
+    "chroot": 161,
+    "mount": 165,
+    "umount2": 166,
+    "clock_settime": 227,
+    "add_key": 248,
+    "keyctl": 250,
+    "unshare": 272,
+    "perf_event_open": 298,
+    "name_to_handle_at": 303,
+    "open_by_handle_at": 304,
+    "setns": 308,
+    "process_vm_readv": 310,
+    "process_vm_writev": 311,
+    "bpf": 321,
+    "userfaultfd": 323,
+    "io_uring_setup": 425,
 }
 
 

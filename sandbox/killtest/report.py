@@ -59,11 +59,11 @@ def _cell(text: str, width: int) -> str:
 def table(report: SuiteReport) -> str:
     """attack | group | expected | observed | verdict | evidence, then the posture and the totals."""
     columns = list(TABLE_WIDTHS)
-    rows = [
-        [a.name, a.group, a.expected, a.observed, a.verdict.value, a.evidence]
-        for a in report.attacks
-    ]
-    widths = {c: min(TABLE_WIDTHS[c], max([len(c)] + [len(_cell(r[i], TABLE_WIDTHS[c])) for r in rows])) for i, c in enumerate(columns)}
+    rows = [[a.name, a.group, a.expected, a.observed, a.verdict.value, a.evidence] for a in report.attacks]
+    widths = {
+        c: min(TABLE_WIDTHS[c], max([len(c)] + [len(_cell(r[i], TABLE_WIDTHS[c])) for r in rows]))
+        for i, c in enumerate(columns)
+    }
     lines = ["  ".join(c.ljust(widths[c]) for c in columns).rstrip()]
     lines.append("  ".join("-" * widths[c] for c in columns))
     for row in rows:

@@ -59,7 +59,9 @@ class SuiteOptions(BaseModel):
     expected_posture: Path | None = Field(
         posture_mod.EXPECTED_PATH, description="expected posture file; None skips the posture snapshot"
     )
-    record_posture: Path | None = Field(None, description="write the observed posture here (to update the expected file)")
+    record_posture: Path | None = Field(
+        None, description="write the observed posture here (to update the expected file)"
+    )
 
 
 def argv_of(program: Program) -> list[str]:
@@ -215,7 +217,9 @@ class Suite:
         return posture_mod.normalise(report["posture"], posture_mod.host_namespaces())
 
 
-async def run_suite(config: SandboxConfig, attacks: tuple[Attack, ...], options: SuiteOptions | None = None) -> SuiteReport:
+async def run_suite(
+    config: SandboxConfig, attacks: tuple[Attack, ...], options: SuiteOptions | None = None
+) -> SuiteReport:
     """Run ``attacks`` against ``config``; see the module docstring."""
     options = options or SuiteOptions()
     # The pool size is how many workspaces are kept warm, not part of what is attacked.
@@ -232,14 +236,20 @@ async def run_suite(config: SandboxConfig, attacks: tuple[Attack, ...], options:
             async with gateway_listener(pool.engine) as listener:
                 suite = Suite(pool, listener, secret)
                 posture = await _posture(suite, options)
-                results = await _concurrently(suite, [a for a in attacks if a.neighbour != "probe"], options.concurrency)
+                results = await _concurrently(
+                    suite, [a for a in attacks if a.neighbour != "probe"], options.concurrency
+                )
                 async with WorkspacePool(cold, gc_at_start=False) as cold_pool:
                     alone = Suite(cold_pool, listener, secret)
                     for attack in [a for a in attacks if a.neighbour == "probe"]:
                         results[attack.name] = await alone.attack(attack)
             image_after = await _image_id(pool)
         checks = [
-            Check(name="image", passed=image_before == image_after, detail=f"{config.image} {image_before[:19]} -> {image_after[:19]}"),
+            Check(
+                name="image",
+                passed=image_before == image_after,
+                detail=f"{config.image} {image_before[:19]} -> {image_after[:19]}",
+            ),
             await _leftovers(warm),
         ]
     finally:

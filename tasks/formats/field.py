@@ -66,10 +66,29 @@ def task_id(row: dict[str, Any], keys: tuple[str, ...], index: int) -> str:
 
 
 _QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)")
-_SECONDS = {"": 1.0, "s": 1.0, "sec": 1.0, "second": 1.0, "seconds": 1.0, "ms": 1e-3, "millisecond": 1e-3,
-            "milliseconds": 1e-3}
-_BYTES = {"": 1 << 20, "mb": 1 << 20, "megabyte": 1 << 20, "megabytes": 1 << 20, "mib": 1 << 20, "kb": 1 << 10,
-          "kilobytes": 1 << 10, "gb": 1 << 30, "gigabyte": 1 << 30, "gigabytes": 1 << 30, "bytes": 1}
+_SECONDS = {
+    "": 1.0,
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "seconds": 1.0,
+    "ms": 1e-3,
+    "millisecond": 1e-3,
+    "milliseconds": 1e-3,
+}
+_BYTES = {
+    "": 1 << 20,
+    "mb": 1 << 20,
+    "megabyte": 1 << 20,
+    "megabytes": 1 << 20,
+    "mib": 1 << 20,
+    "kb": 1 << 10,
+    "kilobytes": 1 << 10,
+    "gb": 1 << 30,
+    "gigabyte": 1 << 30,
+    "gigabytes": 1 << 30,
+    "bytes": 1,
+}
 
 
 def seconds(value: Any, path: str) -> float | None:

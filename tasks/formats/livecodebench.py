@@ -27,7 +27,6 @@ from tasks.errors import MalformedRow
 from tasks.formats import field
 from tasks.task import CallTest, StdinTest, Task
 
-
 # The release's largest private test sets inflate to a few MiB; far above that is a bomb.
 MAX_INFLATED_BYTES = 64 << 20
 

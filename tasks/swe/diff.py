@@ -34,15 +34,39 @@ _HUNK = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _QUOTED = re.compile(r'^"((?:[^"\\]|\\.)*)"')
 
 TEST_DIRS = frozenset({"test", "tests", "testing"})
-PYTEST_CONFIG = frozenset({
-    "conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml",
-})
+PYTEST_CONFIG = frozenset(
+    {
+        "conftest.py",
+        "pytest.ini",
+        ".pytest.ini",
+        "pytest.toml",
+        ".pytest.toml",
+        "tox.ini",
+        "setup.cfg",
+        "pyproject.toml",
+    }
+)
 # Module names that, placed on sys.path ahead of site-packages, would replace the test runner itself, or that
 # pytest imports when they exist (optional dependencies that a module at the repository root would provide).
-RUNNER_MODULES = frozenset({
-    "pytest", "_pytest", "pluggy", "py", "iniconfig", "unittest", "packaging", "exceptiongroup", "tomli",
-    "pygments", "colorama", "argcomplete", "xdist", "execnet", "_hypothesis_pytestplugin",
-})
+RUNNER_MODULES = frozenset(
+    {
+        "pytest",
+        "_pytest",
+        "pluggy",
+        "py",
+        "iniconfig",
+        "unittest",
+        "packaging",
+        "exceptiongroup",
+        "tomli",
+        "pygments",
+        "colorama",
+        "argcomplete",
+        "xdist",
+        "execnet",
+        "_hypothesis_pytestplugin",
+    }
+)
 # What follows a module's name in a file the import system loads: source, bytecode, extension modules.
 _MODULE_FILE = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z0-9_-]+)*\.(?:py|pyc|pyo|pyw|so|pyd)$")
 STARTUP_HOOKS = frozenset({"sitecustomize", "usercustomize"})  # as a module file or as a package
@@ -50,11 +74,23 @@ STARTUP_HOOKS = frozenset({"sitecustomize", "usercustomize"})  # as a module fil
 # test run (the root is on sys.path): `random.py`, `json/__init__.py`.
 STDLIB_MODULES = frozenset(sys.stdlib_module_names)
 SOURCE_ROOTS = frozenset({"src", "lib"})
-GIT_FILES = frozenset({".gitattributes", ".gitmodules"})  # attributes name filters that run on checkout  # src-layout folders an editable install puts on sys.path
-CI_FILES = frozenset({
-    ".travis.yml", ".gitlab-ci.yml", "azure-pipelines.yml", "appveyor.yml", ".appveyor.yml", "Jenkinsfile",
-    ".pre-commit-config.yaml", "noxfile.py", "codecov.yml", ".codecov.yml",
-})
+GIT_FILES = frozenset(
+    {".gitattributes", ".gitmodules"}
+)  # attributes name filters that run on checkout  # src-layout folders an editable install puts on sys.path
+CI_FILES = frozenset(
+    {
+        ".travis.yml",
+        ".gitlab-ci.yml",
+        "azure-pipelines.yml",
+        "appveyor.yml",
+        ".appveyor.yml",
+        "Jenkinsfile",
+        ".pre-commit-config.yaml",
+        "noxfile.py",
+        "codecov.yml",
+        ".codecov.yml",
+    }
+)
 CI_DIRS = frozenset({".github", ".circleci", ".gitlab", ".azure-pipelines", ".buildkite"})
 
 
@@ -94,7 +130,7 @@ def _unquote(token: str) -> str:
             out += char.encode("utf-8", errors="surrogateescape")
             i += 1
             continue
-        octal = re.match(r"[0-7]{3}", raw[i + 1:i + 4])
+        octal = re.match(r"[0-7]{3}", raw[i + 1 : i + 4])
         if octal and int(octal.group(), 8) <= 0o377:
             out.append(int(octal.group(), 8))
             i += 4
@@ -119,11 +155,11 @@ def _strip_prefix(path: str) -> str | None:
 
 def _header_paths(line: str) -> list[str]:
     """Paths of a ``diff --git a/X b/Y`` line (best effort when unquoted paths contain spaces)."""
-    rest = line[len("diff --git "):].rstrip("\n")
+    rest = line[len("diff --git ") :].rstrip("\n")
     if rest.startswith('"'):
         match = _QUOTED.match(rest)
         first = _strip_prefix(rest[: match.end()]) if match else None
-        second = _strip_prefix(rest[match.end():].strip()) if match else None
+        second = _strip_prefix(rest[match.end() :].strip()) if match else None
         return [p for p in (first, second) if p]
     if " b/" in rest:
         first, _, second = rest.partition(" b/")
@@ -186,7 +222,7 @@ def split(diff: str) -> list[FileDiff]:
             if in_git_header:
                 for key in ("rename from ", "rename to ", "copy from ", "copy to "):
                     if line.startswith(key):
-                        current[1].append(_unquote(line[len(key):].rstrip("\n")))
+                        current[1].append(_unquote(line[len(key) :].rstrip("\n")))
             current[0].append(line)
         i += 1
     return [FileDiff(tuple(dict.fromkeys(paths)), "".join(body)) for body, paths in sections]

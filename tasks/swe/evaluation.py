@@ -70,7 +70,9 @@ def builtin_predictions(choice: str, instances: tuple[SweInstance, ...]) -> list
     return [Prediction(instance_id=i.instance_id, model_patch=i.patch if choice == "gold" else "") for i in instances]
 
 
-def build_images(instances: list[SweInstance], repos_dir: Path | None, force: bool = False) -> tuple[dict[str, str], dict[str, str]]:
+def build_images(
+    instances: list[SweInstance], repos_dir: Path | None, force: bool = False
+) -> tuple[dict[str, str], dict[str, str]]:
     """``(image tag by instance id, build error by instance id)``."""
     from images.build import ImageBuildError
     from tasks.swe.images import build_swe_images, docker_client
@@ -95,7 +97,8 @@ def evaluate(
     results = trio.run(grade_predictions, pairs, images, SweGrader(config), sandbox)
     results = [
         r.model_copy(update={"detail": f"image build failed: {errors[r.instance_id]}"})
-        if r.instance_id in errors else r
+        if r.instance_id in errors
+        else r
         for r in results
     ]
     return SweReport.of(results)
@@ -106,11 +109,15 @@ def print_report(report: SweReport) -> None:
     for r in report.instances:
         stripped = f"  stripped={','.join(s.path for s in r.stripped)}" if r.stripped else ""
         detail = f"  {r.detail.splitlines()[0][:120]}" if r.detail and not r.resolved else ""
-        print(f"{r.instance_id:<{width}}  {r.status:<18}  f2p {len(r.f2p.success)}/{r.f2p.total}  "
-              f"p2p {len(r.p2p.success)}/{r.p2p.total}  {r.wall_s:6.1f}s{stripped}{detail}")
+        print(
+            f"{r.instance_id:<{width}}  {r.status:<18}  f2p {len(r.f2p.success)}/{r.f2p.total}  "
+            f"p2p {len(r.p2p.success)}/{r.p2p.total}  {r.wall_s:6.1f}s{stripped}{detail}"
+        )
     rate = report.resolved / report.total if report.total else 0.0
-    print(f"resolved {report.resolved}/{report.total} ({rate:.3f}), patch_apply_failed {report.patch_apply_failed}, "
-          f"invalid {report.invalid}, infra_errors {report.infra_errors}")
+    print(
+        f"resolved {report.resolved}/{report.total} ({rate:.3f}), patch_apply_failed {report.patch_apply_failed}, "
+        f"invalid {report.invalid}, infra_errors {report.infra_errors}"
+    )
 
 
 def grading_sandbox(path: Path | None) -> SandboxConfig:
@@ -157,7 +164,6 @@ def run_swe(args: argparse.Namespace) -> int:
     return 0
 
 
-
 class DerivedTests(BaseModel):
     """Test ids derived by running an instance's tests with its gold patch and with none."""
 
@@ -192,11 +198,17 @@ def derive_tests(
             gold, empty = runs["gold"], runs["empty"]
             passed = testlog.TestStatus.PASSED
             detail = "" if gold.ran and empty.ran else "a test run left no usable log (see the grading lines above)"
-            derived.append(DerivedTests(
-                instance_id=instance.instance_id,
-                fail_to_pass=tuple(t for t, s in gold.statuses.items() if s == passed and empty.statuses.get(t) != passed),
-                pass_to_pass=tuple(t for t, s in gold.statuses.items() if s == passed and empty.statuses.get(t) == passed),
-                failing_with_gold=tuple(t for t, s in gold.statuses.items() if s != passed),
-                detail=detail,
-            ))
+            derived.append(
+                DerivedTests(
+                    instance_id=instance.instance_id,
+                    fail_to_pass=tuple(
+                        t for t, s in gold.statuses.items() if s == passed and empty.statuses.get(t) != passed
+                    ),
+                    pass_to_pass=tuple(
+                        t for t, s in gold.statuses.items() if s == passed and empty.statuses.get(t) == passed
+                    ),
+                    failing_with_gold=tuple(t for t, s in gold.statuses.items() if s != passed),
+                    detail=detail,
+                )
+            )
     return derived

@@ -47,7 +47,9 @@ class SweFamilyConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    budgets: WorkspaceBudgets = Field(SWE_BUDGETS, description="sandbox budgets of SWE workspaces and grading containers")
+    budgets: WorkspaceBudgets = Field(
+        SWE_BUDGETS, description="sandbox budgets of SWE workspaces and grading containers"
+    )
     grader: SweGraderConfig = Field(default_factory=SweGraderConfig, description="deadlines and bounds of grading")
     f2p_weight: float = Field(2.0, gt=0, description="weight of the FAIL_TO_PASS share in the fraction (P2P: 1)")
 
@@ -60,25 +62,38 @@ def task_result(result: InstanceResult, f2p: tuple[str, ...], p2p: tuple[str, ..
     """
     passing = set(result.f2p.success) | set(result.p2p.success)
     tests = tuple(
-        TestResult(index=i, verdict=Verdict.PASSED if test_id in passing else Verdict.WRONG_ANSWER,
-                   detail=f"{group} {test_id}")
+        TestResult(
+            index=i, verdict=Verdict.PASSED if test_id in passing else Verdict.WRONG_ANSWER, detail=f"{group} {test_id}"
+        )
         for i, (group, test_id) in enumerate([("FAIL_TO_PASS", t) for t in f2p] + [("PASS_TO_PASS", t) for t in p2p])
     )
     valid = result.status in ("resolved", "unresolved")
     fraction = (f2p_weight * result.f2p.fraction + result.p2p.fraction) / (f2p_weight + 1) if valid else 0.0
     stripped = "; ".join(f"{s.path} ({s.reason})" for s in result.stripped)
-    detail = " | ".join(part for part in (result.status, result.detail.strip()[:1500],
-                                          f"stripped: {stripped}" if stripped else "") if part)
+    detail = " | ".join(
+        part
+        for part in (result.status, result.detail.strip()[:1500], f"stripped: {stripped}" if stripped else "")
+        if part
+    )
     detail = detail.encode("utf-8", errors="replace").decode("utf-8")  # paths of the candidate's making: any bytes
-    return TaskResult(task_id=result.instance_id, passed=result.resolved, fraction=round(fraction, 6),
-                      infra_error=result.infra_error, tests=tests, detail=detail, wall_s=result.wall_s)
+    return TaskResult(
+        task_id=result.instance_id,
+        passed=result.resolved,
+        fraction=round(fraction, 6),
+        infra_error=result.infra_error,
+        tests=tests,
+        detail=detail,
+        wall_s=result.wall_s,
+    )
 
 
 def problem_text(instance: SweInstance) -> str:
     """The user message of an instance: where the repository is, then the issue."""
-    return (f"The repository {instance.repo} is checked out at {REPO} (the issue is also in {PROBLEM_FILE}). "
-            "Change its code so that the issue below is fixed; hidden tests judge the result.\n\n"
-            f"{instance.problem_statement.rstrip()}")
+    return (
+        f"The repository {instance.repo} is checked out at {REPO} (the issue is also in {PROBLEM_FILE}). "
+        "Change its code so that the issue below is fixed; hidden tests judge the result.\n\n"
+        f"{instance.problem_statement.rstrip()}"
+    )
 
 
 class SweFamily:
@@ -86,8 +101,14 @@ class SweFamily:
 
     name = "swe"
 
-    def __init__(self, sandbox: SandboxConfig, config: SweFamilyConfig, instances: list[SweInstance],
-                 repos_dirs: dict[str, Path | None], images: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        sandbox: SandboxConfig,
+        config: SweFamilyConfig,
+        instances: list[SweInstance],
+        repos_dirs: dict[str, Path | None],
+        images: dict[str, str] | None = None,
+    ) -> None:
         self.sandbox = sandbox.model_copy(update={"budgets": config.budgets})
         self.config = config
         self.instances = {i.instance_id: i for i in instances}

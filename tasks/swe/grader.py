@@ -109,8 +109,12 @@ def isolated_environment(instance: SweInstance) -> dict[str, str]:
     entry-point plugin loads (the repository's own metadata could declare one); the instance's declared
     ``plugins`` are loaded by name.
     """
-    env = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONPYCACHEPREFIX": PYCACHE,
-           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env = {
+        "PYTHONSAFEPATH": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONPYCACHEPREFIX": PYCACHE,
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    }
     if instance.plugins:
         env["PYTEST_ADDOPTS"] = " ".join(f"-p {shlex.quote(name)}" for name in instance.plugins)
     return env
@@ -182,8 +186,9 @@ class SweGrader:
         except Exception as err:  # a sandbox or grader failure is infrastructure, never a reward of 0
             log.exception("grading %s crashed", instance.instance_id)
             result, text = self._outcome(instance, "infra_error", f"grader crash: {err!r}"[:500]), ""
-        result = result.model_copy(update={"stripped": stripped + result.stripped,
-                                           "wall_s": round(time.monotonic() - started, 3)})
+        result = result.model_copy(
+            update={"stripped": stripped + result.stripped, "wall_s": round(time.monotonic() - started, 3)}
+        )
         self._save(instance, model_patch, kept.diff, text, result)
         return result
 
@@ -191,10 +196,16 @@ class SweGrader:
     def _outcome(instance: SweInstance, status: Status, detail: str) -> InstanceResult:
         return InstanceResult(instance_id=instance.instance_id, resolved=False, status=status, detail=detail)
 
-    async def _step(self, ws: Workspace, script: str, *args: str, stdin: bytes = b"",
-                    output_limit_bytes: int | None = None) -> ExecResult:
-        request = ExecRequest(argv=["bash", "-c", script, "step", *args], cwd=REPO, stdin=stdin,
-                              timeout_s=self.config.setup_timeout_s, output_limit_bytes=output_limit_bytes)
+    async def _step(
+        self, ws: Workspace, script: str, *args: str, stdin: bytes = b"", output_limit_bytes: int | None = None
+    ) -> ExecResult:
+        request = ExecRequest(
+            argv=["bash", "-c", script, "step", *args],
+            cwd=REPO,
+            stdin=stdin,
+            timeout_s=self.config.setup_timeout_s,
+            output_limit_bytes=output_limit_bytes,
+        )
         result = await ws.exec(request)
         if result.failure == FailureKind.INFRA_ERROR:
             raise InfraError(result.detail)
@@ -206,11 +217,14 @@ class SweGrader:
         await put_file(ws, TEST_DIFF, instance.test_patch.encode())
         restored: tuple[StrippedPath, ...] = ()
         if diff.strip():
-            installed = await self._step(ws, f"PYTHONSAFEPATH=1 python3 -c {shlex.quote(_INSTALLED)}",
-                                         output_limit_bytes=LISTING_LIMIT_BYTES)
+            installed = await self._step(
+                ws, f"PYTHONSAFEPATH=1 python3 -c {shlex.quote(_INSTALLED)}", output_limit_bytes=LISTING_LIMIT_BYTES
+            )
             before = await self._step(ws, _CHANGED, APPLY_MARKER, NEWER, output_limit_bytes=LISTING_LIMIT_BYTES)
             if _failed(installed) or _failed(before):
-                return self._outcome(instance, "infra_error", f"listing the pristine tree: {before.stderr_text[-800:]}"), ""
+                return self._outcome(
+                    instance, "infra_error", f"listing the pristine tree: {before.stderr_text[-800:]}"
+                ), ""
             applied = await self._step(ws, _APPLY.format(diff=shlex.quote(MODEL_DIFF)))
             if _failed(applied):
                 detail = (applied.stdout_text + applied.stderr_text)[-1500:]
@@ -222,7 +236,9 @@ class SweGrader:
                 detail = f"the applied diff changed more paths than grading checks (listing over {LISTING_LIMIT_BYTES} bytes)"
                 return self._outcome(instance, "patch_apply_failed", detail), ""
             if _failed(after):
-                return self._outcome(instance, "infra_error", f"listing the changed tree: {after.stderr_text[-800:]}"), ""
+                return self._outcome(
+                    instance, "infra_error", f"listing the changed tree: {after.stderr_text[-800:]}"
+                ), ""
             protected = set(instance.test_files()) | files_of_test_ids(instance.fail_to_pass + instance.pass_to_pass)
             modules = frozenset(installed.stdout_text.split())
             restored = tuple(
@@ -231,16 +247,24 @@ class SweGrader:
                 if (reason := protection(path, protected, modules))
             )
         paths = [*instance.test_files(), *(r.path for r in restored)]
-        reset = await self._step(ws, _RESET, stdin=b"".join(p.encode("utf-8", errors="surrogateescape") + b"\0" for p in paths))
+        reset = await self._step(
+            ws, _RESET, stdin=b"".join(p.encode("utf-8", errors="surrogateescape") + b"\0" for p in paths)
+        )
         if _failed(reset):
             return self._outcome(instance, "infra_error", f"resetting the test files: {reset.stderr_text[-800:]}"), ""
         tests = await self._step(ws, f"git apply --verbose {shlex.quote(TEST_DIFF)} && rm -rf {GRADE_DIR}")
         if _failed(tests):
             detail = f"test_patch does not apply (the instance is broken): {tests.stderr_text[-800:]}"
             return self._outcome(instance, "infra_error", detail), ""
-        run = await ws.exec(ExecRequest(argv=["bash", "-c", instance.command()], cwd=REPO,
-                                        env=isolated_environment(instance), timeout_s=self.config.test_timeout_s,
-                                        output_limit_bytes=self.config.log_limit_bytes))
+        run = await ws.exec(
+            ExecRequest(
+                argv=["bash", "-c", instance.command()],
+                cwd=REPO,
+                env=isolated_environment(instance),
+                timeout_s=self.config.test_timeout_s,
+                output_limit_bytes=self.config.log_limit_bytes,
+            )
+        )
         text = framed_log(run)
         judged = await trio.to_thread.run_sync(self._judge, instance, run, text)  # 8 MiB of log: off the event loop
         return judged.model_copy(update={"stripped": restored}), text
@@ -251,7 +275,9 @@ class SweGrader:
             return SweGrader._outcome(instance, "infra_error", f"the test run was lost: {run.detail}")
         try:
             parsed = testlog.parse(text)
-            result = grade_log(instance.instance_id, instance.fail_to_pass, instance.pass_to_pass, parsed, run.exit_code)
+            result = grade_log(
+                instance.instance_id, instance.fail_to_pass, instance.pass_to_pass, parsed, run.exit_code
+            )
         except Exception as err:  # the log is the candidate's output: what it does to the parser is the candidate's
             log.warning("%s: the test log could not be read: %r", instance.instance_id, err)
             return SweGrader._outcome(instance, "invalid", f"the test log could not be read: {err!r}"[:500])
@@ -276,7 +302,8 @@ def grading_budgets(sandbox: SandboxConfig) -> SandboxConfig:
     """``sandbox`` for grading containers: a grading makes a dozen calls and runs whole test files, so the
     per-episode wall clock and call count of an agent's workspace do not bind it (at least 7200 s, 64 calls)."""
     episode = sandbox.episode.model_copy(
-        update={"wall_s": max(sandbox.episode.wall_s, 7200.0), "max_calls": max(sandbox.episode.max_calls, 64)})
+        update={"wall_s": max(sandbox.episode.wall_s, 7200.0), "max_calls": max(sandbox.episode.max_calls, 64)}
+    )
     return sandbox.model_copy(update={"episode": episode})
 
 

@@ -101,7 +101,9 @@ def clone_of(instance: SweInstance, repos_dir: Path | None) -> Path:
 def dependency_files(clone: Path, commit: str) -> dict[str, str]:
     """The top-level files that declare the repository's dependencies, at ``commit``."""
     names = repository.git("ls-tree", "--name-only", commit, cwd=clone).split("\n")
-    return {name: repository.git("show", f"{commit}:{name}", cwd=clone) for name in names if DEPENDENCY_FILES.match(name)}
+    return {
+        name: repository.git("show", f"{commit}:{name}", cwd=clone) for name in names if DEPENDENCY_FILES.match(name)
+    }
 
 
 def build_requires(files: dict[str, str]) -> tuple[str, ...]:
@@ -117,7 +119,17 @@ def build_requires(files: dict[str, str]) -> tuple[str, ...]:
 
 
 def _pip_download(dest: Path, *args: str) -> None:
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--dest", str(dest), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--dest",
+        str(dest),
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise ImageBuildError(f"`pip download {' '.join(args)}` failed: {proc.stderr[-2000:]}")
@@ -130,7 +142,12 @@ def build_env(
     requires = build_requires(files)
     dockerfile = _dockerfile("env")
     inputs = digest(
-        "swe-env", base.inputs, PYTHON, dockerfile, json.dumps(sorted(instance.install)), json.dumps(requires),
+        "swe-env",
+        base.inputs,
+        PYTHON,
+        dockerfile,
+        json.dumps(sorted(instance.install)),
+        json.dumps(requires),
         json.dumps(files, sort_keys=True),
     )
     tag = f"gym-swe-env:{inputs}"
@@ -174,7 +191,10 @@ def build_instance(
 
 
 def build_instance_image(
-    client: docker.DockerClient, instance: SweInstance, repos_dir: Path | None, force: bool = False,
+    client: docker.DockerClient,
+    instance: SweInstance,
+    repos_dir: Path | None,
+    force: bool = False,
     base: BuiltImage | None = None,
 ) -> InstanceImage:
     """The three layers of one instance (each skipped when its input hash is unchanged)."""
@@ -201,8 +221,13 @@ def build_swe_images(
             errors[instance.instance_id] = str(err)
             continue
         built = images[instance.instance_id]
-        log.info("image %d/%d %s: %s", index, len(instances), instance.instance_id,
-                 f"built in {built.seconds:.1f}s" if built.built else "cached")
+        log.info(
+            "image %d/%d %s: %s",
+            index,
+            len(instances),
+            instance.instance_id,
+            f"built in {built.seconds:.1f}s" if built.built else "cached",
+        )
     return images, errors
 
 
@@ -216,8 +241,10 @@ def build_task_file(
         raise ImageBuildError(str(err)) from err
     images, errors = build_swe_images(client, list(loaded.instances), repos_dir, force)
     if errors:
-        raise ImageBuildError(f"{len(errors)} of {len(loaded.instances)} SWE images failed: "
-                              + "; ".join(f"{key}: {value[:300]}" for key, value in errors.items()))
+        raise ImageBuildError(
+            f"{len(errors)} of {len(loaded.instances)} SWE images failed: "
+            + "; ".join(f"{key}: {value[:300]}" for key, value in errors.items())
+        )
     return [BuiltImage(i.tag, i.layers[-1].inputs, i.built, i.seconds) for i in images.values()]
 
 
@@ -227,6 +254,7 @@ def docker_client() -> docker.DockerClient:
         client = docker.from_env(version="auto", timeout=900)
         client.ping()
     except docker.errors.DockerException as exc:
-        raise ImageBuildError(f"cannot reach the Docker engine (is dockerd running? `bin/setup` starts it): {exc}")
+        raise ImageBuildError(
+            f"cannot reach the Docker engine (is dockerd running? `bin/setup` starts it): {exc}"
+        ) from exc
     return client
-

@@ -41,8 +41,21 @@ log = logging.getLogger(__name__)
 DEFAULT_INSTALL = ("pytest",)
 DEFAULT_TEST_CMD = "python -m pytest -rA"
 FIELDS = (
-    "instance_id", "repo", "base_commit", "patch", "test_patch", "problem_statement", "hints_text", "version",
-    "FAIL_TO_PASS", "PASS_TO_PASS", "environment_setup_commit", "source", "install", "test_cmd", "plugins",
+    "instance_id",
+    "repo",
+    "base_commit",
+    "patch",
+    "test_patch",
+    "problem_statement",
+    "hints_text",
+    "version",
+    "FAIL_TO_PASS",
+    "PASS_TO_PASS",
+    "environment_setup_commit",
+    "source",
+    "install",
+    "test_cmd",
+    "plugins",
 )
 
 

@@ -98,7 +98,7 @@ class SweReport(BaseModel):
     instances: tuple[InstanceResult, ...]
 
     @classmethod
-    def of(cls, results: Sequence[InstanceResult]) -> "SweReport":
+    def of(cls, results: Sequence[InstanceResult]) -> SweReport:
         return cls(
             total=len(results),
             resolved=sum(r.resolved for r in results),
@@ -140,7 +140,12 @@ def grade_log(
     problem = validity_problem(log, exit_code)
     if problem:
         return InstanceResult(
-            instance_id=instance_id, resolved=False, status="invalid", f2p=f2p, p2p=p2p, exit_code=exit_code,
+            instance_id=instance_id,
+            resolved=False,
+            status="invalid",
+            f2p=f2p,
+            p2p=p2p,
+            exit_code=exit_code,
             detail=problem,
         )
     resolved = not f2p.failure and not p2p.failure

@@ -49,8 +49,19 @@ def fetch_sdist(package: str, version: str, cache: Path = DEFAULT_CACHE) -> Path
     if not found:
         folder.mkdir(parents=True, exist_ok=True)
         log.info("downloading the sdist of %s==%s", package, version)
-        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-               "--dest", str(folder), f"{package}=={version}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--dest",
+            str(folder),
+            f"{package}=={version}",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         found = [p for p in folder.glob("*") if p.name.endswith(SDIST_SUFFIXES)]
         if proc.returncode != 0 or not found:
@@ -151,7 +162,9 @@ def build_clone(specs: list[InstanceSpec], repos_dir: Path, cache: Path = DEFAUL
 
 
 def build_shipped(
-    specs: list[InstanceSpec], repos_dir: Path = DEFAULT_REPOS_DIR, out: Path = DEFAULT_OUT,
+    specs: list[InstanceSpec],
+    repos_dir: Path = DEFAULT_REPOS_DIR,
+    out: Path = DEFAULT_OUT,
     cache: Path = DEFAULT_CACHE,
 ) -> list[SweInstance]:
     """Build every spec's clone and write ``out`` (JSON Lines in the published schema)."""

@@ -38,7 +38,7 @@ class Injection(BaseModel):
         lines = text.splitlines(keepends=True)
         old = self.old.splitlines(keepends=True)
         start = self.line - 1
-        found = lines[start:start + len(old)]
+        found = lines[start : start + len(old)]
         if [line.rstrip("\r\n") for line in found] != [line.rstrip("\r\n") for line in old]:
             raise SpecError(
                 f"{self.path}:{self.line}: expected {''.join(old)!r}, found {''.join(found)!r} "
@@ -47,7 +47,7 @@ class Injection(BaseModel):
         new = self.new.splitlines(keepends=True)
         if new and not new[-1].endswith("\n") and start + len(old) < len(lines):
             new[-1] += "\n"
-        return "".join(lines[:start] + new + lines[start + len(old):])
+        return "".join(lines[:start] + new + lines[start + len(old) :])
 
 
 class TestAddition(BaseModel):

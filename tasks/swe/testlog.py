@@ -41,7 +41,8 @@ _SUMMARY_START = re.compile(r"^=+ short test summary info =+$")
 # Counts have at most 12 digits: a longer number in captured output is not pytest's, and int() of one past
 # 4300 digits raises (the candidate's output must never crash the grader).
 _FINAL = re.compile(
-    r"^(?:=+ )?(?P<body>(?:\d{1,12} \w+|no tests ran)(?:, \d{1,12} \w+)*) in [\d.]{1,20}s(?: \([^)]*\))?(?: =+)?$")
+    r"^(?:=+ )?(?P<body>(?:\d{1,12} \w+|no tests ran)(?:, \d{1,12} \w+)*) in [\d.]{1,20}s(?: \([^)]*\))?(?: =+)?$"
+)
 _COUNT = re.compile(r"(\d{1,12}) (passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?|rerun)")
 # A -v progress line: "node-id STATUS [ NN%]". Matched without backtracking over the id (a line of colons once
 # took the host 39 s): the status words are found first, then the id before one is checked.
@@ -65,6 +66,8 @@ def verbose_line(line: str) -> tuple[str, TestStatus] | None:
         if "::" in test_id[1:] and not test_id.endswith("::"):
             return test_id, TestStatus(match.group(1))
     return None
+
+
 _FRAME = ">>>>> gym:"  # the grader's own framing lines around the run (tasks/swe/grader.py)
 
 
@@ -128,8 +131,10 @@ class PytestLog:
         if not self.ran:
             return "no evidence the test session ran (no session header or no final count line)"
         if self.after_final:
-            return (f"{self.after_final} lines follow the final count line: only pytest's own last summary "
-                    "counts, and pytest prints nothing after it")
+            return (
+                f"{self.after_final} lines follow the final count line: only pytest's own last summary "
+                "counts, and pytest prints nothing after it"
+            )
         if self.session_started and self.collected is None:
             return "pytest's 'collected N items' line is missing (the session ended before collection did)"
         if self.collected_lines > 1:
@@ -151,8 +156,10 @@ class PytestLog:
                 return f"pytest collected {self.collected} tests but its final line accounts for {selected}"
             # Each test run leaves a progress mark (a teardown error or a rerun one more) before any section.
             if not tests <= self.progress_marks <= tests + errors + self.counts.get("rerun", 0):
-                return (f"the progress lines show {self.progress_marks} test reports but pytest's final line "
-                        f"counts {tests} tests run")
+                return (
+                    f"the progress lines show {self.progress_marks} test reports but pytest's final line "
+                    f"counts {tests} tests run"
+                )
         if self.summary_passed_lines and self.summary_passed_lines != self.counts.get("passed", 0):
             return (
                 f"the summary lists {self.summary_passed_lines} PASSED lines but pytest counted "
@@ -170,7 +177,7 @@ def split_id(rest: str) -> tuple[str, str]:
         elif char == "]":
             depth = max(depth - 1, 0)
         elif depth == 0 and rest.startswith(" - ", i):
-            return rest[:i], rest[i + 3:]
+            return rest[:i], rest[i + 3 :]
     return rest, ""
 
 
@@ -214,8 +221,11 @@ def parse(text: str) -> PytestLog:
             log.session_started = True
             region = "progress"
             continue
-        if log.session_started and region == "progress" and (
-                collected := _COLLECTED.match(line) or _XDIST_COLLECTED.match(line)):
+        if (
+            log.session_started
+            and region == "progress"
+            and (collected := _COLLECTED.match(line) or _XDIST_COLLECTED.match(line))
+        ):
             log.collected_lines += 1
             if log.collected is not None:
                 continue

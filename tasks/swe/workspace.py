@@ -81,7 +81,9 @@ async def put_file(ws: Workspace, path: str, data: bytes) -> None:
 
 async def copy_repo(ws: Workspace, timeout_s: float = 300.0) -> None:
     """``/opt/swe/repo`` -> ``/workspace/repo``; InfraError when the copy fails (a full disk included)."""
-    result = await ws.exec(ExecRequest(argv=["cp", "-R", "-P", PRISTINE_REPO, REPO], cwd="/workspace", timeout_s=timeout_s))
+    result = await ws.exec(
+        ExecRequest(argv=["cp", "-R", "-P", PRISTINE_REPO, REPO], cwd="/workspace", timeout_s=timeout_s)
+    )
     if _failed(result):
         raise InfraError(_problem(f"copying the repository into {ws.id[:12]}", result))
 
@@ -93,10 +95,12 @@ async def prepare(ws: Workspace, instance: SweInstance) -> None:
 
 
 def extract_command() -> ExecRequest:
-    script = _EXTRACT.format(git_dir=shlex.quote(PRISTINE_REPO + "/.git"), tree=shlex.quote(AGENT_TREE),
-                             tar=shlex.quote(AGENT_TAR))
-    return ExecRequest(argv=["bash", "-c", script], cwd="/workspace", timeout_s=120.0,
-                       output_limit_bytes=MAX_DIFF_BYTES)
+    script = _EXTRACT.format(
+        git_dir=shlex.quote(PRISTINE_REPO + "/.git"), tree=shlex.quote(AGENT_TREE), tar=shlex.quote(AGENT_TAR)
+    )
+    return ExecRequest(
+        argv=["bash", "-c", script], cwd="/workspace", timeout_s=120.0, output_limit_bytes=MAX_DIFF_BYTES
+    )
 
 
 async def diff_of_tree(fresh: Workspace, tar: bytes) -> str:

@@ -31,8 +31,10 @@ def test_train_reads_a_toml_config_past_validation(tmp_path):
 
 def test_train_toml_typo_in_a_union_is_one_line_with_the_dotted_path(tmp_path):
     config = tmp_path / "run.toml"
-    config.write_text(TRAIN_TOML.replace('environment = "configs/cp_smoke.yaml"\n', "")
-                      + '\n[environment]\nname = "e"\n[environment.task_pool]\ntype = "jsonl"\npth = "x.jsonl"\n')
+    config.write_text(
+        TRAIN_TOML.replace('environment = "configs/cp_smoke.yaml"\n', "")
+        + '\n[environment]\nname = "e"\n[environment.task_pool]\ntype = "jsonl"\npth = "x.jsonl"\n'
+    )
     done = gym("train", str(config))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
     assert f"{config}: environment.task_pool.pth: Extra inputs are not permitted" in done.stderr

@@ -25,8 +25,14 @@ NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent.sock"}
 
 def gym(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     # 120 s bounds a run on a loaded 2-core machine; each takes a few seconds idle (serve and train import torch)
-    return subprocess.run([sys.executable, "-m", "gym", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "gym", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def one_line(done: subprocess.CompletedProcess[str], code: int, *named: str) -> str:
@@ -68,13 +74,18 @@ def test_a_train_config_typo_names_the_file_and_the_field_path(tmp_path):
     data["optimizer"]["lrr"] = 1e-3
     config = tmp_path / "typo.yaml"
     config.write_text(yaml.safe_dump(data))
-    one_line(gym("train", str(config)), 2, f"{config}: optimizer.lrr: Extra inputs are not permitted", "trainer/config.py")
+    one_line(
+        gym("train", str(config)), 2, f"{config}: optimizer.lrr: Extra inputs are not permitted", "trainer/config.py"
+    )
 
 
-@pytest.mark.parametrize(("command", "text", "named"), [
-    (["serve"], "server:\n  prot: 1\n", "server.prot: Extra inputs are not permitted"),
-    (["killtest", "--config"], "budgetz: {}\n", "budgetz: Extra inputs are not permitted"),
-])
+@pytest.mark.parametrize(
+    ("command", "text", "named"),
+    [
+        (["serve"], "server:\n  prot: 1\n", "server.prot: Extra inputs are not permitted"),
+        (["killtest", "--config"], "budgetz: {}\n", "budgetz: Extra inputs are not permitted"),
+    ],
+)
 def test_a_serve_or_sandbox_config_typo_names_the_file_and_the_field(tmp_path, command, text, named):
     config = tmp_path / "typo.yaml"
     config.write_text("policy: {type: hf, path: x}\n" + text if command == ["serve"] else text)

@@ -28,8 +28,14 @@ pytestmark = pytest.mark.skipif(shutil.which("docker-compose") is None, reason="
 
 
 def compose(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["docker-compose", "-f", str(ROOT / "compose.yaml"), *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        ["docker-compose", "-f", str(ROOT / "compose.yaml"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_compose_file_is_valid_and_only_trusted_services_get_the_socket():
@@ -47,15 +53,23 @@ def test_compose_file_is_valid_and_only_trusted_services_get_the_socket():
     assert trainer[1:4] == ["-m", "gym", "train"] and "http://policy:8000" in trainer
     for service in services.values():  # built here from the local base image, never pulled
         assert service["image"] == "gym-app:latest" and service["build"]["args"]["BASE"] == runner_image()
-        assert any(m.startswith(sys.prefix) for m in (v if isinstance(v, str) else v["source"] for v in service["volumes"]))
+        assert any(
+            m.startswith(sys.prefix) for m in (v if isinstance(v, str) else v["source"] for v in service["volumes"])
+        )
     dockerfile = (ROOT / "trainer" / "compose.Dockerfile").read_text()
     assert "FROM ${BASE}" in dockerfile
 
 
 def test_compose_names_the_runner_image_or_says_how_to_get_it():
     env = {key: value for key, value in os.environ.items() if key != "GYM_RUNNER_IMAGE"}
-    done = subprocess.run(["docker-compose", "-f", str(ROOT / "compose.yaml"), "config"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60, env={**env, "GYM_PYTHON": sys.prefix})
+    done = subprocess.run(
+        ["docker-compose", "-f", str(ROOT / "compose.yaml"), "config"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "GYM_PYTHON": sys.prefix},
+    )
     assert done.returncode != 0 and "python -m gym images tag" in done.stderr
 
 
@@ -108,10 +122,16 @@ def test_compose_up_runs_a_training_step():
     run_dir.mkdir(parents=True)
     config = run_dir / "config.yaml"
     config.write_text(yaml.safe_dump({**COMPOSE_RUN, "run_dir": f"runs/{name}/run"}))
-    env = {"GYM_PYTHON": sys.prefix, "GYM_CONFIG": f"runs/{name}/config.yaml", "COMPOSE_PROJECT_NAME": name,
-           "GYM_RUNNER_IMAGE": runner_image()}
+    env = {
+        "GYM_PYTHON": sys.prefix,
+        "GYM_CONFIG": f"runs/{name}/config.yaml",
+        "COMPOSE_PROJECT_NAME": name,
+        "GYM_RUNNER_IMAGE": runner_image(),
+    }
     try:
-        done = compose("up", "--build", "--abort-on-container-exit", "--exit-code-from", "trainer", env=env, timeout=900)
+        done = compose(
+            "up", "--build", "--abort-on-container-exit", "--exit-code-from", "trainer", env=env, timeout=900
+        )
         assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
         summary = json.loads((run_dir / "run" / "summary.json").read_text())
         assert summary["steps"] == 1 and summary["weights_version"] == 1  # pushed to the server over HTTP

@@ -17,7 +17,7 @@ import pytest
 
 from sandbox.failure import Verdict
 from tasks.catalog import SAMPLE_SETS, load_sample_set
-from tasks.grader import GradeReport, GraderConfig, grade_pairs, pair_submissions
+from tasks.grader import GraderConfig, GradeReport, grade_pairs, pair_submissions
 from tests.sandbox_support import sandbox_config
 
 pytestmark = pytest.mark.docker
@@ -61,13 +61,24 @@ def test_sample_solution_gets_expected_verdict(graded, name, n):
 
 def test_every_failing_verdict_is_exercised(graded):
     seen = {t.verdict for _, result in graded.values() for t in result.tests}
-    assert {Verdict.PASSED, Verdict.WRONG_ANSWER, Verdict.RUNTIME_ERROR, Verdict.TIME_LIMIT,
-            Verdict.MEMORY_LIMIT, Verdict.COMPILE_ERROR} <= seen
+    assert {
+        Verdict.PASSED,
+        Verdict.WRONG_ANSWER,
+        Verdict.RUNTIME_ERROR,
+        Verdict.TIME_LIMIT,
+        Verdict.MEMORY_LIMIT,
+        Verdict.COMPILE_ERROR,
+    } <= seen
 
 
 def test_assert_tests_were_split(graded):
-    splits = [t.split for name, n in graded if name in ("humaneval", "mbpp")
-              for t in graded[(name, n)][1].tests if t.verdict != Verdict.COMPILE_ERROR]
+    splits = [
+        t.split
+        for name, n in graded
+        if name in ("humaneval", "mbpp")
+        for t in graded[(name, n)][1].tests
+        if t.verdict != Verdict.COMPILE_ERROR
+    ]
     assert splits and all(s is True for s in splits)
 
 
@@ -75,9 +86,24 @@ def test_grade_cli_writes_the_documented_json(tmp_path):
     out = tmp_path / "report.json"
     sample = SAMPLE_SETS["mbpp"]
     proc = subprocess.run(
-        [sys.executable, "-m", "gym", "grade", "--tasks", str(sample.tasks_path), "--format", "mbpp",
-         "--solutions", str(sample.solutions_path), "--json", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "gym",
+            "grade",
+            "--tasks",
+            str(sample.tasks_path),
+            "--format",
+            "mbpp",
+            "--solutions",
+            str(sample.solutions_path),
+            "--json",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(out.read_text())
@@ -85,7 +111,9 @@ def test_grade_cli_writes_the_documented_json(tmp_path):
     assert (report["total"], report["passed"], report["infra_errors"]) == (7, 3, 0)
     assert report["time_model"] == "cpu" and report["speed_factor"] >= 1.0 and "limits: cpu time" in proc.stdout
     first = report["tasks"][0]
-    assert {"task_id", "passed", "fraction", "tests", "reruns"} <= set(first) and first["tests"][0]["verdict"] == "passed"
+    assert {"task_id", "passed", "fraction", "tests", "reruns"} <= set(first) and first["tests"][0][
+        "verdict"
+    ] == "passed"
     assert first["tests"][0]["cpu_s"] > 0
     assert "passed 3/7" in proc.stdout
 

@@ -31,18 +31,36 @@ CONFIG = GraderConfig(default_time_s=2.0, min_time_s=2.0)
 
 
 def stdin_task(task_id: str, tests: list[tuple[str, str]]) -> Task:
-    return Task(task_id=task_id, source_format="nemotron", kind="stdin", prompt="p",
-                tests=tuple(StdinTest(input=i, output=o) for i, o in tests))
+    return Task(
+        task_id=task_id,
+        source_format="nemotron",
+        kind="stdin",
+        prompt="p",
+        tests=tuple(StdinTest(input=i, output=o) for i, o in tests),
+    )
 
 
 def call_task(task_id: str, tests: list[tuple[list, object]], fn_name: str = "solve") -> Task:
-    return Task(task_id=task_id, source_format="lcb", kind="call", prompt="p", fn_name=fn_name,
-                tests=tuple(CallTest(args=a, expected=e) for a, e in tests))
+    return Task(
+        task_id=task_id,
+        source_format="lcb",
+        kind="call",
+        prompt="p",
+        fn_name=fn_name,
+        tests=tuple(CallTest(args=a, expected=e) for a, e in tests),
+    )
 
 
 def assert_task(task_id: str, asserts: list[str], prompt: str = "def solve(x):\n") -> Task:
-    return Task(task_id=task_id, source_format="humaneval", kind="assert", prompt=prompt, fn_name="solve",
-                completion_prefix=prompt, tests=tuple(AssertTest(source=a) for a in asserts))
+    return Task(
+        task_id=task_id,
+        source_format="humaneval",
+        kind="assert",
+        prompt=prompt,
+        fn_name="solve",
+        completion_prefix=prompt,
+        tests=tuple(AssertTest(source=a) for a in asserts),
+    )
 
 
 SUM = stdin_task("sum", [("1 2\n", "3\n"), ("5 5\n", "10\n"), ("-1 1\n", "0\n")])
@@ -66,8 +84,9 @@ def assert_scores_zero(result: TaskResult) -> None:
 
 def test_controls_pass():
     """The attacks below fail because of the attack: the honest solutions pass."""
-    honest = grade((SUM, CORRECT_SUM), (DOUBLE, "def solve(x):\n    return 2 * x\n"),
-                   (DOUBLE_ASSERT, "    return 2 * x\n"))
+    honest = grade(
+        (SUM, CORRECT_SUM), (DOUBLE, "def solve(x):\n    return 2 * x\n"), (DOUBLE_ASSERT, "    return 2 * x\n")
+    )
     assert all(r.passed for r in honest), honest
 
 
@@ -100,8 +119,10 @@ def test_raising_skiptest():
 
 
 def test_printing_fake_success_markers():
-    markers = ("print('PASSED'); print('All tests passed'); print('OK'); print('{\"passed\": true, \"reward\": 1.0}'); "
-               "print('0' * 32 + ' {\"value\": [\"i\", 4]}', flush=True)")
+    markers = (
+        "print('PASSED'); print('All tests passed'); print('OK'); print('{\"passed\": true, \"reward\": 1.0}'); "
+        "print('0' * 32 + ' {\"value\": [\"i\", 4]}', flush=True)"
+    )
     results = grade(
         (SUM, markers + "\n"),
         (DOUBLE, markers + "\n\ndef solve(x):\n    " + markers + "\n    return None\n"),
@@ -124,8 +145,9 @@ def test_object_whose_eq_is_always_true():
         "    def __abs__(self):\n        return 0\n"
         "    def __lt__(self, other):\n        return True\n"
     )
-    tolerant = assert_task("tolerant", ["assert abs(candidate(1) - 0.5) < 1e-06", "assert candidate(2)",
-                                        "assert candidate(3) == [1, 2]"])
+    tolerant = assert_task(
+        "tolerant", ["assert abs(candidate(1) - 0.5) < 1e-06", "assert candidate(2)", "assert candidate(3) == [1, 2]"]
+    )
     results = grade(
         (DOUBLE, rigged + "\ndef solve(x):\n    return Anything(0)\n"),
         (DOUBLE_ASSERT, "    return Anything(0)\n" + rigged.replace("\n", "\n    ").replace("class", "    class", 0)),
@@ -141,7 +163,7 @@ def test_monkeypatching_builtins_and_json():
         "import builtins, json, sys, io\n"
         "json.dumps = lambda *a, **k: '\"4\"'\n"
         "json.loads = lambda *a, **k: 4\n"
-        "json.JSONEncoder.encode = lambda self, o: '{\"value\": [\"i\", 4]}'\n"
+        'json.JSONEncoder.encode = lambda self, o: \'{"value": ["i", 4]}\'\n'
         "builtins.isinstance = lambda *a: True\n"
         "builtins.type = lambda *a: int\n"
         "builtins.AssertionError = Exception\n"
@@ -308,8 +330,12 @@ def test_output_the_judge_chokes_on_and_floats_for_integers_score_zero_unmasked(
         "ignore-stdin": "print(1000000007)\n",
     }
     big_input = stdin_task("big-input", [("1\n" * (2 << 20), "1000000007\n"), ("2\n", "1\n")])
-    results = grade((MODULUS, attacks["huge"]), (DOUBLE, attacks["huge-call"]), (MODULUS, attacks["float"]),
-                    (big_input, attacks["ignore-stdin"]))
+    results = grade(
+        (MODULUS, attacks["huge"]),
+        (DOUBLE, attacks["huge-call"]),
+        (MODULUS, attacks["float"]),
+        (big_input, attacks["ignore-stdin"]),
+    )
     huge, huge_call, floats, ignore = results
     for result in (huge, huge_call, floats):
         assert not result.infra_error and result.fraction == 0.0, result
@@ -321,13 +347,18 @@ def test_asserts_cannot_be_forged_from_the_candidates_interpreter():
     """An expected side computed by a call (`== math.factorial(5)`) is evaluated on the host, so patching
     math does nothing; an assert that cannot be split is refused for reward (masked, reported), never run
     whole where frame walking or an object equal to everything would pass it."""
-    factorial = assert_task("factorial", ["assert candidate(5) == math.factorial(5)", "assert candidate(3) == 6"],
-                            prompt="import math\ndef solve(x):\n")
+    factorial = assert_task(
+        "factorial",
+        ["assert candidate(5) == math.factorial(5)", "assert candidate(3) == 6"],
+        prompt="import math\ndef solve(x):\n",
+    )
     patch_math = "    return 7\nimport math as _m\n_m.factorial = lambda n: 7\n"
     honest = "    return math.factorial(x)\n"
     unsplittable = assert_task("whole", ["assert all(candidate(x) == x * 2 for x in [1, 2])"])
-    frame_walker = ("    return x\nclass _Any:\n    def __eq__(self, other):\n        return True\n"
-                    "import sys\nsys.modules['builtins'].all = lambda it: True\n")
+    frame_walker = (
+        "    return x\nclass _Any:\n    def __eq__(self, other):\n        return True\n"
+        "import sys\nsys.modules['builtins'].all = lambda it: True\n"
+    )
     patched, correct, refused = grade((factorial, patch_math), (factorial, honest), (unsplittable, frame_walker))
     assert verdicts(patched) == [Verdict.WRONG_ANSWER, Verdict.WRONG_ANSWER] and not patched.infra_error
     assert correct.passed, correct

@@ -44,8 +44,11 @@ def burn(seconds):
 
 
 def grade(program: str, tests: int = 1, config: GraderConfig = CONFIG):
-    t = task(task_id="timing", limits=Limits(time_s=LIMIT_S),
-             tests=tuple(StdinTest(input=f"{i}\n", output=f"{i}\n") for i in range(tests)))
+    t = task(
+        task_id="timing",
+        limits=Limits(time_s=LIMIT_S),
+        tests=tuple(StdinTest(input=f"{i}\n", output=f"{i}\n") for i in range(tests)),
+    )
     (result,) = grade_pairs([(t, Submission(task_id="timing", completion=program))], config, sandbox_config())
     return result
 
@@ -89,13 +92,32 @@ def test_a_correct_program_passes_while_other_containers_keep_the_cores_busy():
     program = BURN + "burn(0.6)\nprint(input())\n"  # 0.6 s of CPU against a 1 s limit
     label = f"gym-test-hog={uuid.uuid4().hex[:12]}"
     for _ in range(4):  # this test's own containers, removed below
-        subprocess.run(["docker", "run", "-d", "--rm", "--label", label, "--network", "none", "--entrypoint", "python3", runner_image(),
-                        "-c", "while 1: pass"], check=True, capture_output=True)
+        subprocess.run(
+            [
+                "docker",
+                "run",
+                "-d",
+                "--rm",
+                "--label",
+                label,
+                "--network",
+                "none",
+                "--entrypoint",
+                "python3",
+                runner_image(),
+                "-c",
+                "while 1: pass",
+            ],
+            check=True,
+            capture_output=True,
+        )
     try:
         time.sleep(1.0)
         result = grade(program, tests=3)
     finally:
-        running = subprocess.run(["docker", "ps", "-q", "--filter", f"label={label}"], capture_output=True, text=True).stdout.split()
+        running = subprocess.run(
+            ["docker", "ps", "-q", "--filter", f"label={label}"], capture_output=True, text=True
+        ).stdout.split()
         if running:
             subprocess.run(["docker", "rm", "-f", *running], capture_output=True)
     assert result.passed, [(t.verdict, t.cpu_s, t.wall_s, t.detail) for t in result.tests]
@@ -127,12 +149,33 @@ def test_the_wall_model_keeps_a_wall_clock_deadline():
 
 def test_the_timing_bench_keeps_wrong_and_slow_submissions_out(tmp_path):
     out = tmp_path / "timing.json"
-    done = subprocess.run([sys.executable, "-m", "gym", "bench", "timing", "--problems", "2", "--limit", "0.5",
-                           "--load", "2", "--json", str(out)], capture_output=True, text=True, timeout=900, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gym",
+            "bench",
+            "timing",
+            "--problems",
+            "2",
+            "--limit",
+            "0.5",
+            "--load",
+            "2",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(out.read_text())
     for model in ("cpu", "wall"):
         for condition in ("idle", "load"):
-            assert figures[f"{model}_{condition}_wrong_passed"] == 0 and figures[f"{model}_{condition}_slow_passed"] == 0
+            assert (
+                figures[f"{model}_{condition}_wrong_passed"] == 0 and figures[f"{model}_{condition}_slow_passed"] == 0
+            )
             assert figures[f"{model}_{condition}_infra_errors"] == 0
     assert figures["cpu_idle_accepted_pass_share"] == 1.0

@@ -34,10 +34,14 @@ def test_written_file_and_stdin_arrive_intact():
         async with WorkspacePool(SandboxConfig.model_validate({"pool": {"size": 0}})) as pool:
             async with pool.acquire(owner="pytest-cp-transport") as ws:
                 await ws.write_file("/workspace/payload.bin", PAYLOAD)
-                batch = await ws.exec_batch(BatchExecRequest(items=[
-                    ExecRequest(argv=["python3", "-I", "-c", HASHER], stdin=PAYLOAD, timeout_s=30),
-                    ExecRequest(argv=["sha256sum", "/workspace/payload.bin"], timeout_s=30),
-                ]))
+                batch = await ws.exec_batch(
+                    BatchExecRequest(
+                        items=[
+                            ExecRequest(argv=["python3", "-I", "-c", HASHER], stdin=PAYLOAD, timeout_s=30),
+                            ExecRequest(argv=["sha256sum", "/workspace/payload.bin"], timeout_s=30),
+                        ]
+                    )
+                )
                 return batch.results
 
     via_stdin, via_file = trio.run(main)

@@ -87,12 +87,33 @@ class SecondDaemon:
         # In a network namespace of its own: a dockerd started with `--bridge none` deletes the host's
         # `docker0` at start (it "removes the default bridge"), which would take the shared daemon's bridge
         # network away from every other suite. Its API and containerd are unix sockets: reachable anyway.
-        self.dockerd = self._spawn([
-            "unshare", "--net", "dockerd", "--host", self.url, "--data-root", str(self.root / "data"), "--exec-root", str(self.exec_root),
-            "--pidfile", str(self.root / "dockerd.pid"), "--containerd", self.containerd_socket,
-            "--config-file", str(self.root / "daemon.json"), "--bridge", "none", "--iptables=false",
-            "--ip-masq=false", "--userland-proxy=false", "--log-level", "warn",
-        ], "dockerd.log")
+        self.dockerd = self._spawn(
+            [
+                "unshare",
+                "--net",
+                "dockerd",
+                "--host",
+                self.url,
+                "--data-root",
+                str(self.root / "data"),
+                "--exec-root",
+                str(self.exec_root),
+                "--pidfile",
+                str(self.root / "dockerd.pid"),
+                "--containerd",
+                self.containerd_socket,
+                "--config-file",
+                str(self.root / "daemon.json"),
+                "--bridge",
+                "none",
+                "--iptables=false",
+                "--ip-masq=false",
+                "--userland-proxy=false",
+                "--log-level",
+                "warn",
+            ],
+            "dockerd.log",
+        )
         self._wait(self.answers, self.dockerd, "dockerd", timeout)
         return time.monotonic() - started
 
@@ -122,8 +143,9 @@ class SecondDaemon:
 
     def _spawn(self, argv: list[str], log_name: str) -> subprocess.Popen:
         with open(self.root / log_name, "ab") as log:
-            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            return subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def _wait(self, ready, proc: subprocess.Popen, name: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -149,8 +171,9 @@ class SecondDaemon:
         """``docker save`` from the shared daemon (a read) piped into this one."""
         started = time.monotonic()
         save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
-        load = subprocess.run(["docker", "-H", self.url, "load", "-q"], stdin=save.stdout, capture_output=True,
-                              text=True, timeout=300)
+        load = subprocess.run(
+            ["docker", "-H", self.url, "load", "-q"], stdin=save.stdout, capture_output=True, text=True, timeout=300
+        )
         save.stdout.close()
         assert save.wait(60) == 0 and load.returncode == 0, load.stderr
         return time.monotonic() - started
@@ -160,8 +183,12 @@ class SecondDaemon:
     def teardown(self) -> None:
         """Leave nothing: containers, daemons, shims, mounts, files; each step mops up what the one before missed."""
         try:
-            if self.dockerd is not None and self.dockerd.poll() is not None and self.containerd is not None \
-                    and self.containerd.poll() is None:
+            if (
+                self.dockerd is not None
+                and self.dockerd.poll() is not None
+                and self.containerd is not None
+                and self.containerd.poll() is None
+            ):
                 self.start(timeout=30)  # a killed daemon's containers still run: let a new one shut them down
             if self.dockerd is not None and self.dockerd.poll() is None:
                 client = self.client()
@@ -190,8 +217,9 @@ class SecondDaemon:
         if not runc_root.is_dir():
             return
         for state in runc_root.iterdir():
-            subprocess.run(["runc", "--root", str(runc_root), "delete", "--force", state.name], capture_output=True,
-                           timeout=30)
+            subprocess.run(
+                ["runc", "--root", str(runc_root), "delete", "--force", state.name], capture_output=True, timeout=30
+            )
 
     def _kill_processes_naming_root(self) -> None:
         """Shims (started by this containerd, ``-address`` under root) and anything else left of ours."""
@@ -264,13 +292,17 @@ def slow_tasks(tmp: Path) -> dict:
     (after some bundles were written) the episodes then running are inside a tool call or a grading for
     seconds, whatever the machine's load: the fault always meets episodes in flight."""
     program = f"import time\ntime.sleep({SLOW_S})\ns = input().strip()\nprint(sum(c in 'aeiou' for c in s))\n"
-    row = {"question": "Print how many of the letters of the input line are vowels (a, e, i, o, u).",
-           "solutions": json.dumps([program]), "starter_code": "",
-           "input_output": json.dumps({"inputs": ["hello\n", "sky\n"], "outputs": ["2\n", "0\n"]})}
+    row = {
+        "question": "Print how many of the letters of the input line are vowels (a, e, i, o, u).",
+        "solutions": json.dumps([program]),
+        "starter_code": "",
+        "input_output": json.dumps({"inputs": ["hello\n", "sky\n"], "outputs": ["2\n", "0\n"]}),
+    }
     tasks, solutions = tmp / "slow.jsonl", tmp / "slow.solutions.jsonl"
     tasks.write_text("".join(json.dumps({**row, "name": f"slow-{i}"}) + "\n" for i in range(16)))
-    solutions.write_text("".join(json.dumps({"task_id": str(i), "completion": program, "expect": "passed"}) + "\n"
-                                 for i in range(16)))
+    solutions.write_text(
+        "".join(json.dumps({"task_id": str(i), "completion": program, "expect": "passed"}) + "\n" for i in range(16))
+    )
     return {"type": "jsonl", "path": str(tasks), "format": "taco", "solutions": str(solutions)}
 
 
@@ -286,9 +318,21 @@ class Rollout:
         self.log = tmp / "rollout.log"
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "gym", "rollout", str(tmp / "env.yaml"), "--episodes", str(episodes),
-                 "--out", str(self.out)],
-                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "DOCKER_HOST": daemon.url},
+                [
+                    sys.executable,
+                    "-m",
+                    "gym",
+                    "rollout",
+                    str(tmp / "env.yaml"),
+                    "--episodes",
+                    str(episodes),
+                    "--out",
+                    str(self.out),
+                ],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, "DOCKER_HOST": daemon.url},
             )
 
     def bundles(self) -> list[Path]:
@@ -336,8 +380,14 @@ class Rollout:
 
 
 def assert_nothing_left_after_gc(daemon: SecondDaemon) -> None:
-    gc = subprocess.run([sys.executable, "-m", "gym", "gc"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                        env={**os.environ, "DOCKER_HOST": daemon.url})
+    gc = subprocess.run(
+        [sys.executable, "-m", "gym", "gc"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DOCKER_HOST": daemon.url},
+    )
     assert gc.returncode == 0, gc.stdout + gc.stderr
     assert daemon.gym_containers() == [], gc.stdout
 
@@ -359,8 +409,10 @@ def test_sigkill_of_the_daemon_mid_rollout_masks_what_it_touched_and_the_run_end
     restart_s = daemon.start()
     left = len(daemon.gym_containers())
     assert_nothing_left_after_gc(daemon)
-    print(f"\nSIGKILL: run ended {ended_s:.1f}s after the kill, {len(masked)}/12 masked; "
-          f"daemon back in {restart_s:.1f}s, gc removed {left} containers")
+    print(
+        f"\nSIGKILL: run ended {ended_s:.1f}s after the kill, {len(masked)}/12 masked; "
+        f"daemon back in {restart_s:.1f}s, gc removed {left} containers"
+    )
 
 
 def test_daemon_restart_mid_rollout_masks_what_it_touched_and_later_episodes_succeed(daemon, tmp_path):
@@ -380,5 +432,7 @@ def test_daemon_restart_mid_rollout_masks_what_it_touched_and_later_episodes_suc
     assert len(masked) <= 12 - EPISODES_BEFORE_FAULT - len(later)
     left = len(daemon.gym_containers())
     assert_nothing_left_after_gc(daemon)
-    print(f"\nrestart: dockerd stopped in {stop_s:.1f}s, back in {restart_s:.1f}s; {len(masked)}/12 masked, "
-          f"{len(later)} succeeded after the restart; {left} containers left for gc")
+    print(
+        f"\nrestart: dockerd stopped in {stop_s:.1f}s, back in {restart_s:.1f}s; {len(masked)}/12 masked, "
+        f"{len(later)} succeeded after the restart; {left} containers left for gc"
+    )

@@ -12,11 +12,11 @@ import trio
 from gym.bundle import bundle_of, read_bundle, write_bundle
 from gym.environment import Environment
 from gym.episode import EpisodeResult, run_episode
-from tasks.family import CodeFamily
 from gym.replay import replay_files
 from gym.scripted import load_scripted
 from gym.trajectory import assert_token_exact, retokenization_drift
 from sandbox.pool import WorkspacePool
+from tasks.family import CodeFamily
 from tasks.grader import Grader
 from tasks.task import StdinTest
 
@@ -37,8 +37,14 @@ def solved(env) -> EpisodeResult:
 
     async def main():
         async with WorkspacePool(sandbox) as pool:
-            return await run_episode(env, load_scripted("reference", env), CodeFamily(pool, Grader(pool, env.config.grader)),
-                                     env.tasks[TASK], seed=1, group_id="e2e")
+            return await run_episode(
+                env,
+                load_scripted("reference", env),
+                CodeFamily(pool, Grader(pool, env.config.grader)),
+                env.tasks[TASK],
+                seed=1,
+                group_id="e2e",
+            )
 
     return trio.run(main)
 
@@ -53,7 +59,8 @@ def test_reference_solves_the_task_in_several_tool_turns(env, solved):
     ran = solved.tool_calls[1].outcome.output
     printed = ran.split("stdout:\n", 1)[1].split()
     assert ran.startswith("[exit code 0]\nstdout:\n") and [float(x) for x in printed] == pytest.approx(
-        [float(x) for x in example.output.split()])  # it ran on the example input
+        [float(x) for x in example.output.split()]
+    )  # it ran on the example input
     assert solved.answer == env.reference_programs()[TASK]
 
 
@@ -91,16 +98,20 @@ def test_bundle_replays_identically_and_corruptions_are_reported(env, solved, tm
         data["answer"] = data["answer"].replace("print", "pass  #")
         data["tool_calls"][2]["outcome"]["submitted"] = data["answer"]
 
-    paths = [write(env, solved, tmp_path / "clean.json"),
-             write(env, solved, tmp_path / "output.json", tool_output),
-             write(env, solved, tmp_path / "test.json", hidden_test),
-             write(env, solved, tmp_path / "program.json", program)]
+    paths = [
+        write(env, solved, tmp_path / "clean.json"),
+        write(env, solved, tmp_path / "output.json", tool_output),
+        write(env, solved, tmp_path / "test.json", hidden_test),
+        write(env, solved, tmp_path / "program.json", program),
+    ]
     assert read_bundle(paths[0]).image_digest == ""  # unknown digest: noted, not compared
     clean, output, test, changed = replay_files(paths, concurrency=2)
     assert clean.identical and clean.tool_calls == 3 and clean.reward_replayed == 1.0, clean.differences
     assert any("image digest" in note for note in clean.notes)
-    assert {d.what for d in output.differences} == {"tool call 1 result in the trajectory",
-                                                     "tool call 1 (functions.bash) output"}
+    assert {d.what for d in output.differences} == {
+        "tool call 1 result in the trajectory",
+        "tool call 1 (functions.bash) output",
+    }
     assert {d.what for d in test.differences} == {"grading (passed, fraction, infra_error, verdicts)", "reward"}
     assert test.reward_replayed == 0.0
     assert "answer" in {d.what for d in changed.differences}

@@ -18,9 +18,25 @@ NOTHING_TO_GRADE = 5
 
 
 def grade(tasks: Path, solutions: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gym", "grade", "--tasks", str(tasks), "--format", "mbpp",
-                           "--solutions", str(solutions), *extra],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gym",
+            "grade",
+            "--tasks",
+            str(tasks),
+            "--format",
+            "mbpp",
+            "--solutions",
+            str(solutions),
+            *extra,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def reason(done: subprocess.CompletedProcess) -> str:
@@ -53,14 +69,19 @@ def test_an_empty_solutions_file_grades_nothing_and_says_so(tmp_path):
 
 def test_solutions_that_all_name_unknown_tasks_grade_nothing(tmp_path):
     solutions = tmp_path / "solutions.jsonl"
-    solutions.write_text("".join(json.dumps({"task_id": f"nope-{i}", "completion": "print(1)"}) + "\n" for i in range(3))
-                         + "{not json\n")
+    solutions.write_text(
+        "".join(json.dumps({"task_id": f"nope-{i}", "completion": "print(1)"}) + "\n" for i in range(3)) + "{not json\n"
+    )
     done = grade(TASKS, solutions, "--json", str(tmp_path / "report.json"))
     assert done.returncode == NOTHING_TO_GRADE
-    assert reason(done) == (f"grade: nothing graded: none of the 4 solution rows of {solutions} could be graded "
-                            "(unknown task id or unparseable row)")
-    assert "passed 0/0 graded (0.000), failed 0, infra_errors 0, 4 skipped (3 unknown task ids, 1 unparseable row)" \
+    assert reason(done) == (
+        f"grade: nothing graded: none of the 4 solution rows of {solutions} could be graded "
+        "(unknown task id or unparseable row)"
+    )
+    assert (
+        "passed 0/0 graded (0.000), failed 0, infra_errors 0, 4 skipped (3 unknown task ids, 1 unparseable row)"
         in done.stdout
+    )
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["unknown_task_ids"] == ["nope-0", "nope-1", "nope-2"] and len(report["skipped_solution_rows"]) == 1
 
@@ -69,16 +90,23 @@ def test_solutions_that_all_name_unknown_tasks_grade_nothing(tmp_path):
 def test_skipped_rows_are_counted_beside_the_graded_ones(tmp_path):
     solutions = tmp_path / "solutions.jsonl"
     good = SOLUTIONS.read_text().splitlines()[0]  # task 9501, expected to pass
-    solutions.write_text("\n".join([
-        good,
-        json.dumps({"task_id": "no-such-task", "completion": "print(1)"}),
-        "{not json",
-        json.dumps({"task_id": 9502}),  # no completion
-    ]) + "\n")
+    solutions.write_text(
+        "\n".join(
+            [
+                good,
+                json.dumps({"task_id": "no-such-task", "completion": "print(1)"}),
+                "{not json",
+                json.dumps({"task_id": 9502}),  # no completion
+            ]
+        )
+        + "\n"
+    )
     done = grade(TASKS, solutions, "--json", str(tmp_path / "report.json"))
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "passed 1/1 graded (1.000), failed 0, infra_errors 0, 3 skipped (1 unknown task id, 2 unparseable rows)" \
+    assert (
+        "passed 1/1 graded (1.000), failed 0, infra_errors 0, 3 skipped (1 unknown task id, 2 unparseable rows)"
         in done.stdout
+    )
     report = json.loads((tmp_path / "report.json").read_text())
     assert (report["total"], report["passed"], report["skipped"]) == (1, 1, 3)
     assert report["skipped_reasons"] == {"unknown task id": 1, "unparseable row": 2}

@@ -22,8 +22,18 @@ import trio
 from gym.policy_client import EngineError, HttpEngine, busy_delay
 from policies.sampling import SamplingParams
 
-REPLY = {"choices": [{"index": 0, "token_ids": [7], "raw_logprobs": [-0.5], "logprobs": {"token_logprobs": [-0.5]},
-                      "finish_reason": "stop"}], "weights_version": 4}
+REPLY = {
+    "choices": [
+        {
+            "index": 0,
+            "token_ids": [7],
+            "raw_logprobs": [-0.5],
+            "logprobs": {"token_logprobs": [-0.5]},
+            "finish_reason": "stop",
+        }
+    ],
+    "weights_version": 4,
+}
 
 
 def handler_for(answers: list[int], retry_after: str | None) -> type[BaseHTTPRequestHandler]:
@@ -131,11 +141,18 @@ def test_an_unreachable_url_is_an_engine_failure_naming_it():
     assert caught.value.__cause__ is None and caught.value.__suppress_context__
 
 
-@pytest.mark.parametrize(("attempt", "retry_after", "low", "high"), [
-    (0, None, 0.25, 0.3125), (3, None, 2.0, 2.5), (10, None, 8.0, 10.0),  # exponential, capped at 8 s
-    (0, "1", 1.0, 1.25), (5, "0", 0.05, 0.0625), (0, "600", 30.0, 37.5),  # the server's word, bounded
-    (1, "Wed, 21 Oct 2026 07:28:00 GMT", 0.5, 0.625),  # an HTTP date: backoff as if none was given
-])
+@pytest.mark.parametrize(
+    ("attempt", "retry_after", "low", "high"),
+    [
+        (0, None, 0.25, 0.3125),
+        (3, None, 2.0, 2.5),
+        (10, None, 8.0, 10.0),  # exponential, capped at 8 s
+        (0, "1", 1.0, 1.25),
+        (5, "0", 0.05, 0.0625),
+        (0, "600", 30.0, 37.5),  # the server's word, bounded
+        (1, "Wed, 21 Oct 2026 07:28:00 GMT", 0.5, 0.625),  # an HTTP date: backoff as if none was given
+    ],
+)
 def test_busy_delay_bounds(attempt, retry_after, low, high):
     delays = [busy_delay(attempt, retry_after) for _ in range(200)]
     assert all(low <= d <= high for d in delays), (min(delays), max(delays))

@@ -22,10 +22,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-SHIPPED = ["configs/cp_grpo_tiny.yaml", "configs/cp_smoke.yaml", "tasks/samples/taco.jsonl",
-           "tasks/samples/humaneval.jsonl.gz", "tasks/driver.py", "sandbox/killtest/prelude.py",
-           "sandbox/killtest/prelude.sh", "sandbox/killtest/posture.json", "images/runner/Dockerfile",
-           "images/swe/base.Dockerfile", "gym/cli.py", "trainer/loop.py"]
+SHIPPED = [
+    "configs/cp_grpo_tiny.yaml",
+    "configs/cp_smoke.yaml",
+    "tasks/samples/taco.jsonl",
+    "tasks/samples/humaneval.jsonl.gz",
+    "tasks/driver.py",
+    "sandbox/killtest/prelude.py",
+    "sandbox/killtest/prelude.sh",
+    "sandbox/killtest/posture.json",
+    "images/runner/Dockerfile",
+    "images/swe/base.Dockerfile",
+    "gym/cli.py",
+    "trainer/loop.py",
+]
 SHIPPED_GLOBS = ["configs/*.yaml", "tasks/samples/*", "tasks/swe/specs/*.yaml", "images/swe/*.Dockerfile"]
 
 pytestmark = pytest.mark.slow
@@ -34,22 +44,39 @@ pytestmark = pytest.mark.slow
 def make_venv(path: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)], check=True)
     python = path / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     (Path(purelib) / "outer_site.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     return python
 
 
 def pip(python: Path, *args: str, cwd: Path) -> None:
-    proc = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", "-q", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [str(python), "-m", "pip", "--disable-pip-version-check", "-q", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 
 
 def command(venv: Path, *args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
     script = venv / "bin" / "code-rl-gym"
-    return subprocess.run([str(script), *args], cwd=cwd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **env}, check=False)
+    return subprocess.run(
+        [str(script), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+        check=False,
+    )
 
 
 def test_editable_install_runs_from_another_directory_on_the_shipped_files(tmp_path):
@@ -70,8 +97,17 @@ def test_editable_install_runs_from_another_directory_on_the_shipped_files(tmp_p
 
     # The shipped config, its task files and the checkout's tokenizer are found from `elsewhere`; the run
     # gets as far as Docker (absent on purpose): exit 3, not 2 (config) or 5 (task file).
-    rollout = command(venv, "rollout", "configs/cp_smoke.yaml", "--episodes", "1", "--out", str(tmp_path / "run"),
-                      cwd=elsewhere, DOCKER_HOST="unix:///nonexistent.sock")
+    rollout = command(
+        venv,
+        "rollout",
+        "configs/cp_smoke.yaml",
+        "--episodes",
+        "1",
+        "--out",
+        str(tmp_path / "run"),
+        cwd=elsewhere,
+        DOCKER_HOST="unix:///nonexistent.sock",
+    )
     assert rollout.returncode == 3, rollout.stderr[-3000:]
     assert rollout.stderr.splitlines()[-1].startswith("gym: error: the Docker engine at unix:///nonexistent.sock")
     assert not (elsewhere / "configs").exists() and "Traceback" not in rollout.stderr
@@ -80,8 +116,15 @@ def test_editable_install_runs_from_another_directory_on_the_shipped_files(tmp_p
 def source_copy(destination: Path) -> Path:
     """The files git tracks or would track (not ignored build outputs), so the wheel is built as a fresh
     clone would build it and the checkout gets no build/ or *.egg-info."""
-    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                            check=True, capture_output=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            check=True,
+            capture_output=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, listed):
         source = ROOT / name
         if source.is_file():  # a file deleted in the working tree stays listed until staged
@@ -116,5 +159,7 @@ def test_the_wheel_holds_the_package_data_and_no_tests_and_runs_installed(tmp_pa
     info = command(venv, "tokenizer", "info", "bpe", cwd=elsewhere, XDG_CACHE_HOME=str(cache))
     assert info.returncode == 2 and "Traceback" not in info.stderr
     assert info.stderr.strip() == info.stderr.strip().splitlines()[-1]  # one line
-    assert f"{cache}/code-rl-gym/tokenizer/tokenizer.json is not built: run `code-rl-gym tokenizer train`" in info.stderr
+    assert (
+        f"{cache}/code-rl-gym/tokenizer/tokenizer.json is not built: run `code-rl-gym tokenizer train`" in info.stderr
+    )
     assert not cache.exists()

@@ -72,9 +72,11 @@ def test_moe_layer_on_cuda(dtype, tol_value, tol_grad):
     expert_idx[:, 0] = torch.where(torch.arange(t, device=CUDA) < 700, 0, expert_idx[:, 0])  # a long segment
     x = torch.randn(t, h, device=CUDA).to(dtype)
     gate = torch.rand(t, k, device=CUDA)
-    weights = [(torch.randn(e, f, h, device=CUDA) / h**0.5).to(dtype),
-               (torch.randn(e, f, h, device=CUDA) / h**0.5).to(dtype),
-               (torch.randn(e, h, f, device=CUDA) / f**0.5).to(dtype)]
+    weights = [
+        (torch.randn(e, f, h, device=CUDA) / h**0.5).to(dtype),
+        (torch.randn(e, f, h, device=CUDA) / h**0.5).to(dtype),
+        (torch.randn(e, h, f, device=CUDA) / f**0.5).to(dtype),
+    ]
 
     perm = {b: moe_permute(x, expert_idx, e, backend=b) for b in ("triton", "reference")}
     for a, b in zip(perm["triton"], perm["reference"]):

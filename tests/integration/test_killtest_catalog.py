@@ -25,7 +25,9 @@ def test_whole_catalog_is_contained_and_the_posture_matches(tmp_path):
         timeout=900,
     )
     data = json.loads(out.read_text())
-    not_contained = {a["name"]: (a["verdict"], a["observed"], a["evidence"]) for a in data["attacks"] if a["verdict"] != "contained"}
+    not_contained = {
+        a["name"]: (a["verdict"], a["observed"], a["evidence"]) for a in data["attacks"] if a["verdict"] != "contained"
+    }
     assert not_contained == {}
     assert data["posture"] == "ok", data["posture"]
     assert all(check["passed"] for check in data["checks"]), data["checks"]

@@ -40,6 +40,8 @@ def test_weakened_config_reports_exactly_the_matching_escapes(weakening):
     assert expected and len(expected) < len(attacks)  # there are matching attacks and controls
     errors = {a.name: a.evidence for a in report.attacks if a.verdict == Verdict.ERROR}
     assert errors == {}
-    assert set(report.escaped) == expected, {a.name: a.evidence for a in report.attacks if a.name in set(report.escaped) ^ expected}
+    assert set(report.escaped) == expected, {
+        a.name: a.evidence for a in report.attacks if a.name in set(report.escaped) ^ expected
+    }
     assert not report.ok
     assert drift_key in {d["key"] for d in report.posture}, report.posture

@@ -13,21 +13,42 @@ import pytest
 from gym.trajectory import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[2]
-TACO = ('[{weight: 1, pool: {type: jsonl, path: tasks/samples/taco.jsonl, format: taco, '
-        'solutions: tasks/samples/taco.solutions.jsonl, id_prefix: "taco/"}}]')
+TACO = (
+    "[{weight: 1, pool: {type: jsonl, path: tasks/samples/taco.jsonl, format: taco, "
+    'solutions: tasks/samples/taco.solutions.jsonl, id_prefix: "taco/"}}]'
+)
 
 
 def gym(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gym", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gym", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.mark.docker
 @pytest.mark.slow
 def test_rollout_runs_the_overridden_environment(tmp_path):
     out = tmp_path / "run"
-    done = gym("rollout", "configs/cp_smoke.yaml", "--episodes", "1", "--policy", "scripted:reference", "--out", str(out),
-               "--set", f"task_pool.sources={TACO}", "--set", "task_pool.sources.0.pool.limit=1",
-               "--set", "episode.max_turns=4", "--set", "replay.rate=0", "--set", "name=cp_override")
+    done = gym(
+        "rollout",
+        "configs/cp_smoke.yaml",
+        "--episodes",
+        "1",
+        "--policy",
+        "scripted:reference",
+        "--out",
+        str(out),
+        "--set",
+        f"task_pool.sources={TACO}",
+        "--set",
+        "task_pool.sources.0.pool.limit=1",
+        "--set",
+        "episode.max_turns=4",
+        "--set",
+        "replay.rate=0",
+        "--set",
+        "name=cp_override",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     resolved = json.loads((out / "environment.json").read_text())
     assert resolved["name"] == "cp_override" and resolved["episode"]["max_turns"] == 4
@@ -39,12 +60,21 @@ def test_rollout_runs_the_overridden_environment(tmp_path):
     assert summary["bundles"] == 0  # cp_smoke bundles every episode; replay.rate=0 keeps a success unbundled
 
 
-@pytest.mark.parametrize(("override", "message"), [
-    ("episode.max_turns", "argument --set: 'episode.max_turns': expected KEY=VALUE (e.g. episode.max_turns=4)"),
-    ("=4", "argument --set: '=4': empty key before '='"),
-    ("episode.max_turns.x=1", "argument --set: 'episode.max_turns.x': episode.max_turns is 8, not a mapping or a list"),
-    ("task_pool.sources.7.weight=2", "argument --set: 'task_pool.sources.7.weight': index 7 out of range (task_pool.sources has 7 items)"),
-])
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("episode.max_turns", "argument --set: 'episode.max_turns': expected KEY=VALUE (e.g. episode.max_turns=4)"),
+        ("=4", "argument --set: '=4': empty key before '='"),
+        (
+            "episode.max_turns.x=1",
+            "argument --set: 'episode.max_turns.x': episode.max_turns is 8, not a mapping or a list",
+        ),
+        (
+            "task_pool.sources.7.weight=2",
+            "argument --set: 'task_pool.sources.7.weight': index 7 out of range (task_pool.sources has 7 items)",
+        ),
+    ],
+)
 def test_rollout_bad_override_exits_2_with_one_line(tmp_path, override, message):
     done = gym("rollout", "configs/cp_smoke.yaml", "--episodes", "1", "--out", str(tmp_path / "o"), "--set", override)
     assert done.returncode == 2 and done.stderr.splitlines()[-1] == f"python -m gym rollout: error: {message}"
@@ -52,8 +82,18 @@ def test_rollout_bad_override_exits_2_with_one_line(tmp_path, override, message)
 
 
 def test_rollout_override_that_fails_validation_names_the_field(tmp_path):
-    done = gym("rollout", "configs/cp_smoke.yaml", "--episodes", "1", "--out", str(tmp_path / "o"),
-               "--set", "episode.max_turnz=4", "--set", "task_pool.sources.0.weight=-1")
+    done = gym(
+        "rollout",
+        "configs/cp_smoke.yaml",
+        "--episodes",
+        "1",
+        "--out",
+        str(tmp_path / "o"),
+        "--set",
+        "episode.max_turnz=4",
+        "--set",
+        "task_pool.sources.0.weight=-1",
+    )
     assert done.returncode == 1 and "configs/cp_smoke.yaml (with overrides): episode.max_turnz" in done.stderr
     assert "episode.max_turnz: Extra inputs are not permitted" in done.stderr
     assert "task_pool.sources.0.weight: Input should be greater than 0" in done.stderr
@@ -61,9 +101,17 @@ def test_rollout_override_that_fails_validation_names_the_field(tmp_path):
 
 
 def test_train_bad_override_exits_2_before_anything_starts(tmp_path):
-    done = gym("train", "configs/cp_grpo_tiny.yaml", "--run-dir", str(tmp_path / "run"),
-               "--set", "environment.task_pool.sources.9.pool.limit=1")
+    done = gym(
+        "train",
+        "configs/cp_grpo_tiny.yaml",
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--set",
+        "environment.task_pool.sources.9.pool.limit=1",
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr.strip() == ("python -m gym train: error: argument --set: 'environment.task_pool.sources.9.pool.limit': "
-                                   "index 9 out of range (environment.task_pool.sources has 6 items)")
+    assert done.stderr.strip() == (
+        "python -m gym train: error: argument --set: 'environment.task_pool.sources.9.pool.limit': "
+        "index 9 out of range (environment.task_pool.sources has 6 items)"
+    )
     assert not (tmp_path / "run").exists()

@@ -25,18 +25,32 @@ def checkpoint(tmp_path_factory):
     from policies.modeling import RdepMoeForCausalLM
 
     torch.manual_seed(0)
-    model = RdepMoeForCausalLM(RdepMoeConfig(
-        vocab_size=8192, hidden_size=32, num_hidden_layers=2, num_dense_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=16, intermediate_size=64, moe_intermediate_size=16, num_experts=4,
-        num_experts_per_tok=2, num_shared_experts=1, max_position_embeddings=4096))
+    model = RdepMoeForCausalLM(
+        RdepMoeConfig(
+            vocab_size=8192,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_dense_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            intermediate_size=64,
+            moe_intermediate_size=16,
+            num_experts=4,
+            num_experts_per_tok=2,
+            num_shared_experts=1,
+            max_position_embeddings=4096,
+        )
+    )
     path = tmp_path_factory.mktemp("policy")
     model.save_pretrained(path)
     return path
 
 
 def test_checkpoint_policy_runs_episodes_in_process(checkpoint):
-    env = make_env(episode={"max_turns": 2, "max_tokens_per_turn": 12, "max_total_tokens": 3000},
-                   sampling={"temperature": 1.0})
+    env = make_env(
+        episode={"max_turns": 2, "max_tokens_per_turn": 12, "max_total_tokens": 3000}, sampling={"temperature": 1.0}
+    )
     engine = load_engine(f"checkpoint:{checkpoint}", env)
     assert isinstance(engine, InProcessEngine)
     pool = FakePool()
@@ -52,4 +66,3 @@ def test_checkpoint_policy_runs_episodes_in_process(checkpoint):
         assert 0 < len(sampled) <= 24 and all(lp <= 0.0 for lp in sampled) and any(lp < 0.0 for lp in sampled)
         assert FailureKind.PARSE_ERROR in t.failures
     assert len({tuple(t.ids) for t in trajectories}) == 2  # group members sample with their own seeds
-

@@ -18,14 +18,26 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def gym(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gym", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gym", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("smoke") / "run"
-    done = gym("rollout", "configs/cp_smoke.yaml", "--episodes", "16", "--group-size", "2",
-               "--policy", "scripted:reference", "--out", str(out))
+    done = gym(
+        "rollout",
+        "configs/cp_smoke.yaml",
+        "--episodes",
+        "16",
+        "--group-size",
+        "2",
+        "--policy",
+        "scripted:reference",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return out, done
 

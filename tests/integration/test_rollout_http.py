@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 import trio
 
-from gym.policy_client import EngineError, HttpEngine
 from gym.environment import Environment
+from gym.policy_client import EngineError, HttpEngine
 from gym.rollout import collect_async
 from gym.scripted import load_scripted
 from gym.trajectory import assert_token_exact
 from policies.sampling import SamplingParams
 from sandbox.pool import WorkspacePool
-from tests.policy_server_support import ServedReference, serving
 from tests.fakes import FakeGrader, FakePool
+from tests.policy_server_support import ServedReference, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,7 +48,9 @@ def test_http_completions_round_trip(env, served):
     prompt = env.harmony.render_prompt(env.prompt(task))
     params = env.sampling(max_tokens=4096, seed=1)
     [completion] = trio.run(HttpEngine(url).generate, [prompt], params)
-    assert completion == load_scripted("reference", env).complete(prompt, params).model_copy(update={"weights_version": 3})
+    assert completion == load_scripted("reference", env).complete(prompt, params).model_copy(
+        update={"weights_version": 3}
+    )
 
 
 @pytest.mark.docker
@@ -99,8 +101,22 @@ def test_a_busy_server_is_waited_out():
         def do_POST(self):
             self.rfile.read(int(self.headers["Content-Length"]))
             code = answers.pop(0)
-            body = {"error": "busy"} if code == 503 else {"choices": [{"index": 0, "token_ids": [5], "raw_logprobs": [-0.1],
-                    "logprobs": {"token_logprobs": [-0.1]}, "finish_reason": "length"}], "weights_version": 2}
+            body = (
+                {"error": "busy"}
+                if code == 503
+                else {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "token_ids": [5],
+                            "raw_logprobs": [-0.1],
+                            "logprobs": {"token_logprobs": [-0.1]},
+                            "finish_reason": "length",
+                        }
+                    ],
+                    "weights_version": 2,
+                }
+            )
             data = json_module.dumps(body).encode()
             self.send_response(code)
             self.send_header("Retry-After", "0.05")

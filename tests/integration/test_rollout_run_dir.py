@@ -25,14 +25,28 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_MASKED = 3
-TACO = ('[{weight: 1, pool: {type: jsonl, path: tasks/samples/taco.jsonl, format: taco, '
-        'solutions: tasks/samples/taco.solutions.jsonl, id_prefix: "taco/"}}]')
+TACO = (
+    "[{weight: 1, pool: {type: jsonl, path: tasks/samples/taco.jsonl, format: taco, "
+    'solutions: tasks/samples/taco.solutions.jsonl, id_prefix: "taco/"}}]'
+)
 ONE_SOURCE = ("--set", f"task_pool.sources={TACO}", "--set", "task_pool.sources.0.pool.limit=2")
 
 
 def rollout(out: Path, *extra: str, episodes: int = 1, policy: str = "scripted:reference") -> list[str]:
-    return [sys.executable, "-m", "gym", "rollout", "configs/cp_smoke.yaml", "--episodes", str(episodes),
-            "--policy", policy, "--out", str(out), *extra]
+    return [
+        sys.executable,
+        "-m",
+        "gym",
+        "rollout",
+        "configs/cp_smoke.yaml",
+        "--episodes",
+        str(episodes),
+        "--policy",
+        policy,
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def run(argv: list[str]) -> subprocess.CompletedProcess:
@@ -66,8 +80,9 @@ def test_every_episode_masked_exits_non_zero_with_the_cause(tmp_path):
     done = run(rollout(out, *ONE_SOURCE, episodes=2, policy="http://127.0.0.1:9/v1"))
     assert done.returncode == ALL_MASKED
     line = one_line(done)
-    assert line.startswith("rollout: every episode was masked (2/2): engine: http://127.0.0.1:9/v1") and \
-        "refused" in line
+    assert (
+        line.startswith("rollout: every episode was masked (2/2): engine: http://127.0.0.1:9/v1") and "refused" in line
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["episodes"], summary["masked"], summary["interrupted"]) == (2, 2, False)
     assert [t.masked for t in read_jsonl(out / "trajectories.jsonl")] == [True, True]
@@ -95,8 +110,9 @@ def test_some_episodes_masked_exits_zero_and_says_how_many(tmp_path, refusing_se
 def test_an_interrupted_rollout_keeps_what_it_finished(tmp_path, signum):
     out = tmp_path / "run"
     episodes = 32
-    proc = subprocess.Popen(rollout(out, episodes=episodes), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        rollout(out, episodes=episodes), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         deadline = time.monotonic() + 90
         lines = out / "trajectories.jsonl"

@@ -70,7 +70,9 @@ def test_commands_that_ignore_their_stdin_never_lose_the_runner():
     assert alive.failure == FailureKind.OK and alive.stdout == b"alive\n"
 
 
-@pytest.mark.parametrize("leave_mb, output_kb, must_oom", [(1, 1024, True), (2, 512, True), (8, 1024, False), (24, 64, False)])
+@pytest.mark.parametrize(
+    "leave_mb, output_kb, must_oom", [(1, 1024, True), (2, 512, True), (8, 1024, False), (24, 64, False)]
+)
 def test_memory_parked_outside_processes_is_the_candidates_oom(leave_mb, output_kb, must_oom):
     """With a few MiB left the runner may or may not fit the output; with 1-2 MiB it cannot."""
     code = PARK_SHM.format(leave=leave_mb << 20, output=output_kb << 10)
@@ -81,7 +83,9 @@ def test_memory_parked_outside_processes_is_the_candidates_oom(leave_mb, output_
         return during, after
 
     during, after = in_workspace(go, small_config(budgets={"memory_mb": 128, "workspace_mb": 32, "tmp_mb": 16}))
-    assert during.failure == FailureKind.OOM if must_oom else during.failure in (FailureKind.OK, FailureKind.OOM), during
+    assert during.failure == FailureKind.OOM if must_oom else during.failure in (FailureKind.OK, FailureKind.OOM), (
+        during
+    )
     # The runner either survived (the kernel killed the command) or went down with the container; then
     # every later call of the workspace is the same scored failure, never infra_error.
     assert after.failure in (FailureKind.OK, FailureKind.OOM), after
@@ -156,6 +160,7 @@ def test_a_container_removed_from_outside_is_infra_error():
     async def main():
         async with WorkspacePool(small_config()) as pool:
             async with pool.acquire("victim") as ws:
+
                 async def remove_soon():
                     await trio.sleep(0.5)
                     await pool.engine.remove(ws.id)

@@ -32,8 +32,10 @@ def test_fork_bomb_is_pids_limit():
 def test_filling_the_disk_is_disk_full():
     result = run_one(sh("dd if=/dev/zero of=/workspace/fill bs=1M count=500"))
     assert result.failure == FailureKind.DISK_FULL, result
-    inodes = run_one(sh("mkdir d && cd d && for i in $(seq 1 100000); do : > f$i || exit 1; done"),
-                     small_config(budgets={"workspace_inodes": 500}))
+    inodes = run_one(
+        sh("mkdir d && cd d && for i in $(seq 1 100000); do : > f$i || exit 1; done"),
+        small_config(budgets={"workspace_inodes": 500}),
+    )
     assert inodes.failure == FailureKind.DISK_FULL, inodes
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -40,9 +39,11 @@ def test_sixteen_workspaces_in_parallel_all_released():
 
     async def main():
         async with WorkspacePool(small_config(pool={"size": 4})) as pool:
+
             async def one(i):
                 async with pool.acquire(f"task-{i}") as ws:
                     results.append((await ws.exec(sh(f"echo {i}; sleep 0.2"))).stdout_text.strip())
+
             async with trio.open_nursery() as nursery:
                 for i in range(16):
                     nursery.start_soon(one, i)
@@ -171,6 +172,7 @@ def test_container_killed_mid_call_is_infra_error_not_a_hang():
     async def main():
         async with WorkspacePool(small_config()) as pool:
             async with pool.acquire("victim") as ws:
+
                 async def kill_soon():
                     await trio.sleep(0.5)
                     await pool.engine.call("kill", pool.engine.client.api.kill, ws.id)

@@ -26,15 +26,31 @@ from tests.tokenizer_support import train_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = dict(
-    vocab_size=512, hidden_size=32, num_hidden_layers=3, num_dense_layers=1, num_attention_heads=4,
-    num_key_value_heads=2, head_dim=8, intermediate_size=64, moe_intermediate_size=16, num_experts=8,
-    num_experts_per_tok=2, num_shared_experts=1, max_position_embeddings=256,
+    vocab_size=512,
+    hidden_size=32,
+    num_hidden_layers=3,
+    num_dense_layers=1,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    intermediate_size=64,
+    moe_intermediate_size=16,
+    num_experts=8,
+    num_experts_per_tok=2,
+    num_shared_experts=1,
+    max_position_embeddings=256,
 )
+
+
 def start_server(config: Path) -> tuple[subprocess.Popen, str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "gym", "serve", str(config), "--port", "0"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
@@ -86,7 +102,12 @@ def test_health_and_models(server, client) -> None:
 
 def test_token_ids_in_token_ids_and_logprobs_out(client) -> None:
     out = client.completions.create(
-        model="policy", prompt=[5, 6, 7, 8], max_tokens=6, temperature=0.8, seed=3, logprobs=1,
+        model="policy",
+        prompt=[5, 6, 7, 8],
+        max_tokens=6,
+        temperature=0.8,
+        seed=3,
+        logprobs=1,
         extra_body={"top_k": 50, "return_routed_experts": True},
     )
     choice = out.choices[0]
@@ -98,8 +119,9 @@ def test_token_ids_in_token_ids_and_logprobs_out(client) -> None:
     assert len(routes) == 2 and len(routes[0]) == 4 + 6 and routes[0][-1] == [-1, -1]
     assert out.model_extra["weights_version"] == 0
     assert out.usage.prompt_tokens == 4 and out.usage.completion_tokens == 6
-    again = client.completions.create(model="policy", prompt=[5, 6, 7, 8], max_tokens=6, temperature=0.8, seed=3,
-                                      extra_body={"top_k": 50})
+    again = client.completions.create(
+        model="policy", prompt=[5, 6, 7, 8], max_tokens=6, temperature=0.8, seed=3, extra_body={"top_k": 50}
+    )
     assert again.choices[0].model_extra["token_ids"] == extra["token_ids"]  # seeded
 
 
@@ -114,7 +136,11 @@ def test_text_prompt_and_chat_for_humans(client) -> None:
     out = client.completions.create(model="policy", prompt="def add(a, b):", max_tokens=4, temperature=0.0)
     assert isinstance(out.choices[0].text, str) and len(out.choices[0].model_extra["token_ids"]) == 4
     chat = client.chat.completions.create(
-        model="policy", messages=[{"role": "user", "content": "hello world"}], max_tokens=5, temperature=0.0, logprobs=True,
+        model="policy",
+        messages=[{"role": "user", "content": "hello world"}],
+        max_tokens=5,
+        temperature=0.0,
+        logprobs=True,
     )
     message = chat.choices[0].message
     assert message.role == "assistant" and isinstance(message.content, str)
@@ -162,8 +188,12 @@ def test_weight_updates_from_path_and_from_tensors(server, client) -> None:
     after, version = greedy()
     assert version == 5 and after != before
     blob = save({k: v.contiguous() for k, v in RdepMoeForCausalLM(RdepMoeConfig(**MODEL)).state_dict().items()})
-    response = requests.post(f"{url}/update_weights_from_tensors", data=blob, timeout=120,
-                             headers={"Content-Type": "application/octet-stream"})
+    response = requests.post(
+        f"{url}/update_weights_from_tensors",
+        data=blob,
+        timeout=120,
+        headers={"Content-Type": "application/octet-stream"},
+    )
     assert response.json() == {"weights_version": 6}
     assert greedy()[1] == 6
     assert requests.get(f"{url}/health", timeout=30).json()["weights_version"] == 6

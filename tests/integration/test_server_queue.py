@@ -17,6 +17,7 @@ from policies.server import PolicyServer
 async def _post_many(server: PolicyServer, count: int, body: dict) -> list[tuple[int, dict]]:
     async with TestServer(server.app(), host="127.0.0.1") as test_server:
         async with aiohttp.ClientSession() as session:
+
             async def one() -> tuple[int, dict]:
                 async with session.post(test_server.make_url("/v1/completions"), json=body) as response:
                     return response.status, await response.json()
@@ -62,6 +63,7 @@ async def _post_mixed(server: PolicyServer, bodies: list[object], delay_s: float
     """Bodies posted at once (a dict as JSON, bytes as is); statuses and JSON answers in order."""
     async with TestServer(server.app(), host="127.0.0.1") as test_server:
         async with aiohttp.ClientSession() as session:
+
             async def one(body: object) -> tuple[int, dict]:
                 kwargs = {"data": body} if isinstance(body, bytes) else {"json": body}
                 async with session.post(test_server.make_url("/v1/completions"), **kwargs) as response:
@@ -93,8 +95,9 @@ def test_one_job_the_engine_cannot_run_does_not_fail_its_batch_neighbours() -> N
 
 
 def test_requests_are_bounded_in_sequences_and_body_size() -> None:
-    server = PolicyServer(ScriptedEngine(max_batch_size=4), ServerOptions(max_sequences_per_request=16,
-                                                                          max_json_body_bytes=64 << 10))
+    server = PolicyServer(
+        ScriptedEngine(max_batch_size=4), ServerOptions(max_sequences_per_request=16, max_json_body_bytes=64 << 10)
+    )
     many = {"prompt": [[1]] * 8, "n": 4, "max_tokens": 1}
     huge = b'{"prompt": [' + b"1, " * (40 << 10) + b'1], "max_tokens": 1}'
     deep = b'{"prompt": ' + b"[" * 20000 + b"]" * 20000 + b"}"  # under the size bound, past the parser's depth
@@ -123,6 +126,7 @@ def test_a_continuous_engine_answers_a_short_request_before_a_long_one_that_came
     async def scenario() -> list[tuple[int, dict]]:
         async with TestServer(server.app(), host="127.0.0.1") as test_server:
             async with aiohttp.ClientSession() as session:
+
                 async def one(name: str, body: dict, delay_s: float) -> tuple[int, dict]:
                     await asyncio.sleep(delay_s)
                     async with session.post(test_server.make_url("/v1/completions"), json=body) as response:

@@ -23,20 +23,43 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_short_soak_is_clean(tmp_path):
     out = tmp_path / "soak.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "gym", "soak", "--workspaces", "2", "--calls", "320", "--minutes", "4", "--seed", "3",
-         "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=400,
+        [
+            sys.executable,
+            "-m",
+            "gym",
+            "soak",
+            "--workspaces",
+            "2",
+            "--calls",
+            "320",
+            "--minutes",
+            "4",
+            "--seed",
+            "3",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=400,
     )
     assert out.exists(), proc.stderr[-3000:]
     report = json.loads(out.read_text())
     trouble = {key: report[key] for key in ("infra_examples", "death_examples", "unexpected_examples", "leaked")}
     assert report["calls"] >= 320, report
     assert (report["infra_errors"], report["runner_deaths"], report["leaked_containers"], report["unexpected"]) == (
-        0, 0, 0, 0), trouble
+        0,
+        0,
+        0,
+        0,
+    ), trouble
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert report["workspaces_used"] >= 4  # workspaces were turned over
     assert report["calls_per_s"] > 0 and report["seconds"] > 0
-    assert {"cat_small", "unread_python", "syntax_error", "timeout", "output_over", "write_file"} <= set(report["by_kind"])
+    assert {"cat_small", "unread_python", "syntax_error", "timeout", "output_over", "write_file"} <= set(
+        report["by_kind"]
+    )
     assert report["by_kind"]["timeout"] == {"timeout": report["by_kind"]["timeout"]["timeout"]}
     assert "calls_per_s" in proc.stdout and "soak" in proc.stderr
 

@@ -33,7 +33,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def gym(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gym", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "gym", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +47,9 @@ def built() -> dict[str, SweInstance]:
 
 def test_reference_rollout_resolves_every_instance_and_replays_identically(built, tmp_path):
     out = tmp_path / "reference"
-    done = gym("rollout", "configs/swe_smoke.yaml", "--episodes", "3", "--policy", "scripted:reference",
-               "--out", str(out))
+    done = gym(
+        "rollout", "configs/swe_smoke.yaml", "--episodes", "3", "--policy", "scripted:reference", "--out", str(out)
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     assert summary["episodes"] == 3 and summary["masked"] == 0 and summary["reward_1"] == 3, summary
@@ -67,8 +70,16 @@ def test_reference_rollout_resolves_every_instance_and_replays_identically(built
     differs = gym("replay", str(tampered))
     assert differs.returncode == 1 and "answer" in differs.stdout, differs.stdout[-2000:]
 
-    empty = gym("rollout", "configs/swe_smoke.yaml", "--episodes", "3", "--policy", "scripted:empty",
-                "--out", str(tmp_path / "empty"))
+    empty = gym(
+        "rollout",
+        "configs/swe_smoke.yaml",
+        "--episodes",
+        "3",
+        "--policy",
+        "scripted:empty",
+        "--out",
+        str(tmp_path / "empty"),
+    )
     assert empty.returncode == 0, empty.stderr[-3000:]
     summary = json.loads(empty.stdout)
     assert summary["masked"] == 0 and summary["mean_reward"] == 0.0 and summary["reward_1"] == 0, summary
@@ -93,19 +104,32 @@ def _bash(command: str) -> list[Message]:
 
 TAMPERING = {
     # the F2P tests made trivially true in the agent's copy of the test file
-    "edit the tests": _bash("sed -i 's/assert list(accumulate/assert True or list(accumulate/' "
-                            "toolz/tests/test_itertoolz.py"),
+    "edit the tests": _bash(
+        "sed -i 's/assert list(accumulate/assert True or list(accumulate/' toolz/tests/test_itertoolz.py"
+    ),
     # a conftest that turns every report into a pass
-    "forcing conftest": [Message.tool_call("write_file", {"path": "repo/conftest.py", "content": (
-        "import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
-        "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")})],
+    "forcing conftest": [
+        Message.tool_call(
+            "write_file",
+            {
+                "path": "repo/conftest.py",
+                "content": (
+                    "import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+                    "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n"
+                ),
+            },
+        )
+    ],
     # the wrong fix committed in the agent's own .git, then the work tree put back: its .git says "fixed"
-    ".git commit": _bash("git -c user.email=a@b -c user.name=a commit -qam wip --allow-empty && "
-                         "sed -i 's/initial == no_default/initial is no_default/' toolz/itertoolz.py && "
-                         "git -c user.email=a@b -c user.name=a commit -qam fix"),
+    ".git commit": _bash(
+        "git -c user.email=a@b -c user.name=a commit -qam wip --allow-empty && "
+        "sed -i 's/initial == no_default/initial is no_default/' toolz/itertoolz.py && "
+        "git -c user.email=a@b -c user.name=a commit -qam fix"
+    ),
     # a .git that no longer knows base_commit (the diff must come from the pristine copy, not from here)
-    ".git removed": _bash("rm -rf .git && git init -q && git add -A && "
-                          "git -c user.email=a@b -c user.name=a commit -qm base"),
+    ".git removed": _bash(
+        "rm -rf .git && git init -q && git add -A && git -c user.email=a@b -c user.name=a commit -qm base"
+    ),
 }
 
 
@@ -132,15 +156,41 @@ def test_tampering_agents_score_zero_and_are_never_masked(built):
 
 def test_cp_and_swe_tasks_share_one_loop(built, tmp_path):
     """A mixture of a CP sample file and the SWE instances: one stream, one set of workers, per-family tools."""
-    config = EnvironmentConfig.from_file(ROOT / "configs/swe_smoke.yaml", overrides=[
-        (("task_pool",), {"type": "mixture", "seed": 3, "sources": [
-            {"weight": 1, "pool": {"type": "jsonl", "path": "tasks/samples/taco.jsonl", "format": "taco",
-                                   "solutions": "tasks/samples/taco.solutions.jsonl", "id_prefix": "taco/"}},
-            {"weight": 1, "pool": {"type": "jsonl", "path": "tasks/swe/instances.jsonl", "format": "swe",
-                                   "repos_dir": "tasks/swe/repos"}}]}),
-        (("sandbox", "pool", "size"), 2),
-        (("replay", "rate"), 0.0),
-    ])
+    config = EnvironmentConfig.from_file(
+        ROOT / "configs/swe_smoke.yaml",
+        overrides=[
+            (
+                ("task_pool",),
+                {
+                    "type": "mixture",
+                    "seed": 3,
+                    "sources": [
+                        {
+                            "weight": 1,
+                            "pool": {
+                                "type": "jsonl",
+                                "path": "tasks/samples/taco.jsonl",
+                                "format": "taco",
+                                "solutions": "tasks/samples/taco.solutions.jsonl",
+                                "id_prefix": "taco/",
+                            },
+                        },
+                        {
+                            "weight": 1,
+                            "pool": {
+                                "type": "jsonl",
+                                "path": "tasks/swe/instances.jsonl",
+                                "format": "swe",
+                                "repos_dir": "tasks/swe/repos",
+                            },
+                        },
+                    ],
+                },
+            ),
+            (("sandbox", "pool", "size"), 2),
+            (("replay", "rate"), 0.0),
+        ],
+    )
     env = Environment(config)
     from gym.scripted import load_scripted
 
@@ -171,9 +221,22 @@ def test_another_swe_gym_file_and_clones_folder_through_set(built, tmp_path):
     rows = tmp_path / "other.jsonl"
     rows.write_text(json.dumps(row) + "\n")
     out = tmp_path / "other"
-    done = gym("rollout", "configs/swe_smoke.yaml", "--episodes", "1", "--policy", "scripted:reference",
-               "--out", str(out), "--set", f"task_pool.path={rows}", "--set", f"task_pool.repos_dir={clones}",
-               "--set", "sandbox.episode.max_calls=4")
+    done = gym(
+        "rollout",
+        "configs/swe_smoke.yaml",
+        "--episodes",
+        "1",
+        "--policy",
+        "scripted:reference",
+        "--out",
+        str(out),
+        "--set",
+        f"task_pool.path={rows}",
+        "--set",
+        f"task_pool.repos_dir={clones}",
+        "--set",
+        "sandbox.episode.max_calls=4",
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     assert summary["episodes"] == 1 and summary["reward_1"] == 1 and summary["masked"] == 0, summary
@@ -197,10 +260,25 @@ def test_grpo_trains_on_a_cp_and_swe_mixture(built, tmp_path):
     """configs/swe_grpo_tiny.yaml cut to one step of SWE-heavy groups: summary.json, nothing masked, SWE
     trajectories among the trained samples."""
     run_dir = tmp_path / "run"
-    done = gym("train", "configs/swe_grpo_tiny.yaml", "--run-dir", str(run_dir), "--steps", "1",
-               "--set", "warm_start.steps=2", "--set", "rollout.groups_per_step=2", "--set", "rollout.group_size=2",
-               "--set", "algorithm.dynamic_sampling.enabled=false", "--set", "environment.task_pool.sources.2.weight=50",
-               timeout=900)
+    done = gym(
+        "train",
+        "configs/swe_grpo_tiny.yaml",
+        "--run-dir",
+        str(run_dir),
+        "--steps",
+        "1",
+        "--set",
+        "warm_start.steps=2",
+        "--set",
+        "rollout.groups_per_step=2",
+        "--set",
+        "rollout.group_size=2",
+        "--set",
+        "algorithm.dynamic_sampling.enabled=false",
+        "--set",
+        "environment.task_pool.sources.2.weight=50",
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 1 and summary["masked"] == 0 and summary["samples"] >= 4, summary
@@ -213,12 +291,16 @@ def test_grpo_trains_on_a_cp_and_swe_mixture(built, tmp_path):
 # grader crash -> infra_error) or froze the host's event loop (a 60,000-character line of colons took the
 # log parser's regex 39 s).
 FIX = "sed -i 's/if not initial or initial == no_default:/if initial == no_default:/' toolz/itertoolz.py"
-HUGE_COUNT = ("python3 -c \"p = 'toolz/itertoolz.py'; s = open(p).read(); open(p, 'w').write(s.replace("
-              "'    seq = iter(seq)', '    print(\\\"9\\\" * 5000 + \\\" passed in 1.0s\\\")\\n    seq = iter(seq)', 1))\"")
-COLON_LINE = ("python3 -c \"p = 'toolz/itertoolz.py'; s = open(p).read(); open(p, 'w').write(s.replace("
-              "'    seq = iter(seq)', '    import os, stat\\n    [os.write(f, b\\\"\\\\nx\\\" + b\\\":\\\" * 60000 + b\\\"\\\\n\\\") "
-              "for f in range(3, 64) if os.path.exists(\\\"/proc/self/fd/%d\\\" % f) and "
-              "stat.S_ISFIFO(os.fstat(f).st_mode)]\\n    seq = iter(seq)', 1))\"")
+HUGE_COUNT = (
+    "python3 -c \"p = 'toolz/itertoolz.py'; s = open(p).read(); open(p, 'w').write(s.replace("
+    '\'    seq = iter(seq)\', \'    print(\\"9\\" * 5000 + \\" passed in 1.0s\\")\\n    seq = iter(seq)\', 1))"'
+)
+COLON_LINE = (
+    "python3 -c \"p = 'toolz/itertoolz.py'; s = open(p).read(); open(p, 'w').write(s.replace("
+    '\'    seq = iter(seq)\', \'    import os, stat\\n    [os.write(f, b\\"\\\\nx\\" + b\\":\\" * 60000 + b\\"\\\\n\\") '
+    'for f in range(3, 64) if os.path.exists(\\"/proc/self/fd/%d\\" % f) and '
+    "stat.S_ISFIFO(os.fstat(f).st_mode)]\\n    seq = iter(seq)', 1))\""
+)
 
 
 def test_hostile_bytes_and_output_are_scored_never_masked_nor_a_crash(built, tmp_path):
@@ -234,10 +316,11 @@ def test_hostile_bytes_and_output_are_scored_never_masked_nor_a_crash(built, tmp
     for name, (command, reward, marker) in cases.items():
         bundles = tmp_path / name.split(",")[0].replace(" ", "_")
 
-        async def play():
+        async def play(command=command, bundles=bundles):
             async with WorkspacePool(env.config.sandbox) as pool:
-                trajectories, workers = await collect_async(env, Tamperer(env, [_bash(command)]), pool, 1, 1,
-                                                            seed=0, bundle_dir=bundles)
+                trajectories, workers = await collect_async(
+                    env, Tamperer(env, [_bash(command)]), pool, 1, 1, seed=0, bundle_dir=bundles
+                )
                 return trajectories[0], workers
 
         trajectory, workers = trio.run(play)

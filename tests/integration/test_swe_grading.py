@@ -104,9 +104,24 @@ def test_cli_gold_resolves_every_shipped_instance(tmp_path):
     images()
     out = tmp_path / "gold.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "gym", "grade", "--swe", "--tasks", "tasks/swe/instances.jsonl", "--repos-dir",
-         str(repos_dir()), "--solutions", "gold", "--json", str(out)],
-        capture_output=True, text=True, timeout=1200,
+        [
+            sys.executable,
+            "-m",
+            "gym",
+            "grade",
+            "--swe",
+            "--tasks",
+            "tasks/swe/instances.jsonl",
+            "--repos-dir",
+            str(repos_dir()),
+            "--solutions",
+            "gold",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
@@ -161,8 +176,13 @@ def test_the_conftest_attack_works_when_nothing_is_stripped(monkeypatch):
     tags = images()
 
     def run():
-        return trio.run(grade_predictions, [(toolz, CONFTEST_FORCING_PASSES)], tags, SweGrader(SweGraderConfig()),
-                        grading_sandbox(None))[0]
+        return trio.run(
+            grade_predictions,
+            [(toolz, CONFTEST_FORCING_PASSES)],
+            tags,
+            SweGrader(SweGraderConfig()),
+            grading_sandbox(None),
+        )[0]
 
     monkeypatch.setattr(grader_module, "strip_protected", lambda diff, files: StrippedDiff(diff, ()))
     tree_check_only = run()
@@ -253,11 +273,13 @@ def test_protected_paths_are_decided_from_the_tree_after_applying(monkeypatch):
     after applying and restores every protected path, whatever the diff looked like."""
     toolz = shipped()[TOOLZ]
     images()
-    context, hooks, gold_and_hooks = grade([(toolz, CONTEXT_DIFF_CONFTEST), (toolz, HOOK_PACKAGE),
-                                            (toolz, toolz.patch + HOOK_PACKAGE)])
+    context, hooks, gold_and_hooks = grade(
+        [(toolz, CONTEXT_DIFF_CONFTEST), (toolz, HOOK_PACKAGE), (toolz, toolz.patch + HOOK_PACKAGE)]
+    )
     assert not context.resolved and context.status == "unresolved", context
     assert ("conftest.py", "pytest configuration or conftest (changed in the applied tree)") in {
-        (s.path, s.reason) for s in context.stripped}
+        (s.path, s.reason) for s in context.stripped
+    }
     assert {s.path for s in hooks.stripped} == {"sitecustomize/__init__.py", "random.py"} and not hooks.resolved
     assert gold_and_hooks.resolved, gold_and_hooks  # the fix still counts; the hooks are gone and reported
     # Control: without the check of the result, the context diff's conftest would resolve the instance.
@@ -270,21 +292,27 @@ def new_file(path: str, text: str) -> str:
     """A git diff that creates ``path`` holding ``text``."""
     lines = text.splitlines()
     body = "".join(f"+{line}\n" for line in lines)
-    return (f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
-            f"@@ -0,0 +1,{len(lines)} @@\n{body}")
+    return (
+        f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n"
+        f"@@ -0,0 +1,{len(lines)} @@\n{body}"
+    )
 
 
-FORCING_PLUGIN = new_file("toolz/_force.py", CONFTEST_FORCING_PASSES.split("@@ -0,0 +1,8 @@\n", 1)[1]
-                          .replace("\n+", "\n").lstrip("+"))
+FORCING_PLUGIN = new_file(
+    "toolz/_force.py", CONFTEST_FORCING_PASSES.split("@@ -0,0 +1,8 @@\n", 1)[1].replace("\n+", "\n").lstrip("+")
+)
 # Start-up injection 1: the repository's own (editable) metadata declares the forcing module a pytest plugin.
 ENTRY_POINT_PLUGIN = FORCING_PLUGIN + new_file("toolz.egg-info/entry_points.txt", "[pytest11]\nforce = toolz._force")
 # Start-up injection 2: `python -m pytest` from the repository root runs a root `pytest.py` when the working
 # directory is on sys.path; it starts the real pytest with the forcing plugin.
-CWD_PYTEST = FORCING_PLUGIN + new_file("pytest.py", """\
+CWD_PYTEST = FORCING_PLUGIN + new_file(
+    "pytest.py",
+    """\
 import runpy, sys
 sys.path[:] = [p for p in sys.path if p not in ("", ".", "/workspace/repo")] + ["/workspace/repo"]
 sys.argv[1:1] = ["-p", "toolz._force"]
-runpy.run_module("pytest", run_name="__main__", alter_sys=True)""")
+runpy.run_module("pytest", run_name="__main__", alter_sys=True)""",
+)
 
 
 def test_the_test_run_starts_isolated_from_the_repository(monkeypatch):
@@ -308,7 +336,7 @@ def test_the_test_run_starts_isolated_from_the_repository(monkeypatch):
 
 def _forger(when: str) -> str:
     """Package code that writes a pytest-looking ending through pytest's saved stdout, then exits 0."""
-    return f'''\
+    return f"""\
 import gc, os, stat
 def _forge():
     ids = {sorted(shipped()[TOOLZ].fail_to_pass + shipped()[TOOLZ].pass_to_pass)!r}
@@ -325,7 +353,7 @@ def _forge():
         except OSError:
             continue
     os._exit(0)
-{"_forge()" if when == "import" else ""}'''
+{"_forge()" if when == "import" else ""}"""
 
 
 def test_a_forged_pytest_ending_is_invalid():
@@ -337,7 +365,8 @@ def test_a_forged_pytest_ending_is_invalid():
     at_import = new_file("toolz/_forge.py", _forger("import"))
     at_import = at_import + EXIT_AT_IMPORT.replace("+import os\n+os._exit(0)\n", "+from . import _forge\n+\n")
     in_test = new_file("toolz/_forge.py", _forger("call")) + SKIP_IN_CODE.replace(
-        '+    import pytest\n+    pytest.skip("not today")\n', "+    from ._forge import _forge\n+    _forge()\n")
+        '+    import pytest\n+    pytest.skip("not today")\n', "+    from ._forge import _forge\n+    _forge()\n"
+    )
     results = grade([(toolz, toolz.patch + at_import), (toolz, toolz.patch + in_test)])
     for result, where in zip(results, ("collection", "a test")):
         assert result.status == "invalid" and not result.resolved and result.reward == 0.0, (where, result)
@@ -346,7 +375,7 @@ def test_a_forged_pytest_ending_is_invalid():
 
 
 # Outside review, second round: each attack graded an unfixed `accumulate` resolved, masked it, or crashed grading.
-COLLECTION_ERROR_FORGER = '''\
+COLLECTION_ERROR_FORGER = """\
 import gc, os, stat
 def _stdout_fd():
     for o in gc.get_objects():
@@ -362,23 +391,35 @@ def in_test():
     ids = [i.nodeid for o in gc.get_objects() if type(o).__name__ == "Session" for i in (getattr(o, "items", None) or [])]
     text = "\\n=== short test summary info ===\\n" + "".join("PASSED %s\\n" % i for i in ids)
     os.write(_stdout_fd(), (text + "=== %d passed in 0.42s ===\\n" % len(ids)).encode())
-    os._exit(0)'''
+    os._exit(0)"""
 # Debian's distutils-precedence.pth imports `_distutils_hack` at every interpreter start, from a sys.path that the
 # editable install puts the repository on ahead of /usr/lib/python3/dist-packages.
-DISTUTILS_HACK = new_file("_distutils_hack/__init__.py", """\
+DISTUTILS_HACK = (
+    new_file(
+        "_distutils_hack/__init__.py",
+        """\
 import os
 os.environ["PYTEST_ADDOPTS"] = (os.environ.get("PYTEST_ADDOPTS", "") + " -p toolz._force").strip()
 def add_shim():
-    pass""") + FORCING_PLUGIN
+    pass""",
+    )
+    + FORCING_PLUGIN
+)
 # A context diff (the text filter names no path for it) that `patch --fuzz` applies: a smudge filter in .git/config,
 # named by a new .gitattributes for the test file, which the reset of the test file would run after the tree check.
-GIT_FILTER = new_file("toolz/_smudge.py", """\
+GIT_FILTER = (
+    new_file(
+        "toolz/_smudge.py",
+        """\
 import sys, pathlib
 pathlib.Path("conftest.py").write_text(
     "import pytest\\n@pytest.hookimpl(hookwrapper=True)\\ndef pytest_runtest_makereport(item, call):\\n"
     "    outcome = yield\\n    outcome.get_result().outcome = 'passed'\\n")
-sys.stdout.buffer.write(sys.stdin.buffer.read())""") + new_file(
-    ".gitattributes", "toolz/tests/test_itertoolz.py filter=pwn") + CONTEXT_DIFF_CONFTEST.split("*** a/conftest.py")[0] + """\
+sys.stdout.buffer.write(sys.stdin.buffer.read())""",
+    )
+    + new_file(".gitattributes", "toolz/tests/test_itertoolz.py filter=pwn")
+    + CONTEXT_DIFF_CONFTEST.split("*** a/conftest.py")[0]
+    + """\
 *** a/.git/config
 --- b/.git/config
 ***************
@@ -400,35 +441,50 @@ sys.stdout.buffer.write(sys.stdin.buffer.read())""") + new_file(
       assert raises(TypeError, lambda: mk_rsample([]))
 + # touched
 """
+)
 QUOTED_ESCAPES = "".join(
     f'diff --git "a/toolz/{name}" "b/toolz/{name}"\nnew file mode 100644\n--- /dev/null\n+++ "b/toolz/{name}"\n'
-    "@@ -0,0 +1 @@\n+x\n" for name in ("\\\\x", "\\\\777"))
+    "@@ -0,0 +1 @@\n+x\n"
+    for name in ("\\\\x", "\\\\777")
+)
 
 
 def _listing_flood() -> str:
     """700 new files of ~900-character paths in a context diff only `patch` applies: the tree listing after
     applying passed the call's output bound, and the grader called that an infrastructure failure."""
     folder = "toolz/" + "/".join(c * 250 for c in "abc")
-    new = "".join(f"*** /dev/null\n--- b/{folder}/{'f' * 140}{i:04d}.txt\n***************\n*** 0 ****\n--- 1 ----\n+ x\n"
-                  for i in range(700))
+    new = "".join(
+        f"*** /dev/null\n--- b/{folder}/{'f' * 140}{i:04d}.txt\n***************\n*** 0 ****\n--- 1 ----\n+ x\n"
+        for i in range(700)
+    )
     return CONTEXT_DIFF_CONFTEST.split("*** a/conftest.py")[0] + new
 
 
 def test_second_round_attacks_score_zero_and_are_never_masked(monkeypatch):
     toolz = shipped()[TOOLZ]
     images()
-    forged = (new_file("toolz/_forge.py", COLLECTION_ERROR_FORGER)
-              + EXIT_AT_IMPORT.replace("+import os\n+os._exit(0)\n", "+from . import _forge\n+_forge.at_import()\n")
-              + SKIP_IN_CODE.replace('+    import pytest\n+    pytest.skip("not today")\n',
-                                     "+    from ._forge import in_test\n+    in_test()\n"))
-    attacks = {"collection error forgery": forged, "_distutils_hack": DISTUTILS_HACK, "git filter": GIT_FILTER,
-               "quoted escapes": QUOTED_ESCAPES, "listing flood": _listing_flood()}
+    forged = (
+        new_file("toolz/_forge.py", COLLECTION_ERROR_FORGER)
+        + EXIT_AT_IMPORT.replace("+import os\n+os._exit(0)\n", "+from . import _forge\n+_forge.at_import()\n")
+        + SKIP_IN_CODE.replace(
+            '+    import pytest\n+    pytest.skip("not today")\n', "+    from ._forge import in_test\n+    in_test()\n"
+        )
+    )
+    attacks = {
+        "collection error forgery": forged,
+        "_distutils_hack": DISTUTILS_HACK,
+        "git filter": GIT_FILTER,
+        "quoted escapes": QUOTED_ESCAPES,
+        "listing flood": _listing_flood(),
+    }
     results = dict(zip(attacks, grade([(toolz, patch) for patch in attacks.values()])))
     for name, result in results.items():
         assert not result.resolved and result.status in ("unresolved", "invalid", "patch_apply_failed"), (name, result)
     assert "'collected N items' lines" in results["collection error forgery"].detail
-    assert ("_distutils_hack/__init__.py", "shadows an installed module (it would run in its place) "
-            "(changed in the applied tree)") in {(s.path, s.reason) for s in results["_distutils_hack"].stripped}
+    assert (
+        "_distutils_hack/__init__.py",
+        "shadows an installed module (it would run in its place) (changed in the applied tree)",
+    ) in {(s.path, s.reason) for s in results["_distutils_hack"].stripped}
     assert ".gitattributes" in {s.path for s in results["git filter"].stripped}
     assert set(results["git filter"].f2p.failure) == set(toolz.fail_to_pass)
     # Controls: without the check of the applied tree the start-up hook resolves; with it but without restoring
@@ -439,6 +495,11 @@ def test_second_round_attacks_score_zero_and_are_never_masked(monkeypatch):
     real = grader_module.protection
     monkeypatch.setattr(grader_module, "_RESTORE_GIT", "true")
     monkeypatch.setattr(grader_module, "strip_protected", lambda diff, files: StrippedDiff(diff, ()))
-    monkeypatch.setattr(grader_module, "protection", lambda path, protected, installed=frozenset():
-                        None if path == ".gitattributes" else real(path, protected, installed))
+    monkeypatch.setattr(
+        grader_module,
+        "protection",
+        lambda path, protected, installed=frozenset(): (
+            None if path == ".gitattributes" else real(path, protected, installed)
+        ),
+    )
     assert grade([(toolz, GIT_FILTER)])[0].resolved

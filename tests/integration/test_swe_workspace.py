@@ -87,8 +87,12 @@ def test_scripted_episode_through_the_tools_is_graded_resolved():
         call("write_file", path="notes.md", content="accumulate: `not initial` drops 0 -> compare to no_default\n"),
         call("apply_patch", patch=fix),
         call("python", code="import toolz, operator; print(list(toolz.accumulate(operator.add, [1, 2], 0)))"),
-        call("bash", command="python -m pytest -q -p no:cacheprovider toolz/tests/test_itertoolz.py -k accumulate",
-             cwd="repo", timeout=60),
+        call(
+            "bash",
+            command="python -m pytest -q -p no:cacheprovider toolz/tests/test_itertoolz.py -k accumulate",
+            cwd="repo",
+            timeout=60,
+        ),
         # the agent commits, tags and then deletes its .git: none of it may change the extracted diff
         call("bash", command="git add -A && git commit -qm fix && git tag v9 && rm -rf .git", cwd="repo"),
     ]

@@ -42,8 +42,11 @@ def _chosen(generated: Path) -> list[tuple[str, dict]]:
         for line in (generated / f"{split}.jsonl").read_text().splitlines():
             row = json.loads(line)
             rows[(split, row["generator"]["template"], row["generator"]["level"])] = row
-    return [(split, rows[(split, name, LEVELS[i % len(LEVELS)])])
-            for i, name in enumerate(TEMPLATES) for split in [("train", "heldout")[i % 2]]]
+    return [
+        (split, rows[(split, name, LEVELS[i % len(LEVELS)])])
+        for i, name in enumerate(TEMPLATES)
+        for split in [("train", "heldout")[i % 2]]
+    ]
 
 
 def test_references_pass_and_wrong_programs_fail_in_the_sandbox(generated):
@@ -56,15 +59,18 @@ def test_references_pass_and_wrong_programs_fail_in_the_sandbox(generated):
         solutions, errors = read_submissions(generated / f"{split}.solutions.jsonl")
         assert not errors and all(s.expect == "passed" for s in solutions)
         references.update({s.task_id: s for s in solutions})
-    wrong = [Submission(task_id=row["name"], completion=row["incorrect_solutions"]["solution"][0])
-             for _, row in chosen if row["generator"]["template"] in WRONG]
+    wrong = [
+        Submission(task_id=row["name"], completion=row["incorrect_solutions"]["solution"][0])
+        for _, row in chosen
+        if row["generator"]["template"] in WRONG
+    ]
     pairs, unknown = pair_submissions(tasks, [references[row["name"]] for _, row in chosen] + wrong)
     assert not unknown and len(pairs) == len(TEMPLATES) + len(WRONG)
 
     results = grade_pairs(pairs, CONFIG, SANDBOX)
 
     assert not any(r.infra_error for r in results), [r.detail for r in results if r.infra_error]
-    passing, failing = results[: len(TEMPLATES)], results[len(TEMPLATES):]
+    passing, failing = results[: len(TEMPLATES)], results[len(TEMPLATES) :]
     assert [r.task_id for r in passing] == [row["name"] for _, row in chosen]
     for result in passing:
         assert result.passed and result.fraction == 1.0, (result.task_id, [t.detail for t in result.tests])

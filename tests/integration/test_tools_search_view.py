@@ -41,25 +41,30 @@ def run_calls(calls: list[ToolCall]):
 
 
 def test_search_finds_sorted_matches_and_reports_what_it_cut_or_could_not_do():
-    outcomes = run_calls([
-        call("search", pattern=r"^def \w+", glob="*.py"),
-        call("search", pattern="^DEF", path="src", ignore_case=True),
-        call("search", pattern="^DEF", path="src"),
-        call("search", pattern="hit [0-9]+$", max_results=5),
-        call("search", pattern="(unclosed"),
-        call("search", pattern="return", path="src/a.py"),
-        call("search", pattern="return", path="src/in_link"),
-        call("search", pattern="x", path="missing.py"),
-        call("search", pattern="-rf"),
-        call("search", pattern="caf.* marker$"),
-    ])
+    outcomes = run_calls(
+        [
+            call("search", pattern=r"^def \w+", glob="*.py"),
+            call("search", pattern="^DEF", path="src", ignore_case=True),
+            call("search", pattern="^DEF", path="src"),
+            call("search", pattern="hit [0-9]+$", max_results=5),
+            call("search", pattern="(unclosed"),
+            call("search", pattern="return", path="src/a.py"),
+            call("search", pattern="return", path="src/in_link"),
+            call("search", pattern="x", path="missing.py"),
+            call("search", pattern="-rf"),
+            call("search", pattern="caf.* marker$"),
+        ]
+    )
     assert [o.failure for o in outcomes] == [OK, OK, OK, OK, ERROR, OK, OK, ERROR, OK, OK]
     # .git, binary files and other names than the glob are skipped; matches by path then line number
     assert outcomes[0].output == "src/a.py:1:def Foo():\nsrc/b.py:3:def bar():"
     assert outcomes[1].output == "src/a.py:1:def Foo():\nsrc/b.py:3:def bar():\nsrc/notes.md:1:def in markdown"
     assert outcomes[2].output == "no matches for '^DEF' in src"
-    assert outcomes[3].output == "\n".join(f"src/many.txt:{i}:hit {i}" for i in range(1, 6)) + \
-        "\n[25 more matches not shown (max_results 5); narrow the pattern, path or glob]"
+    assert (
+        outcomes[3].output
+        == "\n".join(f"src/many.txt:{i}:hit {i}" for i in range(1, 6))
+        + "\n[25 more matches not shown (max_results 5); narrow the pattern, path or glob]"
+    )
     assert outcomes[4].output.startswith("[tool_error] grep: ") and "Unmatched ( or \\(" in outcomes[4].output
     assert outcomes[5].output == "src/a.py:2:    return 'foo'"
     assert outcomes[6].output == "src/in_link:2:    return 'foo'"
@@ -69,35 +74,40 @@ def test_search_finds_sorted_matches_and_reports_what_it_cut_or_could_not_do():
 
 
 def test_search_never_leaves_the_allowlist():
-    outcomes = run_calls([
-        call("search", pattern="root", path="/etc"),
-        call("search", pattern="root", path="../etc"),
-        call("search", pattern="root", path="link_out"),
-        call("search", pattern="root", path="src/passwd_link"),
-        call("search", pattern="root", path="src/up"),
-        call("search", pattern="root:x:0"),  # recursion from the root does not follow the links out
-    ])
+    outcomes = run_calls(
+        [
+            call("search", pattern="root", path="/etc"),
+            call("search", pattern="root", path="../etc"),
+            call("search", pattern="root", path="link_out"),
+            call("search", pattern="root", path="src/passwd_link"),
+            call("search", pattern="root", path="src/up"),
+            call("search", pattern="root:x:0"),  # recursion from the root does not follow the links out
+        ]
+    )
     assert [o.failure for o in outcomes] == [DENIED] * 5 + [OK]
     assert all(o.output.startswith("[sandbox_denied]") and "outside the allowlist" in o.output for o in outcomes[:5])
     assert outcomes[5].output == "no matches for 'root:x:0' in ."
 
 
 def test_view_shows_ranges_and_refuses_what_it_cannot_show():
-    outcomes = run_calls([
-        call("view", path="view.txt", start_line=2, end_line=4),
-        call("view", path="view.txt", start_line=19),
-        call("view", path="view.txt", start_line=22),
-        call("view", path="missing.py"),
-        call("view", path="/etc/passwd"),
-        call("view", path="src/passwd_link"),
-        call("view", path="src/in_link", end_line=1),
-        call("view", path="src"),
-        call("view", path="src/a.py\ud800"),
-    ])
+    outcomes = run_calls(
+        [
+            call("view", path="view.txt", start_line=2, end_line=4),
+            call("view", path="view.txt", start_line=19),
+            call("view", path="view.txt", start_line=22),
+            call("view", path="missing.py"),
+            call("view", path="/etc/passwd"),
+            call("view", path="src/passwd_link"),
+            call("view", path="src/in_link", end_line=1),
+            call("view", path="src"),
+            call("view", path="src/a.py\ud800"),
+        ]
+    )
     assert [o.failure for o in outcomes] == [OK, OK, ERROR, ERROR, DENIED, DENIED, OK, ERROR, ERROR]
     assert outcomes[0].output == "[view.txt: lines 2-4 of 21]\n     2\tline 2\n     3\tline 3\n     4\tline 4"
-    assert outcomes[1].output == \
-        "[view.txt: lines 19-21 of 21]\n    19\tline 19\n    20\tline 20\n    21\tcaf\ufffd tail"
+    assert (
+        outcomes[1].output == "[view.txt: lines 19-21 of 21]\n    19\tline 19\n    20\tline 20\n    21\tcaf\ufffd tail"
+    )
     assert outcomes[2].output == "[tool_error] start_line 22 is past the end: view.txt has 21 lines"
     assert "No such file" in outcomes[3].output
     assert outcomes[6].output == "[src/in_link: lines 1-1 of 2]\n     1\tdef Foo():"

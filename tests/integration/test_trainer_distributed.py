@@ -18,7 +18,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
-WORKER = r'''
+WORKER = r"""
 import json, sys
 import torch
 from tests.trainer_support import ARCH, scored_samples
@@ -46,7 +46,7 @@ state = full_state_dict(model, world)
 if world.rank == 0:
     torch.save({"metrics": metrics, "state": state}, out)
 shutdown(world)
-'''
+"""
 
 
 def run_worker(tmp_path: Path, processes: int, dispatcher: str, aggregation: str) -> dict:
@@ -57,15 +57,28 @@ def run_worker(tmp_path: Path, processes: int, dispatcher: str, aggregation: str
     if processes == 1:
         argv = [sys.executable, str(script)]
     else:
-        argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(processes), "--master-port", "0",
-                "--standalone", str(script)]
-    done = subprocess.run([*argv, str(out), dispatcher, aggregation], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        argv = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            str(processes),
+            "--master-port",
+            "0",
+            "--standalone",
+            str(script),
+        ]
+    done = subprocess.run(
+        [*argv, str(out), dispatcher, aggregation], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return torch.load(out, weights_only=False)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("dispatcher", "aggregation"), [("collective", "token-mean"), ("shared_memory", "seq-mean-token-mean")])
+@pytest.mark.parametrize(
+    ("dispatcher", "aggregation"), [("collective", "token-mean"), ("shared_memory", "seq-mean-token-mean")]
+)
 def test_two_processes_match_one(tmp_path, dispatcher, aggregation):
     one = run_worker(tmp_path, 1, dispatcher, aggregation)
     two = run_worker(tmp_path, 2, dispatcher, aggregation)

@@ -18,7 +18,6 @@ from safetensors.torch import load_file
 
 from gym.environment import Environment
 from policies.serve_config import MoEPolicySource
-
 from tests.trainer_support import FAKE_ENVIRONMENT, TINY, train_with_fakes
 from trainer.config import TrainConfig
 from trainer.loop import PASS_WINDOW
@@ -28,8 +27,11 @@ from trainer.warmup import demo_tasks
 # 256-token turns: an untrained policy stops early (a Harmony stop token, 3 of 8192 ids) in about 9% of its
 # samples, so groups differ in length reward and lr > 0 has something to learn from; with the fake
 # environment's 16 tokens every sample ran to the budget in most runs, every group was dropped and no weight moved.
-ENVIRONMENT = {**FAKE_ENVIRONMENT, "name": "eval_summary",
-               "episode": {**FAKE_ENVIRONMENT["episode"], "max_tokens_per_turn": 256}}
+ENVIRONMENT = {
+    **FAKE_ENVIRONMENT,
+    "name": "eval_summary",
+    "episode": {**FAKE_ENVIRONMENT["episode"], "max_tokens_per_turn": 256},
+}
 
 
 def run(tmp_path: Path, lr: float, steps: int = 3) -> tuple[dict, list[dict]]:
@@ -80,9 +82,11 @@ def test_eval_before_and_after_and_the_summary_figures(tmp_path, lr):
 @pytest.mark.slow
 def test_rl_draws_on_after_the_warm_start_demos(tmp_path):
     """The warm start learns the stream's first 4 tasks; RL's groups are the next ones, not those again."""
-    environment = {**ENVIRONMENT, "task_pool": {"type": "generated", "count": 12, "levels": [1], "shuffle": True,
-                                                "params_in": "input"},
-                   "episode": {"max_turns": 1, "max_tokens_per_turn": 160, "max_total_tokens": 1024, "on_parse_error": "end"}}
+    environment = {
+        **ENVIRONMENT,
+        "task_pool": {"type": "generated", "count": 12, "levels": [1], "shuffle": True, "params_in": "input"},
+        "episode": {"max_turns": 1, "max_tokens_per_turn": 160, "max_total_tokens": 1024, "on_parse_error": "end"},
+    }
     data = {
         "run_dir": str(tmp_path / "run"),
         "environment": environment,

@@ -76,9 +76,9 @@ def test_train_command_prints_one_line_and_exits_nonzero(tmp_path, failing_engin
     assert main(["train", str(config_path)]) == 1
     printed = capsys.readouterr()
     message = printed.err.splitlines()[-1]  # gym: error: PROBLEM — FIX (gym/fault.py)
-    assert message.startswith("gym: error: train stopped: masked share 1.000 (32 of 32 samples) exceeds "
-                              "loop.max_masked_share = 0.05")
+    assert message.startswith(
+        "gym: error: train stopped: masked share 1.000 (32 of 32 samples) exceeds loop.max_masked_share = 0.05"
+    )
     assert message.endswith(f" — see {tmp_path / 'run' / 'summary.json'}") and "Traceback" not in printed.err
     assert printed.out == ""  # no summary printed as if the run had finished
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["masked_share"] == 1.0
-

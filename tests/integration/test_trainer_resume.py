@@ -29,7 +29,11 @@ def config(run_dir: Path, steps: int, **overrides) -> TrainConfig:
     data = {
         "run_dir": str(run_dir),
         # rewards differ by length (the rubric): never a zero gradient
-        "environment": {**FAKE_ENVIRONMENT, "name": "resume", "episode": {**FAKE_ENVIRONMENT["episode"], "max_tokens_per_turn": 96}},
+        "environment": {
+            **FAKE_ENVIRONMENT,
+            "name": "resume",
+            "episode": {**FAKE_ENVIRONMENT["episode"], "max_tokens_per_turn": 96},
+        },
         "policy": {"type": "rdep_moe", "seed": 0, "model": TINY},
         # One torch thread: with two, a run beside two CPU hogs ended with weights that differed from the
         # uninterrupted run in their last bits (fresh-clone CI, 2026-11-24); one thread is reproducible.
@@ -103,8 +107,12 @@ def test_config_errors_name_the_field(tmp_path):
 def test_eval_reports_pass_at_k_on_held_out_tasks(tmp_path):
     held_out = tmp_path / "heldout.yaml"
     env = config(tmp_path, 1).env.model_dump(mode="json")
-    env["task_pool"] = {"type": "jsonl", "path": str(SAMPLES / "mbpp.jsonl"), "format": "mbpp",
-                        "solutions": str(SAMPLES / "mbpp.solutions.jsonl")}
+    env["task_pool"] = {
+        "type": "jsonl",
+        "path": str(SAMPLES / "mbpp.jsonl"),
+        "format": "mbpp",
+        "solutions": str(SAMPLES / "mbpp.solutions.jsonl"),
+    }
     held_out.write_text(json.dumps(env))  # JSON is YAML
     cfg = config(tmp_path / "run", 2, eval={"every": 2, "environment": str(held_out), "samples": 3, "k": [1, 3]})
     run(cfg)
@@ -132,8 +140,13 @@ def test_sigkill_loses_at_most_the_steps_since_the_last_checkpoint(tmp_path):
     import time
 
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(run_dir), "6"], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_RUN, str(run_dir), "6"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     pointer = run_dir / "checkpoints" / "latest"
     deadline = time.monotonic() + 600
     try:
@@ -148,6 +161,9 @@ def test_sigkill_loses_at_most_the_steps_since_the_last_checkpoint(tmp_path):
     assert summary["resumed"] and summary["steps"] == 6
     state = json.loads((run_dir / "checkpoints" / "step_000006" / "state.json").read_text())
     assert state["step"] == 6 and state["weights_version"] == 6 and state["data_cursor"] == 12
-    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
-             if json.loads(line)["kind"] == "train"]
+    steps = [
+        json.loads(line)["step"]
+        for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+        if json.loads(line)["kind"] == "train"
+    ]
     assert steps[-4:] == [3, 4, 5, 6]  # resumed right after the checkpoint (steps past it, if any, were redone)

@@ -60,8 +60,11 @@ def test_logprob_entropy_single_split_and_tiny_vocab():
     hidden, weight = torch.randn(5, 16), torch.randn(3, 16)  # V smaller than one tile
     targets = torch.tensor([0, 1, 2, 2, 0])
     args = (hidden, weight, targets, torch.ones(5), torch.zeros(5), 1.0, 4096)
-    for a, b, what in zip(_run_logprob("triton", *args), _run_logprob("reference", *args),
-                          ("logprob", "entropy", "grad hidden", "grad weight")):
+    for a, b, what in zip(
+        _run_logprob("triton", *args),
+        _run_logprob("reference", *args),
+        ("logprob", "entropy", "grad hidden", "grad weight"),
+    ):
         # Measured worst relative error 2.3e-7; same 1e-4 bound.
         _assert_close(a, b, 1e-4, what)
 
@@ -76,10 +79,10 @@ def _route(tokens: int, top_k: int, experts: int, empty: list[int], seed: int) -
 
 
 ROUTES = [  # (T, K, E, empty experts)
-    (29, 3, 6, [0, 5]),   # first and last expert empty
-    (13, 2, 5, [2]),      # a middle expert empty
-    (7, 1, 3, []),        # K = 1
-    (40, 2, 4, [0, 1]),   # two experts share everything: segments longer than two tiles
+    (29, 3, 6, [0, 5]),  # first and last expert empty
+    (13, 2, 5, [2]),  # a middle expert empty
+    (7, 1, 3, []),  # K = 1
+    (40, 2, 4, [0, 1]),  # two experts share everything: segments longer than two tiles
 ]
 
 

@@ -29,8 +29,12 @@ def command(monkeypatch):
 
 
 def test_a_group_of_known_faults_reads_as_its_first_leaf(command, capsys):
-    command.append(ExceptionGroup("nursery", [ExceptionGroup("inner", [ImageMissing("image x is missing — build it")]),
-                                              InfraError("runner lost")]))
+    command.append(
+        ExceptionGroup(
+            "nursery",
+            [ExceptionGroup("inner", [ImageMissing("image x is missing — build it")]), InfraError("runner lost")],
+        )
+    )
     assert cli.main(["fake"]) == ExitCode.IMAGE == 4
     assert capsys.readouterr().err == "gym: error: image x is missing — build it\n"
 
@@ -49,14 +53,17 @@ def test_verbose_prints_the_traceback_then_the_line(command, capsys):
     assert cli.main(["fake", "-v"]) == ExitCode.INFRA == 3
     err = capsys.readouterr().err
     assert err.startswith("Traceback (most recent call last)") and "EngineUnreachable" in err
-    assert err.splitlines()[-1].startswith("gym: error: the Docker engine at unix:///x.sock does not answer — start dockerd")
+    assert err.splitlines()[-1].startswith(
+        "gym: error: the Docker engine at unix:///x.sock does not answer — start dockerd"
+    )
 
 
 def test_each_class_has_its_code():
     assert describe(CommandError("stopped", "see x", ExitCode.ERROR)).code == 1
     assert describe(OSError(errno.EADDRINUSE, "Address already in use")).code == ExitCode.HOST
     assert describe(PermissionError(errno.EACCES, "Permission denied", "/root/run")).line() == (
-        "gym: error: /root/run: Permission denied — use a path this user may write (or fix its permissions)")
+        "gym: error: /root/run: Permission denied — use a path this user may write (or fix its permissions)"
+    )
     assert describe(FileNotFoundError(errno.ENOENT, "No such file or directory", "x.jsonl")).code == ExitCode.INPUT
     assert describe(KeyboardInterrupt()).code == ExitCode.INTERRUPTED == 130
     assert describe(OSError(errno.EIO, "I/O error")) is None  # not a fault a user can fix by a path or a port
@@ -70,5 +77,8 @@ def test_a_class_whose_module_was_never_imported_is_not_looked_up(monkeypatch):
 
 
 def test_multi_line_messages_become_one_line():
-    assert one_line("x.yaml: invalid environment:\n  a.b: bad\n  c: worse\n") == "x.yaml: invalid environment: a.b: bad; c: worse"
+    assert (
+        one_line("x.yaml: invalid environment:\n  a.b: bad\n  c: worse\n")
+        == "x.yaml: invalid environment: a.b: bad; c: worse"
+    )
     assert one_line("a\nb") == "a; b"

@@ -12,7 +12,11 @@ from tasks.assertion import HostEvalError, holds, names_in, split
     [
         ("assert candidate([1, 2, 3]) == 6", ("candidate([1, 2, 3])",), "__leaf0 == 6"),
         ("assert abs(candidate(1.5) - 0.5) < 1e-06", ("candidate(1.5)",), "abs(__leaf0 - 0.5) < 1e-06"),
-        ("assert math.isclose(candidate(2), 4.0, rel_tol=1e-09)", ("candidate(2)",), "math.isclose(__leaf0, 4.0, rel_tol=1e-09)"),
+        (
+            "assert math.isclose(candidate(2), 4.0, rel_tol=1e-09)",
+            ("candidate(2)",),
+            "math.isclose(__leaf0, 4.0, rel_tol=1e-09)",
+        ),
         ("assert not candidate(3)", ("candidate(3)",), "not __leaf0"),
         ("assert candidate(3)", ("candidate(3)",), "__leaf0"),
         ("assert candidate('ab').upper() == 'AB'", ("candidate('ab').upper()",), "__leaf0 == 'AB'"),

@@ -56,7 +56,10 @@ def test_tolerance_is_configurable():
     assert not outputs_match("1.05", "1.0", Tolerance(abs_tol=0.0, rel_tol=0.0))
 
 
-@given(st.lists(st.text(alphabet="abc123.-", min_size=1, max_size=5), max_size=8), st.sampled_from([" ", "\n", "\t ", "  \n"]))
+@given(
+    st.lists(st.text(alphabet="abc123.-", min_size=1, max_size=5), max_size=8),
+    st.sampled_from([" ", "\n", "\t ", "  \n"]),
+)
 def test_any_output_matches_itself_under_any_whitespace(tokens, separator):
     assert outputs_match(separator.join(tokens) + "\n", " ".join(tokens), TOL)
 

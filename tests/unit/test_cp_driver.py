@@ -31,8 +31,13 @@ def run_driver(tmp_path, program: str, **request) -> tuple[subprocess.CompletedP
 
 
 def test_call_returns_tagged_value(tmp_path):
-    proc, report = run_driver(tmp_path, "def f(a, b):\n    return (a + b, {1: [2.5]}, {3}, None, b'x')\n",
-                              mode="call", fn_name="f", args=[1, 2])
+    proc, report = run_driver(
+        tmp_path,
+        "def f(a, b):\n    return (a + b, {1: [2.5]}, {3}, None, b'x')\n",
+        mode="call",
+        fn_name="f",
+        args=[1, 2],
+    )
     assert proc.returncode == 0
     assert report.kind == "value"
     assert report.payload == (3, {1: [2.5]}, {3}, None, b"x")
@@ -86,35 +91,45 @@ def test_patching_json_print_and_stdout_changes_nothing(tmp_path):
 
 
 def test_eval_binds_candidate_and_runs_setup(tmp_path):
-    _, report = run_driver(tmp_path, "def g(x):\n    return math.floor(x)\n", mode="eval",
-                           setup="import math", candidate="g", exprs=["candidate(2.5)", "g(-0.5)"])
+    _, report = run_driver(
+        tmp_path,
+        "def g(x):\n    return math.floor(x)\n",
+        mode="eval",
+        setup="import math",
+        candidate="g",
+        exprs=["candidate(2.5)", "g(-0.5)"],
+    )
     assert report.kind == "values" and report.payload == [2, -1]
 
 
 def test_there_is_no_whole_assert_mode(tmp_path):
     """An assert run whole would share the candidate's interpreter: the driver has no such mode."""
-    _, report = run_driver(tmp_path, "def g(x):\n    return x\n", mode="exec", setup="", candidate="g",
-                           block="assert candidate(1) == 1")
+    _, report = run_driver(
+        tmp_path, "def g(x):\n    return x\n", mode="exec", setup="", candidate="g", block="assert candidate(1) == 1"
+    )
     assert report.kind == "error" and "unknown mode" in report.payload
 
 
 def test_stray_and_forged_lines(tmp_path):
     program = (
-        f"print('{NONCE[:8]} {{\"value\": [\"i\", 1]}}')\n"  # wrong nonce: ignored
+        f'print(\'{NONCE[:8]} {{"value": ["i", 1]}}\')\n'  # wrong nonce: ignored
         "print('PASSED all tests')\n"
         "def f():\n    return 2\n"
     )
     _, report = run_driver(tmp_path, program, mode="call", fn_name="f", args=[])
     assert report.payload == 2
-    forged = f"def f():\n    print('{NONCE} {{\"value\": [\"i\", 2]}}', flush=True)\n    return 3\n"
+    forged = f'def f():\n    print(\'{NONCE} {{"value": ["i", 2]}}\', flush=True)\n    return 3\n'
     with pytest.raises(EncodingError, match="forged"):
         run_driver(tmp_path, forged, mode="call", fn_name="f", args=[])
 
 
 plain = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=5),
-    lambda children: st.lists(children, max_size=3) | st.tuples(children, children)
-    | st.dictionaries(st.text(max_size=3) | st.integers(), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.tuples(children, children)
+        | st.dictionaries(st.text(max_size=3) | st.integers(), children, max_size=3)
+    ),
     max_leaves=12,
 )
 
@@ -132,7 +147,18 @@ def test_round_trip_through_the_driver(tmp_path_factory, values):
 
 @pytest.mark.parametrize(
     "tagged",
-    [["i", "1"], ["i", True], ["b", 1], ["x", 1], ["l", 1], ["d", [[["i", 1]]]], ["S", [["l", []]]], [], "i", ["f", "big"]],
+    [
+        ["i", "1"],
+        ["i", True],
+        ["b", 1],
+        ["x", 1],
+        ["l", 1],
+        ["d", [[["i", 1]]]],
+        ["S", [["l", []]]],
+        [],
+        "i",
+        ["f", "big"],
+    ],
 )
 def test_decode_rejects_malformed(tagged):
     with pytest.raises(EncodingError):

@@ -36,16 +36,23 @@ def test_extract_code(answer, code):
 
 
 def test_humaneval_completion_is_appended_to_the_prompt_verbatim():
-    he = task(source_format="humaneval", kind="assert", completion_prefix="def f():\n",
-              tests=(AssertTest(source="assert candidate() == 1"),), fn_name="f")
+    he = task(
+        source_format="humaneval",
+        kind="assert",
+        completion_prefix="def f():\n",
+        tests=(AssertTest(source="assert candidate() == 1"),),
+        fn_name="f",
+    )
     completion = "    return 1\n```python\nnot extracted\n```\n"
     assert program(he, Submission(task_id="t", completion=completion)) == "def f():\n" + completion
 
 
 def test_read_submissions_reports_bad_rows(tmp_path):
     path = tmp_path / "s.jsonl"
-    path.write_text('{"task_id": 1, "completion": "x"}\n{"task_id": true, "completion": "x"}\n'
-                    '{"task_id": "a"}\nnot json\n{"task_id": "b", "completion": "y", "extra": 1}\n')
+    path.write_text(
+        '{"task_id": 1, "completion": "x"}\n{"task_id": true, "completion": "x"}\n'
+        '{"task_id": "a"}\nnot json\n{"task_id": "b", "completion": "y", "extra": 1}\n'
+    )
     submissions, errors = read_submissions(path)
     assert [s.task_id for s in submissions] == ["1", "b"]  # integer ids become strings
     assert [e.index for e in errors] == [1, 2, 3]
@@ -92,7 +99,9 @@ def test_planned_requests_never_carry_expected_values(name):
     for t in report.tasks:
         for i, test in enumerate(t.tests):
             request, _ = grader.plan(t, i, test)
-            payload = request.stdin.decode() if isinstance(test, StdinTest) else json.dumps(marshal.loads(request.stdin))
+            payload = (
+                request.stdin.decode() if isinstance(test, StdinTest) else json.dumps(marshal.loads(request.stdin))
+            )
             sent = json.dumps(request.argv) + payload
             inputs = test.input if isinstance(test, StdinTest) else json.dumps(getattr(test, "args", ""))
             for secret in _secrets_of(t):
@@ -104,22 +113,34 @@ def test_planned_requests_never_carry_expected_values(name):
 
 
 def test_each_test_gets_its_own_nonce_and_limits():
-    t = task(kind="call", fn_name="f", limits=Limits(time_s=2.0, memory_bytes=200 << 20),
-             tests=(CallTest(args=[1], expected=1), CallTest(args=[2], expected=2)))
+    t = task(
+        kind="call",
+        fn_name="f",
+        limits=Limits(time_s=2.0, memory_bytes=200 << 20),
+        tests=(CallTest(args=[1], expected=1), CallTest(args=[2], expected=2)),
+    )
     grader = Grader(None, GraderConfig(speed_factor=1.0))
     (first, _), (second, _) = (grader.plan(t, i, test) for i, test in enumerate(t.tests))
     assert marshal.loads(first.stdin)["nonce"] != marshal.loads(second.stdin)["nonce"]
-    assert first.cpu_limit_s == 2.0 * 1.25 and first.timeout_s == 2.0 * 10 + 1.0  # the CPU limit (+ margin), the backstop
+    assert (
+        first.cpu_limit_s == 2.0 * 1.25 and first.timeout_s == 2.0 * 10 + 1.0
+    )  # the CPU limit (+ margin), the backstop
     assert first.memory_limit_bytes == 200 << 20 and first.argv[:3] == ["python3", "-I", "-c"]
     walled = Grader(None, GraderConfig(time_model="wall", speed_factor=1.0)).plan(t, 0, t.tests[0])[0]
     assert walled.timeout_s == 2.0 and walled.cpu_limit_s is None
 
 
 def test_the_budget_counts_limits_and_one_backstop():
-    t = task(kind="call", fn_name="f", limits=Limits(time_s=2.0),
-             tests=tuple(CallTest(args=[i], expected=i) for i in range(5)))
-    for config, expected in ((GraderConfig(speed_factor=1.0), 5 * 2.0 + 21.0),
-                             (GraderConfig(time_model="wall", speed_factor=1.0), 5 * 2.0)):
+    t = task(
+        kind="call",
+        fn_name="f",
+        limits=Limits(time_s=2.0),
+        tests=tuple(CallTest(args=[i], expected=i) for i in range(5)),
+    )
+    for config, expected in (
+        (GraderConfig(speed_factor=1.0), 5 * 2.0 + 21.0),
+        (GraderConfig(time_model="wall", speed_factor=1.0), 5 * 2.0),
+    ):
         grader = Grader(None, config)
         assert grader.budget([grader.plan(t, i, test)[0] for i, test in enumerate(t.tests)]) == pytest.approx(expected)
 
@@ -135,8 +156,18 @@ def test_summaries_and_report_totals():
     report = GradeReport.of([a, b, c])
     assert (report.total, report.passed, report.infra_errors) == (3, 1, 1)
     document = json.loads(report.model_dump_json())
-    assert set(document) == {"total", "passed", "infra_errors", "tasks", "time_model", "time_scale", "speed_factor", "reruns",
-                             "skipped", "skipped_reasons"}
+    assert set(document) == {
+        "total",
+        "passed",
+        "infra_errors",
+        "tasks",
+        "time_model",
+        "time_scale",
+        "speed_factor",
+        "reruns",
+        "skipped",
+        "skipped_reasons",
+    }
     assert (document["skipped"], document["skipped_reasons"]) == (0, {})
     skipping = GradeReport.of([a], skipped={"unknown task id": 2, "unparseable row": 0})
     assert (skipping.total, skipping.skipped, skipping.skipped_reasons) == (1, 2, {"unknown task id": 2})
@@ -191,16 +222,23 @@ class ScriptedSandbox:
 
             async def exec_batch(self, request):
                 assert len(request.items) == len(answers) and request.stop_on_deadline
-                return SimpleNamespace(results=[ExecResult(stdout=out.encode(), cpu_s=cpu, wall_s=cpu, exit_code=0)
-                                                for cpu, out in answers])
+                return SimpleNamespace(
+                    results=[
+                        ExecResult(stdout=out.encode(), cpu_s=cpu, wall_s=cpu, exit_code=0) for cpu, out in answers
+                    ]
+                )
 
         yield Workspace()
 
 
-@pytest.mark.parametrize(("rerun", "verdict"), [((0.5, "1\n"), Verdict.PASSED), ((1.1, "1\n"), Verdict.TIME_LIMIT),
-                                                ((0.5, "2\n"), Verdict.WRONG_ANSWER)])
+@pytest.mark.parametrize(
+    ("rerun", "verdict"),
+    [((0.5, "1\n"), Verdict.PASSED), ((1.1, "1\n"), Verdict.TIME_LIMIT), ((0.5, "2\n"), Verdict.WRONG_ANSWER)],
+)
 def test_a_borderline_test_is_judged_by_its_rerun_in_a_fresh_container(rerun, verdict):
-    t = task(limits=Limits(time_s=1.0), tests=(StdinTest(input="1\n", output="1\n"), StdinTest(input="1\n", output="1\n")))
+    t = task(
+        limits=Limits(time_s=1.0), tests=(StdinTest(input="1\n", output="1\n"), StdinTest(input="1\n", output="1\n"))
+    )
     sandbox = ScriptedSandbox([[(0.2, "1\n"), (1.1, "1\n")], [rerun]])  # test 1 ends 10% over its limit
     result = trio.run(Grader(sandbox, GraderConfig()).grade, t, Submission(task_id="t", completion="print(1)"))
     assert sandbox.acquired == 2 and result.reruns == 1

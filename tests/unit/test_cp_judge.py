@@ -98,5 +98,3 @@ def test_split_assert_verdicts():
     assert raised.verdict == Verdict.WRONG_ANSWER and "host" in raised.detail
     count = judge_split_assert(0, result(stdout=report('{"values":[]}')), s, NONCE)
     assert count.verdict == Verdict.WRONG_ANSWER
-
-

@@ -172,7 +172,10 @@ def test_malformed_rows_of_every_format_do_not_crash(tmp_path):
         "taco": {"question": "q", "input_output": "{broken"},
         "apps": {"question": "q", "problem_id": 1, "input_output": json.dumps({"inputs": [1], "outputs": ["1"]})},
         "codecontests": {"description": "d", "public_tests": {"input": ["1"], "output": []}},
-        "lcb": {"question_content": "q", "public_test_cases": json.dumps([{"input": "1", "output": "1", "testtype": "x"}])},
+        "lcb": {
+            "question_content": "q",
+            "public_test_cases": json.dumps([{"input": "1", "output": "1", "testtype": "x"}]),
+        },
         "humaneval": {"task_id": "h", "prompt": "p", "entry_point": "f", "test": "def nope(:"},
         "mbpp": {"task_id": 1, "text": "t", "test_list": []},
     }
@@ -214,7 +217,15 @@ def test_source_and_format_errors(tmp_path):
 
 @pytest.mark.parametrize(
     "value, seconds",
-    [("2 seconds", 2.0), ("1 second", 1.0), ("1.5 seconds", 1.5), ("500 ms", 0.5), (3, 3.0), (None, None), ("None", None)],
+    [
+        ("2 seconds", 2.0),
+        ("1 second", 1.0),
+        ("1.5 seconds", 1.5),
+        ("500 ms", 0.5),
+        (3, 3.0),
+        (None, None),
+        ("None", None),
+    ],
 )
 def test_time_limit_phrases(value, seconds):
     assert field.seconds(value, "time_limit") == seconds

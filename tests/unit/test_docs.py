@@ -31,9 +31,7 @@ def test_first_set_up_block_names_make_run_and_make_test():
     text = README.read_text(encoding="utf-8")
     heading = re.search(r"^## Set-up.*$", text, re.MULTILINE)
     assert heading, "README.md has no '## Set-up' section"
-    block = re.search(
-        r"^```\w*\n(.*?)^```", text[heading.end() :], re.MULTILINE | re.DOTALL
-    )
+    block = re.search(r"^```\w*\n(.*?)^```", text[heading.end() :], re.MULTILINE | re.DOTALL)
     assert block, "the set-up section has no code block"
     commands = [line.split("#")[0].strip() for line in block.group(1).splitlines()]
     assert commands[:2] == ["make run", "make test"]
@@ -63,35 +61,26 @@ def resolves(page: Path, target: str) -> bool:
 
 
 def dead_links(page: Path) -> list[str]:
-    return [
-        t
-        for t in relative_links(page.read_text(encoding="utf-8"))
-        if not resolves(page, t)
-    ]
+    return [t for t in relative_links(page.read_text(encoding="utf-8")) if not resolves(page, t)]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_resolve(page: Path):
     dead = dead_links(page)
-    assert not dead, (
-        f"{page.relative_to(ROOT)} links to missing files or headings: {dead}"
-    )
+    assert not dead, f"{page.relative_to(ROOT)} links to missing files or headings: {dead}"
 
 
 def test_link_check_can_fail(tmp_path: Path):
-    assert relative_links(
-        "see [x](docs/nope.md#a) and [y](https://e.org) and [z](#here)"
-    ) == ["docs/nope.md#a", "#here"]
+    assert relative_links("see [x](docs/nope.md#a) and [y](https://e.org) and [z](#here)") == [
+        "docs/nope.md#a",
+        "#here",
+    ]
     assert relative_links("```\n[x](in/code.md)\n```\n") == []
-    assert anchors(
-        "# The CLI: `python -m gym COMMAND`\n## Errors and exit codes\n## Errors and exit codes\n"
-    ) >= {
+    assert anchors("# The CLI: `python -m gym COMMAND`\n## Errors and exit codes\n## Errors and exit codes\n") >= {
         "the-cli-python--m-gym-command",
         "errors-and-exit-codes",
         "errors-and-exit-codes-1",
     }
     page = tmp_path / "page.md"
-    page.write_text(
-        "# Here\n[ok](#here) [gone](#there) [missing](other.md) [self](page.md#here)\n"
-    )
+    page.write_text("# Here\n[ok](#here) [gone](#there) [missing](other.md) [self](page.md#here)\n")
     assert dead_links(page) == ["#there", "other.md"]

@@ -15,8 +15,11 @@ from sandbox.errors import InfraError
 
 
 def fake_engine(path: str) -> SimpleNamespace:
-    return SimpleNamespace(url=f"unix://{path}", client=SimpleNamespace(api=SimpleNamespace(api_version="1.41")),
-                           config=SimpleNamespace(engine=SimpleNamespace(timeout_s=5.0)))
+    return SimpleNamespace(
+        url=f"unix://{path}",
+        client=SimpleNamespace(api=SimpleNamespace(api_version="1.41")),
+        config=SimpleNamespace(engine=SimpleNamespace(timeout_s=5.0)),
+    )
 
 
 @pytest.mark.parametrize("behaviour", ["reset", "close", "refuse", "no-listener"])

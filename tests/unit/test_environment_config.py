@@ -26,14 +26,21 @@ def config_error(data) -> str:
 
 
 def test_errors_name_the_file_and_the_field():
-    message = config_error({"name": "x", "task_pool": {"type": "mixture", "sources": [{"weight": -1, "pool": jsonl("taco")}]}})
+    message = config_error(
+        {"name": "x", "task_pool": {"type": "mixture", "sources": [{"weight": -1, "pool": jsonl("taco")}]}}
+    )
     assert message.startswith("env.yaml: task_pool.sources.0.weight: ")  # the path written, no union member tags
-    assert "'jsonl', 'hf', 'generated', 'mixture'" in config_error({"name": "x", "task_pool": {"type": "csv", "path": "a"}})
-    assert "env.yaml: task_pool.formt: Extra inputs" in config_error({"name": "x", "task_pool": {**jsonl("taco"), "formt": 1}})
+    assert "'jsonl', 'hf', 'generated', 'mixture'" in config_error(
+        {"name": "x", "task_pool": {"type": "csv", "path": "a"}}
+    )
+    assert "env.yaml: task_pool.formt: Extra inputs" in config_error(
+        {"name": "x", "task_pool": {**jsonl("taco"), "formt": 1}}
+    )
     message = config_error({"task_pool": jsonl("taco"), "episode": {"max_turns": 0}, "sandbox": {"pool": {"size": -1}}})
     assert "name: Field required" in message and "episode.max_turns" in message and "sandbox.pool.size" in message
     assert "exceeds max_total_tokens" in config_error(
-        {"name": "x", "task_pool": jsonl("taco"), "episode": {"max_tokens_per_turn": 900, "max_total_tokens": 800}})
+        {"name": "x", "task_pool": jsonl("taco"), "episode": {"max_tokens_per_turn": 900, "max_total_tokens": 800}}
+    )
     assert "tools" in config_error({"name": "x", "task_pool": jsonl("taco"), "tools": {"enabled": ["python", "ssh"]}})
 
 
@@ -48,10 +55,12 @@ def test_unreadable_files(tmp_path):
 
 def test_yaml_and_toml_give_the_same_config(tmp_path):
     (tmp_path / "e.yaml").write_text(
-        f"name: t\ntask_pool:\n  type: jsonl\n  path: {SAMPLES / 'taco.jsonl'}\n  format: taco\nepisode:\n  max_turns: 3\n")
+        f"name: t\ntask_pool:\n  type: jsonl\n  path: {SAMPLES / 'taco.jsonl'}\n  format: taco\nepisode:\n  max_turns: 3\n"
+    )
     (tmp_path / "e.toml").write_text(
         f'name = "t"\n[task_pool]\ntype = "jsonl"\npath = "{SAMPLES / "taco.jsonl"}"\nformat = "taco"\n'
-        "[episode]\nmax_turns = 3\n")
+        "[episode]\nmax_turns = 3\n"
+    )
     assert EnvironmentConfig.from_file(tmp_path / "e.yaml") == EnvironmentConfig.from_file(tmp_path / "e.toml")
 
 
@@ -59,7 +68,14 @@ def test_shipped_smoke_config_loads_every_sample_with_a_reference():
     env = Environment.load(ROOT / "configs" / "cp_smoke.yaml")
     assert len(env.tasks) == 16 and set(env.reference_programs()) == set(env.tasks)
     assert {task.source_format for task in env.tasks.values()} == {
-        "nemotron", "taco", "apps", "codecontests", "lcb", "humaneval", "mbpp"}
+        "nemotron",
+        "taco",
+        "apps",
+        "codecontests",
+        "lcb",
+        "humaneval",
+        "mbpp",
+    }
     resolved = json.loads(env.resolved())
     assert resolved["name"] == "cp_smoke" and resolved["sandbox"]["image"] == runner_image()
     messages = env.prompt(env.tasks["humaneval/GymEval/0"])
@@ -83,7 +99,9 @@ def test_hf_pool_reads_local_datasets_files(tmp_path):
     datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "rows.parquet"))
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"))
     for path in (tmp_path / "rows.parquet", tmp_path / "saved"):
-        env = Environment(EnvironmentConfig(name="hf", task_pool={"type": "hf", "path": str(path), "format": "nemotron"}))
+        env = Environment(
+            EnvironmentConfig(name="hf", task_pool={"type": "hf", "path": str(path), "format": "nemotron"})
+        )
         assert sorted(env.tasks) == ["nemotron-reverse-words", "nemotron-sum-pairs"]
 
 
@@ -92,13 +110,24 @@ def test_limit_and_empty_pools(tmp_path):
     assert len(env.tasks) == 2
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(EnvironmentConfigError, match="no usable task"):
-        Environment(EnvironmentConfig(name="e", task_pool={"type": "jsonl", "path": str(tmp_path / "empty.jsonl"),
-                                                            "format": "mbpp"}))
+        Environment(
+            EnvironmentConfig(
+                name="e", task_pool={"type": "jsonl", "path": str(tmp_path / "empty.jsonl"), "format": "mbpp"}
+            )
+        )
 
 
 def fake_tasks(prefix: str, n: int) -> list[Task]:
-    return [Task(task_id=f"{prefix}{i}", source_format="nemotron", kind="stdin", prompt="p",
-                 tests=(StdinTest(input="", output=""),)) for i in range(n)]
+    return [
+        Task(
+            task_id=f"{prefix}{i}",
+            source_format="nemotron",
+            kind="stdin",
+            prompt="p",
+            tests=(StdinTest(input="", output=""),),
+        )
+        for i in range(n)
+    ]
 
 
 def ids(draws) -> list[str]:

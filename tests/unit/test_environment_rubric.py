@@ -13,9 +13,16 @@ from tasks.judge import TestResult
 
 def trajectory(events=(), sampled: int = 10) -> Trajectory:
     n = 5 + sampled
-    return Trajectory(task_id="t", tokenizer="x", policy_version=0, prompt_ids=tuple(range(5)), ids=tuple(range(n)),
-                      sampled=(False,) * 5 + (True,) * sampled, logprobs=(None,) * 5 + (-0.1,) * sampled,
-                      events=tuple(events))
+    return Trajectory(
+        task_id="t",
+        tokenizer="x",
+        policy_version=0,
+        prompt_ids=tuple(range(5)),
+        ids=tuple(range(n)),
+        sampled=(False,) * 5 + (True,) * sampled,
+        logprobs=(None,) * 5 + (-0.1,) * sampled,
+        events=tuple(events),
+    )
 
 
 def grading(passed: int, total_tests: int = 4):
@@ -37,12 +44,20 @@ def test_correctness_all_pass_or_fraction():
 
 
 def test_penalties_are_shares_times_weights():
-    events = [Event(kind="parse_error", start=6, end=8, failure=FailureKind.PARSE_ERROR),
-              result(FailureKind.TOOL_ERROR), result(FailureKind.SANDBOX_DENIED), result(FailureKind.NONZERO_EXIT),
-              result(FailureKind.OK)]
+    events = [
+        Event(kind="parse_error", start=6, end=8, failure=FailureKind.PARSE_ERROR),
+        result(FailureKind.TOOL_ERROR),
+        result(FailureKind.SANDBOX_DENIED),
+        result(FailureKind.NONZERO_EXIT),
+        result(FailureKind.OK),
+    ]
     breakdown = score(RubricConfig(), trajectory(events), grading(4), turns=4, token_budget=100)
-    assert breakdown == {"correctness": 1.0, "format": pytest.approx(-0.05), "tool_hygiene": pytest.approx(-0.05),
-                         "length": 0.0}
+    assert breakdown == {
+        "correctness": 1.0,
+        "format": pytest.approx(-0.05),
+        "tool_hygiene": pytest.approx(-0.05),
+        "length": 0.0,
+    }
     assert total(breakdown) == pytest.approx(0.9)
     only_tool_errors = RubricConfig(tool_hygiene={"weight": 1.0, "kinds": ["tool_error"]})
     assert score(only_tool_errors, trajectory(events), None, turns=4, token_budget=100)["tool_hygiene"] == -0.25
@@ -51,7 +66,9 @@ def test_penalties_are_shares_times_weights():
 def test_length_penalty_past_the_free_tokens():
     config = RubricConfig(length={"weight": 0.5, "free_tokens": 20})
     assert score(config, trajectory(sampled=20), grading(4), turns=1, token_budget=120)["length"] == 0.0
-    assert score(config, trajectory(sampled=70), grading(4), turns=1, token_budget=120)["length"] == pytest.approx(-0.25)
+    assert score(config, trajectory(sampled=70), grading(4), turns=1, token_budget=120)["length"] == pytest.approx(
+        -0.25
+    )
     assert score(config, trajectory(sampled=500), grading(4), turns=1, token_budget=120)["length"] == -0.5
 
 

@@ -11,8 +11,8 @@ import sys
 import pytest
 import trio
 
-from gym.policy_client import HttpEngine, InProcessEngine, load_engine
 from gym.harmony import ParsedTurn
+from gym.policy_client import HttpEngine, InProcessEngine, load_engine
 from gym.scripted import ReferencePolicy, load_scripted
 from policies.fake_engine import ScriptedEngine
 from policies.sampling import SamplingParams
@@ -28,8 +28,12 @@ def test_policy_specs(env):
     assert isinstance(load_engine("scripted:reference", env), ReferencePolicy)
     http = load_engine("http://127.0.0.1:8000/", env)
     assert isinstance(http, HttpEngine) and http.url == "http://127.0.0.1:8000"
-    for spec, message in (("gpt", "unknown policy spec"), ("vllm:x", "unknown policy spec"),
-                          ("scripted:random", "unknown scripted policy"), ("checkpoint:", "needs a directory")):
+    for spec, message in (
+        ("gpt", "unknown policy spec"),
+        ("vllm:x", "unknown policy spec"),
+        ("scripted:random", "unknown scripted policy"),
+        ("checkpoint:", "needs a directory"),
+    ):
         with pytest.raises(ValueError, match=message):
             load_engine(spec, env)
 
@@ -37,8 +41,16 @@ def test_policy_specs(env):
 def test_http_request_body_carries_every_sampling_setting():
     params = SamplingParams(max_tokens=7, temperature=0.5, top_p=0.9, top_k=4, stop_token_ids=(3, 5), seed=11)
     body = HttpEngine("http://h:1").request_body([[1, 2]], params)
-    assert body == {"prompt": [[1, 2]], "max_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 4,
-                    "stop_token_ids": [3, 5], "return_routed_experts": False, "seed": 11}
+    assert body == {
+        "prompt": [[1, 2]],
+        "max_tokens": 7,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "top_k": 4,
+        "stop_token_ids": [3, 5],
+        "return_routed_experts": False,
+        "seed": 11,
+    }
     assert "seed" not in HttpEngine("http://h:1").request_body([[1]], SamplingParams())
 
 
@@ -77,17 +89,30 @@ def test_reference_policy_refuses_what_it_cannot_do(env):
 
 
 def test_gym_imports_no_torch():
-    modules = ["gym.policy_client", "gym.episode", "gym.environment", "gym.rollout", "gym.replay", "gym.scripted",
-               "gym.commands.rollout", "gym.commands.replay", "gym.commands.show", "gym.bench"]
+    modules = [
+        "gym.policy_client",
+        "gym.episode",
+        "gym.environment",
+        "gym.rollout",
+        "gym.replay",
+        "gym.scripted",
+        "gym.commands.rollout",
+        "gym.commands.replay",
+        "gym.commands.show",
+        "gym.bench",
+    ]
     code = f"import sys\nfor m in {modules!r}: __import__(m)\nassert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-@pytest.mark.parametrize(("tools", "calls"), [
-    (("bash", "write_file", "submit"), ["write_file", "bash", "submit"]),
-    (("write_file", "submit"), ["write_file", "submit"]),
-    (("bash", "submit"), ["submit"]),
-])
+@pytest.mark.parametrize(
+    ("tools", "calls"),
+    [
+        (("bash", "write_file", "submit"), ["write_file", "bash", "submit"]),
+        (("write_file", "submit"), ["write_file", "submit"]),
+        (("bash", "submit"), ["submit"]),
+    ],
+)
 def test_reference_policy_uses_only_the_tools_the_environment_offers(env, tools, calls):
     task = next(iter(env.tasks.values()))
     policy = ReferencePolicy(env.harmony, env.tasks, env.reference_programs(), {}, tools=tools)

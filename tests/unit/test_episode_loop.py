@@ -15,13 +15,13 @@ import trio
 
 from gym.environment import Environment
 from gym.episode import EpisodeResult, run_episode
-from tasks.family import CodeFamily
 from gym.message import Message
 from gym.scripted import load_scripted
 from gym.trajectory import Seeds, assert_token_exact
 from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from sandbox.protocol import ExecResult
+from tasks.family import CodeFamily
 from tests.fakes import FailingEngine, FakeGrader, FakePool, GarbageEngine, TurnsEngine, make_env
 
 
@@ -30,8 +30,13 @@ def env() -> Environment:
     return make_env()
 
 
-def episode(env: Environment, engine, pool: FakePool | None = None, grader=None, task_id: str | None = None,
-            ) -> tuple[EpisodeResult, FakePool, FakeGrader]:
+def episode(
+    env: Environment,
+    engine,
+    pool: FakePool | None = None,
+    grader=None,
+    task_id: str | None = None,
+) -> tuple[EpisodeResult, FakePool, FakeGrader]:
     pool = pool or FakePool()
     grader = grader or FakeGrader(env, pool)
     task = env.tasks[task_id] if task_id else next(iter(env.tasks.values()))
@@ -89,7 +94,9 @@ def test_token_budget_ends_the_episode(env):
 def test_final_channel_answer_is_graded(env):
     task = next(iter(env.tasks.values()))
     reference = env.reference_programs()[task.task_id]
-    turns = [[Message.assistant("analysis", "Easy."), Message.assistant("final", f"Here:\n```python\n{reference}```\n")]]
+    turns = [
+        [Message.assistant("analysis", "Easy."), Message.assistant("final", f"Here:\n```python\n{reference}```\n")]
+    ]
     result, _, grader = episode(env, TurnsEngine(env, turns), task_id=task.task_id)
     assert result.trajectory.end_reason == "final" and result.answer == reference and grader.graded == [reference]
     assert result.trajectory.reward == 1.0 and result.tool_calls == ()
@@ -131,7 +138,9 @@ def test_grader_infra_error_masks_never_zero(env):
 
 def test_lost_runner_during_a_tool_call_masks(env):
     lost = ExecResult(failure=FailureKind.INFRA_ERROR, detail="runner stream closed")
-    pool = FakePool({("bash", "-c", "python3 solution.py"): lost, ("bash", "-c", "python3 -m py_compile solution.py"): lost})
+    pool = FakePool(
+        {("bash", "-c", "python3 solution.py"): lost, ("bash", "-c", "python3 -m py_compile solution.py"): lost}
+    )
     result, _, grader = episode(env, load_scripted("reference", env), pool=pool)
     t = result.trajectory
     assert t.masked and t.end_reason == "infra_error" and grader.graded == [] and len(result.tool_calls) == 2

@@ -16,8 +16,12 @@ from tests.fakes import SAMPLES, FakeGrader, FakePool, GarbageEngine, make_env
 
 @pytest.fixture(scope="module")
 def env():
-    pool = {"type": "jsonl", "path": str(SAMPLES / "codecontests.jsonl"), "format": "codecontests",
-            "solutions": str(SAMPLES / "codecontests.solutions.jsonl")}
+    pool = {
+        "type": "jsonl",
+        "path": str(SAMPLES / "codecontests.jsonl"),
+        "format": "codecontests",
+        "solutions": str(SAMPLES / "codecontests.solutions.jsonl"),
+    }
     return make_env(task_pool={"type": "mixture", "seed": 3, "sources": [{"weight": 1, "pool": pool}]}, concurrency=3)
 
 
@@ -56,7 +60,7 @@ def test_next_run_continues_the_stream(env):
         for seed in (0, 1):
             send, receive = trio.open_memory_channel(0)
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(lambda: workers.run(send, groups=2, group_size=1, seed=seed))
+                nursery.start_soon(lambda send=send, seed=seed: workers.run(send, groups=2, group_size=1, seed=seed))
                 async with receive:
                     seen += [t.seeds.position async for t in receive]
         return seen
@@ -75,8 +79,16 @@ def test_masked_episodes_always_leave_a_bundle(env, tmp_path):
     pool = FakePool()
 
     async def main():
-        return await collect_async(quiet, load_scripted("reference", quiet), pool, 2, 2, 0,
-                                   grader=FakeGrader(quiet, pool, infra=True), bundle_dir=tmp_path)
+        return await collect_async(
+            quiet,
+            load_scripted("reference", quiet),
+            pool,
+            2,
+            2,
+            0,
+            grader=FakeGrader(quiet, pool, infra=True),
+            bundle_dir=tmp_path,
+        )
 
     trajectories, workers = trio.run(main)
     assert len(trajectories) == 4 and all(t.masked for t in trajectories)
@@ -93,8 +105,9 @@ def test_the_main_job_bundles_every_failure():
 
 def test_bundles_for_failures_always_and_a_deterministic_share(env, tmp_path):
     never = make_env(task_pool=env.config.task_pool.model_dump(mode="json"), replay={"rate": 0.0})
-    _, workers, _ = run_workers(never, load_scripted("reference", never), groups=3, group_size=1,
-                                bundle_dir=tmp_path / "none")
+    _, workers, _ = run_workers(
+        never, load_scripted("reference", never), groups=3, group_size=1, bundle_dir=tmp_path / "none"
+    )
     assert workers.bundles == [] and not (tmp_path / "none").exists()
     _, workers, _ = run_workers(env, GarbageEngine(env), groups=2, group_size=1, bundle_dir=tmp_path / "bad")
     assert len(workers.bundles) == 2 and all(read_bundle(p).reason == "failure" for p in workers.bundles)
@@ -123,12 +136,15 @@ def test_bundle_round_trip_is_consistent_and_tampering_shows(env, tmp_path):
     assert "token exactness" in [d.what for d in consistency(Bundle.model_validate(data))[0]]
 
 
-@pytest.mark.parametrize("tamper, named", [
-    ({"hardening": {"network": "bridge"}}, "hardening.network"),
-    ({"hardening": {"seccomp": "unconfined", "drop_caps": False}}, "hardening.seccomp"),
-    ({"budgets": {"pids": None}}, "budgets.pids"),
-    ({"engine": {"base_url": "ssh://builder@replay-host.invalid"}}, "engine.base_url"),
-])
+@pytest.mark.parametrize(
+    "tamper, named",
+    [
+        ({"hardening": {"network": "bridge"}}, "hardening.network"),
+        ({"hardening": {"seccomp": "unconfined", "drop_caps": False}}, "hardening.seccomp"),
+        ({"budgets": {"pids": None}}, "budgets.pids"),
+        ({"engine": {"base_url": "ssh://builder@replay-host.invalid"}}, "engine.base_url"),
+    ],
+)
 def test_replay_refuses_a_bundle_with_a_weakened_or_remote_sandbox(env, tmp_path, tamper, named):
     """A tampered bundle must not make `gym replay` run its tool calls with network on or seccomp off:
     refused before any container starts, unless --trust-bundle-sandbox."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from gym.prompt import developer_message
-from gym.tools import DEFAULT_TOOLS, Toolbox, ToolsConfig, patch_paths, schema_of, SubmitArgs
+from gym.tools import DEFAULT_TOOLS, SubmitArgs, Toolbox, ToolsConfig, patch_paths, schema_of
 from sandbox.failure import FailureKind
 from sandbox.protocol import ExecRequest, ExecResult
 from tests.fakes import MemoryWorkspace, call, run
@@ -27,7 +27,9 @@ def test_unknown_tool_and_namespace_are_tool_errors_listing_the_tools():
 def test_bad_arguments_name_the_field():
     box, ws = Toolbox(), MemoryWorkspace()
     missing = run(box, ws, call("write_file", path="a.py"))
-    assert missing.failure == FailureKind.TOOL_ERROR and "content" in missing.output and "Field required" in missing.output
+    assert (
+        missing.failure == FailureKind.TOOL_ERROR and "content" in missing.output and "Field required" in missing.output
+    )
     typo = run(box, ws, call("bash", command="ls", cwdd="/"))
     assert typo.failure == FailureKind.TOOL_ERROR and "cwdd" in typo.output
     wrong_type = run(box, ws, call("python", code=42))
@@ -72,7 +74,9 @@ def test_long_output_keeps_head_and_tail():
     long = ExecResult(exit_code=0, stdout=b"A" * 5000 + b"TAIL")
     ws = MemoryWorkspace({("bash", "-c", "big"): long})
     outcome = run(Toolbox(ToolsConfig(output_chars=1000)), ws, call("bash", command="big"))
-    assert len(outcome.output) < 1200 and outcome.output.rstrip().endswith("TAIL") and "characters cut" in outcome.output
+    assert (
+        len(outcome.output) < 1200 and outcome.output.rstrip().endswith("TAIL") and "characters cut" in outcome.output
+    )
 
 
 def test_file_tools_round_trip_and_refusals():
@@ -124,14 +128,20 @@ def test_schemas_render_into_the_developer_message():
     assert "code: string," in text and "timeout?: number," in text  # optional, not "number | null"
     schema = schema_of(SubmitArgs)
     assert "title" not in schema and schema["properties"]["path"] == {
-        "description": "File holding the final program (e.g. 'solution.py').", "type": "string"}
+        "description": "File holding the final program (e.g. 'solution.py').",
+        "type": "string",
+    }
 
 
 def test_arguments_the_sandbox_cannot_carry_are_tool_errors_not_exceptions():
     """A sampled JSON escape can hold a lone surrogate: no tool may raise past the episode on it."""
     box, ws = Toolbox(), MemoryWorkspace()
-    for bad in (call("python", code="print(1)", stdin="\ud800"), call("bash", command="ls", stdin="x\udcff"),
-                call("write_file", path="a.py", content="\ud83d"), call("apply_patch", patch="--- a\n+++ b\n\udc80")):
+    for bad in (
+        call("python", code="print(1)", stdin="\ud800"),
+        call("bash", command="ls", stdin="x\udcff"),
+        call("write_file", path="a.py", content="\ud83d"),
+        call("apply_patch", patch="--- a\n+++ b\n\udc80"),
+    ):
         outcome = run(box, ws, bad)
         assert outcome.failure == FailureKind.TOOL_ERROR and "UnicodeEncodeError" in outcome.output, outcome
         outcome.output.encode("utf-8")

@@ -27,7 +27,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         state[node] = "open"
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == "open":
-                found.append(stack[stack.index(nxt):] + [nxt])
+                found.append(stack[stack.index(nxt) :] + [nxt])
             elif nxt not in state:
                 visit(nxt, stack + [nxt])
         state[node] = "done"
@@ -46,4 +46,5 @@ def test_gym_modules_form_no_import_cycle():
 
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"engine": {"environment"}, "environment": {"episode"}, "episode": {"engine"}}) == [
-        ["engine", "environment", "episode", "engine"]]
+        ["engine", "environment", "episode", "engine"]
+    ]

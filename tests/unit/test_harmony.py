@@ -49,7 +49,9 @@ def test_canonical_forms(harmony: Harmony, tok: Tokenizer) -> None:
     assert tok.decode(harmony.render([answer, Message.user("again")])).startswith(
         "<|start|>assistant<|channel|>final<|message|>1<|end|><|start|>user"
     )
-    assert tok.decode(harmony.render_prompt([Message.user("hi")])) == "<|start|>user<|message|>hi<|end|><|start|>assistant"
+    assert (
+        tok.decode(harmony.render_prompt([Message.user("hi")])) == "<|start|>user<|message|>hi<|end|><|start|>assistant"
+    )
     assert tok.decode(harmony.stop_ids()) == "<|call|><|return|>"
 
 
@@ -109,13 +111,29 @@ def test_system_message_names_channels() -> None:
 
 def test_valid_multi_message_turn(harmony: Harmony) -> None:
     s = harmony.ids
-    ids = sample(harmony, s["channel"], "analysis", s["message"], "think", s["end"],
-                 s["start"], "assistant", s["channel"], "commentary to=functions.python ", s["constrain"], "json",
-                 s["message"], '{"code": "print(2)"}', s["call"])
+    ids = sample(
+        harmony,
+        s["channel"],
+        "analysis",
+        s["message"],
+        "think",
+        s["end"],
+        s["start"],
+        "assistant",
+        s["channel"],
+        "commentary to=functions.python ",
+        s["constrain"],
+        "json",
+        s["message"],
+        '{"code": "print(2)"}',
+        s["call"],
+    )
     turn = harmony.parse_completion(ids)
     assert isinstance(turn, ParsedTurn)
     assert [m.channel for m in turn.messages] == ["analysis", "commentary"]
-    assert turn.tool_call == ToolCall(namespace="functions", name="python", arguments={"code": "print(2)"}, raw='{"code": "print(2)"}')
+    assert turn.tool_call == ToolCall(
+        namespace="functions", name="python", arguments={"code": "print(2)"}, raw='{"code": "print(2)"}'
+    )
     assert turn.stop == "call" and turn.spans[-1][1] == len(ids)
     assert turn.canonical  # sampled exactly as the renderer encodes these pieces (the raw JSON is kept as is)
 
@@ -131,20 +149,58 @@ def test_valid_multi_message_turn(harmony: Harmony) -> None:
         (["channel", "final", "message", "x", "end"], "a final answer cannot end with <|end|>", "last"),
         (["channel", "analysis", "message", "x", "return"], "cannot end with <|return|>", "last"),
         (["channel", "analysis", "message", "x", "call"], "cannot end with <|call|>", "last"),
-        (["channel", "commentary to=functions.python ", "constrain", "json", "message", "{}", "end"], "a tool call cannot end with <|end|>", "last"),
-        (["channel", "commentary to=functions.python ", "constrain", "json", "message", "print(1)", "call"], "tool call: arguments are not valid JSON", None),
-        (["channel", "commentary to=functions.python ", "constrain", "json", "message", "[1, 2]", "call"], "must be a JSON object", None),
-        (["channel", "analysis to=functions.python ", "message", "{}", "call"], "tool calls go to the commentary channel", None),
-        (["channel", "analysis", "message", "a", "channel", "b", "end"], "unexpected <|channel|> in message body", "special"),
-        (["channel", "analysis", "channel", "message", "x", "end"], "unexpected <|channel|> in message header", "special"),
+        (
+            ["channel", "commentary to=functions.python ", "constrain", "json", "message", "{}", "end"],
+            "a tool call cannot end with <|end|>",
+            "last",
+        ),
+        (
+            ["channel", "commentary to=functions.python ", "constrain", "json", "message", "print(1)", "call"],
+            "tool call: arguments are not valid JSON",
+            None,
+        ),
+        (
+            ["channel", "commentary to=functions.python ", "constrain", "json", "message", "[1, 2]", "call"],
+            "must be a JSON object",
+            None,
+        ),
+        (
+            ["channel", "analysis to=functions.python ", "message", "{}", "call"],
+            "tool calls go to the commentary channel",
+            None,
+        ),
+        (
+            ["channel", "analysis", "message", "a", "channel", "b", "end"],
+            "unexpected <|channel|> in message body",
+            "special",
+        ),
+        (
+            ["channel", "analysis", "channel", "message", "x", "end"],
+            "unexpected <|channel|> in message header",
+            "special",
+        ),
         (["channel", "final", "message", "x", "return", "start"], "tokens after <|return|>", "last"),
-        (["channel", "analysis", "message", "x", "end", "channel", "final"], "expected <|start|>, got <|channel|>", "special"),
-        (["channel", "analysis", "message", "x", "end", "start", "user", "message", "hi", "end"], "may only write assistant messages", None),
-        (["start", "assistant", "channel", "final", "message", "x", "return"], "unexpected <|start|> in message header", (0, 1)),
+        (
+            ["channel", "analysis", "message", "x", "end", "channel", "final"],
+            "expected <|start|>, got <|channel|>",
+            "special",
+        ),
+        (
+            ["channel", "analysis", "message", "x", "end", "start", "user", "message", "hi", "end"],
+            "may only write assistant messages",
+            None,
+        ),
+        (
+            ["start", "assistant", "channel", "final", "message", "x", "return"],
+            "unexpected <|start|> in message header",
+            (0, 1),
+        ),
         ([" to=", "channel", "commentary", "message", "{}", "call"], "invalid message", None),  # empty recipient
     ],
 )
-def test_invalid_turns_are_parse_errors_with_spans(harmony: Harmony, pieces: list[str], reason: str, span: object) -> None:
+def test_invalid_turns_are_parse_errors_with_spans(
+    harmony: Harmony, pieces: list[str], reason: str, span: object
+) -> None:
     specials = {"channel", "message", "end", "return", "call", "constrain", "start"}
     ids = sample(harmony, *[harmony.ids[p] if p in specials else p for p in pieces])
     error = harmony.parse_completion(ids)
@@ -167,7 +223,17 @@ def test_out_of_vocabulary_id_is_a_parse_error(harmony: Harmony) -> None:
 
 def test_recipient_in_role_section_parses_but_is_not_canonical(harmony: Harmony) -> None:
     s = harmony.ids
-    ids = sample(harmony, " to=functions.bash", s["channel"], "commentary ", s["constrain"], "json", s["message"], '{"command":"ls"}', s["call"])
+    ids = sample(
+        harmony,
+        " to=functions.bash",
+        s["channel"],
+        "commentary ",
+        s["constrain"],
+        "json",
+        s["message"],
+        '{"command":"ls"}',
+        s["call"],
+    )
     turn = harmony.parse_completion(ids)
     assert isinstance(turn, ParsedTurn) and turn.tool_call is not None and turn.tool_call.name == "bash"
     assert not turn.canonical
@@ -187,7 +253,9 @@ def test_non_canonical_merges_parse_to_the_same_message(harmony: Harmony, tok: T
 @given(data=st.data())
 def test_parser_never_raises_on_arbitrary_ids(harmony: Harmony, data: st.DataObject) -> None:
     specials = list(harmony.ids.values())
-    token = st.one_of(st.sampled_from(specials), st.integers(0, harmony.tokenizer.vocab_size - 1), st.integers(-3, 10**6))
+    token = st.one_of(
+        st.sampled_from(specials), st.integers(0, harmony.tokenizer.vocab_size - 1), st.integers(-3, 10**6)
+    )
     ids = data.draw(st.lists(token, max_size=40))
     result = harmony.parse_completion(ids)
     assert isinstance(result, (ParsedTurn, ParseError))

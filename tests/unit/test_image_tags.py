@@ -54,8 +54,10 @@ def test_an_explicit_image_is_kept():
 
 
 def test_importing_the_config_reads_no_file():
-    code = ("import images.inputs, sandbox.config, sandbox.pool, gym.cli; "
-            "print(images.inputs.runner_image.cache_info().misses)")
+    code = (
+        "import images.inputs, sandbox.config, sandbox.pool, gym.cli; "
+        "print(images.inputs.runner_image.cache_info().misses)"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0"

@@ -108,6 +108,11 @@ def test_public_calls_route_through_the_dispatch(monkeypatch):
 
 def test_importing_the_package_imports_neither_triton_nor_a_kernel():
     code = "import sys, kernels; bad = [m for m in sys.modules if m == 'triton' or m.endswith('_triton')]; print(bad)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2])
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert out.stdout.strip() == "[]"

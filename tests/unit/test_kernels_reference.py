@@ -135,9 +135,11 @@ def test_grouped_swiglu_matches_dense_per_row_oracle(counts):
     e, f, h = 4, 6, 5
     counts_t = torch.tensor(counts)
     x = torch.randn(sum(counts), h, dtype=torch.float64, requires_grad=True)
-    weights = [torch.randn(e, f, h, dtype=torch.float64, requires_grad=True),
-               torch.randn(e, f, h, dtype=torch.float64, requires_grad=True),
-               torch.randn(e, h, f, dtype=torch.float64, requires_grad=True)]
+    weights = [
+        torch.randn(e, f, h, dtype=torch.float64, requires_grad=True),
+        torch.randn(e, f, h, dtype=torch.float64, requires_grad=True),
+        torch.randn(e, h, f, dtype=torch.float64, requires_grad=True),
+    ]
     out = grouped_swiglu(x, counts_t, *weights, backend=REF)
     want = dense_swiglu_oracle(x, counts_t, *weights)
     assert out.shape == (sum(counts), h)
@@ -152,5 +154,11 @@ def test_grouped_swiglu_matches_dense_per_row_oracle(counts):
 
 def test_grouped_swiglu_rejects_counts_that_do_not_sum_to_rows():
     with pytest.raises(ValueError, match="sum to the 4 rows"):
-        grouped_swiglu(torch.randn(4, 2), torch.tensor([1, 2]), torch.randn(2, 3, 2), torch.randn(2, 3, 2),
-                       torch.randn(2, 2, 3), backend=REF)
+        grouped_swiglu(
+            torch.randn(4, 2),
+            torch.tensor([1, 2]),
+            torch.randn(2, 3, 2),
+            torch.randn(2, 3, 2),
+            torch.randn(2, 2, 3),
+            backend=REF,
+        )

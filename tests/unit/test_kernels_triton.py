@@ -46,7 +46,11 @@ def child_outcomes(tmp_path_factory) -> tuple[dict[str, str | None], str]:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", str(CASES), "-q", "-p", "no:cacheprovider", f"--junitxml={report}"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     outcomes: dict[str, str | None] = {}
     if report.exists():

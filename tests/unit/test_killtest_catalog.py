@@ -17,7 +17,12 @@ from sandbox.killtest.suite import BASH_PRELUDE, PRELUDE, argv_of
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTS = {"attack": "a", "gateway_host": "172.17.0.1", "gateway_port": "9", "canary_name": "kt_x"}
-PROGRAMS = [(a.name, stage, p) for a in CATALOG for stage, p in (("program", a.program), ("after", a.after), ("fresh", a.fresh)) if p]
+PROGRAMS = [
+    (a.name, stage, p)
+    for a in CATALOG
+    for stage, p in (("program", a.program), ("after", a.after), ("fresh", a.fresh))
+    if p
+]
 
 
 def test_catalog_has_every_group_and_at_least_forty_unique_attacks():
@@ -78,7 +83,9 @@ def test_an_attack_must_do_something():
     assert Attack(name="one", group="kernel", goal="x", program=program).expected == "ok"
 
 
-@pytest.mark.parametrize("kind,tar_type", [("file", tarfile.REGTYPE), ("symlink", tarfile.SYMTYPE), ("hardlink", tarfile.LNKTYPE)])
+@pytest.mark.parametrize(
+    "kind,tar_type", [("file", tarfile.REGTYPE), ("symlink", tarfile.SYMTYPE), ("hardlink", tarfile.LNKTYPE)]
+)
 def test_tool_step_archive_holds_the_described_member(kind, tar_type):
     step = ToolStep(op="put_archive", path=".", member="m", member_type=kind, linkname="/etc/passwd")
     with tarfile.open(fileobj=io.BytesIO(step.archive())) as tar:
@@ -88,7 +95,14 @@ def test_tool_step_archive_holds_the_described_member(kind, tar_type):
 
 
 def test_cli_lists_the_catalog_and_refuses_unknown_names():
-    listing = subprocess.run([sys.executable, "-m", "gym", "killtest", "--list"], cwd=ROOT, capture_output=True, text=True)
+    listing = subprocess.run(
+        [sys.executable, "-m", "gym", "killtest", "--list"], cwd=ROOT, capture_output=True, text=True
+    )
     assert listing.returncode == 0 and f"{len(CATALOG)} attacks" in listing.stdout
-    unknown = subprocess.run([sys.executable, "-m", "gym", "killtest", "--only", "nope"], cwd=ROOT, capture_output=True, text=True)
-    assert unknown.returncode == 2 and unknown.stderr == "gym: error: unknown attack or group: nope — see `python -m gym killtest --list`\n"
+    unknown = subprocess.run(
+        [sys.executable, "-m", "gym", "killtest", "--only", "nope"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert (
+        unknown.returncode == 2
+        and unknown.stderr == "gym: error: unknown attack or group: nope — see `python -m gym killtest --list`\n"
+    )

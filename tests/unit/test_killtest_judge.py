@@ -12,7 +12,12 @@ import pytest
 from sandbox.failure import FailureKind
 from sandbox.killtest.attack import Attack, Program, ToolStep
 from sandbox.killtest.hostcheck import (
-    NeighbourProbe, file_states, files_unchanged, layer_paths, rootfs_unchanged, zombies_of,
+    NeighbourProbe,
+    file_states,
+    files_unchanged,
+    layer_paths,
+    rootfs_unchanged,
+    zombies_of,
 )
 from sandbox.killtest.judge import Check, Observation, Verdict, bounds, canary, judge, observe, parse_report, summary
 from sandbox.killtest.report import SuiteReport, table
@@ -36,7 +41,11 @@ def test_parse_report_takes_the_last_well_formed_line():
 def test_observe_from_report_failure_processes_and_infra():
     ok = ExecResult(exit_code=0, stdout=line("denied", "all EPERM"))
     assert observe("program", REPORTING, ok, []).model_dump() == {
-        "stage": "program", "observed": "denied", "expected": ("denied",), "evidence": "all EPERM"}
+        "stage": "program",
+        "observed": "denied",
+        "expected": ("denied",),
+        "evidence": "all EPERM",
+    }
     killed = ExecResult(signal=9, failure=FailureKind.OOM)
     assert observe("program", REPORTING, killed, []).observed == "oom"  # no report: the classified failure
     crashed = ExecResult(exit_code=1, stderr=b"Traceback ...", failure=FailureKind.NONZERO_EXIT)
@@ -117,7 +126,12 @@ def test_neighbour_probe_bound_is_three_times_idle_plus_floor():
 
 def test_report_ok_table_and_json(tmp_path):
     contained = judge(ATTACK, [Observation(stage="program", observed="denied", expected=("denied",))], [], 1.0)
-    escaped = judge(ATTACK.model_copy(update={"name": "other"}), [Observation(stage="program", observed="ok", expected=("denied",))], [], 1.0)
+    escaped = judge(
+        ATTACK.model_copy(update={"name": "other"}),
+        [Observation(stage="program", observed="ok", expected=("denied",))],
+        [],
+        1.0,
+    )
     good = SuiteReport(attacks=[contained], posture="ok", seconds=1.0)
     assert good.ok and good.counts() == {"contained": 1, "escaped": 0, "error": 0}
     drifted = SuiteReport(attacks=[contained], posture=[{"key": "seccomp", "expected": "2", "observed": "0"}])

@@ -9,7 +9,11 @@ RAW = {
     "mounts": {
         "/": {"source": "overlay", "type": "overlay", "options": ["ro", "relatime", "lowerdir=/var/lib/docker/x"]},
         "/etc/hosts": {"source": "/dev/vda", "type": "ext4", "options": ["ro", "relatime", "discard"]},
-        "/workspace": {"source": "tmpfs", "type": "tmpfs", "options": ["rw", "nosuid", "nodev", "size=262144k", "uid=1000"]},
+        "/workspace": {
+            "source": "tmpfs",
+            "type": "tmpfs",
+            "options": ["rw", "nosuid", "nodev", "size=262144k", "uid=1000"],
+        },
     },
     "seccomp": "2",
 }

@@ -62,9 +62,14 @@ def imports(path: Path) -> list[tuple[int, str]]:
                 found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
             else:
                 found.append((node.lineno, node.module))
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and node.func.attr == "import_module" and node.args
-              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             found.append((node.lineno, node.args[0].value))
     return found
 
@@ -72,9 +77,11 @@ def imports(path: Path) -> list[tuple[int, str]]:
 def modules(root: Path, package: str) -> list[Path]:
     """The package's modules: files in directories with an ``__init__.py`` all the way up (the SWE
     repositories vendored under tasks/swe/repos are task data, not our code)."""
-    return [path for path in sorted((root / package).rglob("*.py"))
-            if all((parent / "__init__.py").exists() for parent in path.parents
-                   if parent.is_relative_to(root / package))]
+    return [
+        path
+        for path in sorted((root / package).rglob("*.py"))
+        if all((parent / "__init__.py").exists() for parent in path.parents if parent.is_relative_to(root / package))
+    ]
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -121,7 +128,7 @@ def package_cycles(root: Path) -> list[list[str]]:
 
     def visit(node: str) -> None:
         if node in path:
-            cycles.append(path[path.index(node):] + [node])
+            cycles.append(path[path.index(node) :] + [node])
             return
         path.append(node)
         for nxt in sorted(edges[node]):
@@ -152,26 +159,33 @@ def test_every_exception_is_still_an_import():
 
 def test_the_cli_registries_name_modules_that_exist():
     """The lazy registries are strings: a moved module must be renamed there too."""
-    text = "\n".join((ROOT / p).read_text(encoding="utf-8")
-                     for p in ("gym/cli.py", "gym/commands/bench.py", "gym/policy_client.py"))
+    text = "\n".join(
+        (ROOT / p).read_text(encoding="utf-8") for p in ("gym/cli.py", "gym/commands/bench.py", "gym/policy_client.py")
+    )
     dotted = set(re.findall(r'"((?:%s)(?:\.\w+)+)' % "|".join(PACKAGES), text))
     assert dotted, "no registry entries found"
-    missing = [name for name in sorted(dotted)
-               if not (ROOT / (name.replace(".", "/") + ".py")).exists()
-               and not (ROOT / name.replace(".", "/") / "__init__.py").exists()
-               and not (ROOT / (name.rsplit(".", 1)[0].replace(".", "/") + ".py")).exists()]
+    missing = [
+        name
+        for name in sorted(dotted)
+        if not (ROOT / (name.replace(".", "/") + ".py")).exists()
+        and not (ROOT / name.replace(".", "/") / "__init__.py").exists()
+        and not (ROOT / (name.rsplit(".", 1)[0].replace(".", "/") + ".py")).exists()
+    ]
     assert missing == []
 
 
-@pytest.mark.parametrize(("package", "line", "why"), [
-    ("gym", "from trainer.loop import train", "gym -> trainer"),
-    ("sandbox", "import tasks.grader", "sandbox -> tasks"),
-    ("tasks", "from gym.episode import Episode", "tasks -> gym"),
-    ("images", "from tasks.swe import instance", "images -> tasks"),
-    ("gym", "from policies.generation import GenerationEngine", "gym -> policies beyond the interface"),
-    ("policies", "from gym.rollout import run", "policies -> gym"),
-    ("tasks", "import torch", "torch in a torch-free layer"),
-])
+@pytest.mark.parametrize(
+    ("package", "line", "why"),
+    [
+        ("gym", "from trainer.loop import train", "gym -> trainer"),
+        ("sandbox", "import tasks.grader", "sandbox -> tasks"),
+        ("tasks", "from gym.episode import Episode", "tasks -> gym"),
+        ("images", "from tasks.swe import instance", "images -> tasks"),
+        ("gym", "from policies.generation import GenerationEngine", "gym -> policies beyond the interface"),
+        ("policies", "from gym.rollout import run", "policies -> gym"),
+        ("tasks", "import torch", "torch in a torch-free layer"),
+    ],
+)
 def test_an_upward_import_is_caught(tmp_path, package, line, why):
     """The check can fail: one upward import, even inside a function, is reported."""
     for name in PACKAGES:

@@ -27,11 +27,16 @@ def imports_of_test_modules(source: str) -> list[str]:
 
 
 def test_the_check_catches_every_import_form():
-    source = ("from tests.unit.test_episode_loop import FakePool\nimport tests.integration.test_trainer_masked\n"
-              "from tests.unit import test_policy_model\ndef f():\n    from tests.unit.test_cp_grader import task\n")
+    source = (
+        "from tests.unit.test_episode_loop import FakePool\nimport tests.integration.test_trainer_masked\n"
+        "from tests.unit import test_policy_model\ndef f():\n    from tests.unit.test_cp_grader import task\n"
+    )
     assert imports_of_test_modules(source) == [
-        "tests.unit.test_episode_loop", "tests.integration.test_trainer_masked", "tests.unit.test_policy_model",
-        "tests.unit.test_cp_grader"]
+        "tests.unit.test_episode_loop",
+        "tests.integration.test_trainer_masked",
+        "tests.unit.test_policy_model",
+        "tests.unit.test_cp_grader",
+    ]
     assert imports_of_test_modules("from tests.fakes import FakePool\nfrom tests.sandbox_support import sh\n") == []
 
 

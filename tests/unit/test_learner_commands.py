@@ -46,8 +46,10 @@ def run_follow(monkeypatch, commands: list) -> RecordingLearner:
 
 
 def test_every_command_reaches_its_call_in_order(monkeypatch):
-    learner = run_follow(monkeypatch, [WarmStart([]), FreezeReference(), Gather(), Step([]),
-                                       Save(TrainerState(step=3)), Stop(), Gather()])
+    learner = run_follow(
+        monkeypatch,
+        [WarmStart([]), FreezeReference(), Gather(), Step([]), Save(TrainerState(step=3)), Stop(), Gather()],
+    )
     assert learner.calls == [("warm", []), ("freeze_reference",), ("gather",), ("step", []), ("save", 3)]
     assert learner.state == TrainerState(step=3)
 

@@ -18,13 +18,26 @@ SMOKE = ROOT / "configs" / "cp_smoke.yaml"
 TINY = ROOT / "configs" / "cp_grpo_tiny.yaml"
 
 
-@pytest.mark.parametrize(("text", "value"), [
-    ("a=4", 4), ("a=0.5", 0.5), ("a=-3", -3), ("a=true", True), ("a=false", False), ("a=null", None),
-    ("a=", None), ("a=other.jsonl", "other.jsonl"), ("a='4'", "4"), ("a=hello world", "hello world"),
-    ("a=[x, 2]", ["x", 2]), ("a={k: v, n: [1]}", {"k": "v", "n": [1]}), ("a=x=y", "x=y"),
-    ("a=2024-01-01", datetime.date(2024, 1, 1)),
-    ("a=1e-3", "1e-3"),  # YAML 1.1 wants a dot in a float, as in the config files; pydantic takes it for a float
-])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("a=4", 4),
+        ("a=0.5", 0.5),
+        ("a=-3", -3),
+        ("a=true", True),
+        ("a=false", False),
+        ("a=null", None),
+        ("a=", None),
+        ("a=other.jsonl", "other.jsonl"),
+        ("a='4'", "4"),
+        ("a=hello world", "hello world"),
+        ("a=[x, 2]", ["x", 2]),
+        ("a={k: v, n: [1]}", {"k": "v", "n": [1]}),
+        ("a=x=y", "x=y"),
+        ("a=2024-01-01", datetime.date(2024, 1, 1)),
+        ("a=1e-3", "1e-3"),  # YAML 1.1 wants a dot in a float, as in the config files; pydantic takes it for a float
+    ],
+)
 def test_values_are_yaml(text, value):
     path, parsed = parse_override(text)
     assert path == ("a",) and parsed == value and type(parsed) is type(value)
@@ -35,17 +48,20 @@ def test_keys_are_dotted_paths():
     assert parse_override("name=x")[0] == ("name",)
 
 
-@pytest.mark.parametrize(("text", "reason"), [
-    ("episode.max_turns", "expected KEY=VALUE"),
-    ("", "expected KEY=VALUE"),
-    ("=4", "empty key"),
-    ("  =4", "empty key"),
-    ("a..b=1", "empty segment"),
-    (".a=1", "empty segment"),
-    ("a.=1", "empty segment"),
-    ("a=[1,", "not valid YAML"),
-    ("a={k: v", "not valid YAML"),
-])
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("episode.max_turns", "expected KEY=VALUE"),
+        ("", "expected KEY=VALUE"),
+        ("=4", "empty key"),
+        ("  =4", "empty key"),
+        ("a..b=1", "empty segment"),
+        (".a=1", "empty segment"),
+        ("a.=1", "empty segment"),
+        ("a=[1,", "not valid YAML"),
+        ("a={k: v", "not valid YAML"),
+    ],
+)
 def test_malformed_items_are_refused(text, reason):
     with pytest.raises(OverrideError, match=reason) as caught:
         parse_override(text)
@@ -59,7 +75,10 @@ def overridden(mapping, *texts):
 def test_apply_sets_nested_fields_and_list_items_without_touching_the_input():
     original = {"episode": {"max_turns": 8}, "sources": [{"weight": 1, "pool": {"path": "a"}}, {"weight": 1}]}
     result = overridden(original, "episode.max_turns=4", "sources.1.weight=2", "sources.0.pool.path=b.jsonl")
-    assert result == {"episode": {"max_turns": 4}, "sources": [{"weight": 1, "pool": {"path": "b.jsonl"}}, {"weight": 2}]}
+    assert result == {
+        "episode": {"max_turns": 4},
+        "sources": [{"weight": 1, "pool": {"path": "b.jsonl"}}, {"weight": 2}],
+    }
     assert original == {"episode": {"max_turns": 8}, "sources": [{"weight": 1, "pool": {"path": "a"}}, {"weight": 1}]}
     assert result["sources"][1] is not original["sources"][1]  # no subtree shared with the input
 
@@ -75,16 +94,23 @@ def test_apply_creates_missing_keys_replaces_whole_values_and_later_wins():
     assert result["a"] is not value and result["a"] is not result["b"]
 
 
-@pytest.mark.parametrize(("mapping", "text", "reason"), [
-    ({"episode": {"max_turns": 8}}, "episode.max_turns.x=1", "'episode.max_turns.x': episode.max_turns is 8, not a mapping"),
-    ({"name": "cp"}, "name.first=1", "name is 'cp', not a mapping"),
-    ({"solutions": None}, "solutions.x=1", "solutions is None, not a mapping"),
-    ("not a mapping", "a=1", "the config is 'not a mapping'"),
-    ({"s": [{"w": 1}]}, "s.1.w=2", r"'s.1.w': index 1 out of range \(s has 1 items\)"),
-    ({"s": [{"w": 1}]}, "s.-1.w=2", "s is a list, '-1' is not an index"),
-    ({"s": [{"w": 1}]}, "s.first.w=2", "s is a list, 'first' is not an index"),
-    ({"s": [[1, 2]]}, "s.0.5=9", r"index 5 out of range \(s.0 has 2 items\)"),
-])
+@pytest.mark.parametrize(
+    ("mapping", "text", "reason"),
+    [
+        (
+            {"episode": {"max_turns": 8}},
+            "episode.max_turns.x=1",
+            "'episode.max_turns.x': episode.max_turns is 8, not a mapping",
+        ),
+        ({"name": "cp"}, "name.first=1", "name is 'cp', not a mapping"),
+        ({"solutions": None}, "solutions.x=1", "solutions is None, not a mapping"),
+        ("not a mapping", "a=1", "the config is 'not a mapping'"),
+        ({"s": [{"w": 1}]}, "s.1.w=2", r"'s.1.w': index 1 out of range \(s has 1 items\)"),
+        ({"s": [{"w": 1}]}, "s.-1.w=2", "s is a list, '-1' is not an index"),
+        ({"s": [{"w": 1}]}, "s.first.w=2", "s is a list, 'first' is not an index"),
+        ({"s": [[1, 2]]}, "s.0.5=9", r"index 5 out of range \(s.0 has 2 items\)"),
+    ],
+)
 def test_apply_names_an_override_that_does_not_fit(mapping, text, reason):
     with pytest.raises(OverrideError, match=reason):
         overridden(mapping, text)
@@ -102,33 +128,60 @@ def test_the_commands_parse_repeated_set_options(capsys):
 
 
 def test_environment_loader_validates_the_overridden_mapping():
-    config = EnvironmentConfig.from_file(SMOKE, overrides=[
-        parse_override("episode.max_turns=4"), parse_override("task_pool.sources.0.pool.limit=1"),
-        parse_override("tools.enabled=[bash, submit]")])
+    config = EnvironmentConfig.from_file(
+        SMOKE,
+        overrides=[
+            parse_override("episode.max_turns=4"),
+            parse_override("task_pool.sources.0.pool.limit=1"),
+            parse_override("tools.enabled=[bash, submit]"),
+        ],
+    )
     assert config.episode.max_turns == 4 and config.task_pool.sources[0].pool.limit == 1
     assert config.tools.enabled == ("bash", "submit")
     assert EnvironmentConfig.from_file(SMOKE).episode.max_turns == 8
     with pytest.raises(EnvironmentConfigError) as caught:
-        EnvironmentConfig.from_file(SMOKE, overrides=[parse_override("episode.max_turns=0"), parse_override("episode.turnz=1")])
+        EnvironmentConfig.from_file(
+            SMOKE, overrides=[parse_override("episode.max_turns=0"), parse_override("episode.turnz=1")]
+        )
     message = str(caught.value)
     assert message.startswith(f"{SMOKE} (with overrides): episode.")
-    assert "episode.max_turns: Input should be greater than or equal to 1" in message and "episode.turnz: Extra inputs" in message
+    assert (
+        "episode.max_turns: Input should be greater than or equal to 1" in message
+        and "episode.turnz: Extra inputs" in message
+    )
     with pytest.raises(OverrideError, match="index 7 out of range"):
         EnvironmentConfig.from_file(SMOKE, overrides=[parse_override("task_pool.sources.7.weight=2")])
 
 
 def test_training_loader_applies_overrides_inline_and_through_an_environment_file(tmp_path):
-    config = TrainConfig.load(TINY, overrides=[parse_override("optimizer.lr=1e-3"), parse_override("rollout.group_size=2"),
-                                               parse_override("environment.task_pool.sources.0.pool.limit=3")])
+    config = TrainConfig.load(
+        TINY,
+        overrides=[
+            parse_override("optimizer.lr=1e-3"),
+            parse_override("rollout.group_size=2"),
+            parse_override("environment.task_pool.sources.0.pool.limit=3"),
+        ],
+    )
     assert config.optimizer.lr == 0.001 and config.rollout.group_size == 2
     assert config.env.task_pool.sources[0].pool.limit == 3
     assert TrainConfig.load(TINY).optimizer.lr == 0.0001
 
     by_path = tmp_path / "train.yaml"
-    by_path.write_text(yaml.safe_dump({"environment": str(SMOKE), "policy": yaml.safe_load(TINY.read_text())["policy"]}))
-    config = TrainConfig.load(by_path, overrides=[parse_override("environment.episode.max_turns=4"),
-                                                  parse_override("environment.task_pool.sources.1.weight=2")])
-    assert config.env.name == "cp_smoke" and config.env.episode.max_turns == 4 and config.env.task_pool.sources[1].weight == 2
+    by_path.write_text(
+        yaml.safe_dump({"environment": str(SMOKE), "policy": yaml.safe_load(TINY.read_text())["policy"]})
+    )
+    config = TrainConfig.load(
+        by_path,
+        overrides=[
+            parse_override("environment.episode.max_turns=4"),
+            parse_override("environment.task_pool.sources.1.weight=2"),
+        ],
+    )
+    assert (
+        config.env.name == "cp_smoke"
+        and config.env.episode.max_turns == 4
+        and config.env.task_pool.sources[1].weight == 2
+    )
     assert TrainConfig.load(by_path, overrides=[parse_override("seed=3")]).env.episode.max_turns == 8
 
     with pytest.raises(ConfigError, match=r"environment\..*episode\.max_turnz: Extra inputs are not permitted"):

@@ -18,12 +18,27 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def run_dir(tmp_path: Path, steps: int = 6, with_eval: bool = True) -> Path:
     rows = [{"kind": "warm_start", "step": 0, "warm_start/loss_first": 9.0}]
     for step in range(1, steps + 1):
-        rows.append({"kind": "train", "step": step, "reward/mean": 0.1 * step, "reward/kept_mean": 0.1 * step,
-                     "reward/correct_share": 0.05 * step, "reward/pass_rate": 0.04 * step, "entropy": 1.0 / step, "mismatch/kl_k3": 1e-4,
-                     "mismatch/abs_diff_mean": 2e-3, "time/wait_rollout": 3.0, "time/train": 1.0, "time/sync": 0.1})
+        rows.append(
+            {
+                "kind": "train",
+                "step": step,
+                "reward/mean": 0.1 * step,
+                "reward/kept_mean": 0.1 * step,
+                "reward/correct_share": 0.05 * step,
+                "reward/pass_rate": 0.04 * step,
+                "entropy": 1.0 / step,
+                "mismatch/kl_k3": 1e-4,
+                "mismatch/abs_diff_mean": 2e-3,
+                "time/wait_rollout": 3.0,
+                "time/train": 1.0,
+                "time/sync": 0.1,
+            }
+        )
     if with_eval:
-        rows += [{"kind": "eval", "step": 0, "pass@1": 0.1, "pass@4": 0.3},
-                 {"kind": "eval", "step": steps, "pass@1": 0.4, "pass@4": 0.6}]
+        rows += [
+            {"kind": "eval", "step": 0, "pass@1": 0.1, "pass@4": 0.3},
+            {"kind": "eval", "step": steps, "pass@1": 0.4, "pass@4": 0.6},
+        ]
     folder = tmp_path / "run"
     folder.mkdir()
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + "not json\n")
@@ -52,10 +67,20 @@ def test_a_run_without_eval_or_steps(tmp_path):
 def test_the_cli_writes_the_png_or_exits_5_with_one_line(tmp_path):
     folder = run_dir(tmp_path)
     out = tmp_path / "out.png"
-    done = subprocess.run([sys.executable, "-m", "gym", "plot", str(folder), "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "gym", "plot", str(folder), "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stdout.strip() == str(out) and out.read_bytes()[:8] == PNG
-    missing = subprocess.run([sys.executable, "-m", "gym", "plot", str(tmp_path / "nope")], cwd=ROOT,
-                             capture_output=True, text=True, timeout=120)
+    missing = subprocess.run(
+        [sys.executable, "-m", "gym", "plot", str(tmp_path / "nope")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert missing.returncode == 5 and "Traceback" not in missing.stderr
     assert missing.stderr.startswith(f"gym: error: {tmp_path / 'nope'}") and missing.stderr.count("\n") == 1

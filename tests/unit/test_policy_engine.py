@@ -10,8 +10,8 @@ import pytest
 import torch
 from safetensors.torch import save
 
-from policies.generation import GenerationEngine
 from policies.fake_engine import ScriptedEngine
+from policies.generation import GenerationEngine
 from policies.hf_adapter import CausalLMPolicy
 from policies.sampling import EngineError, RolloutEngine, SamplingParams
 from tests.policy_support import small_model
@@ -33,8 +33,13 @@ def full_logprobs(policy: CausalLMPolicy, prompt: list[int], tokens: list[int], 
     return torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
 
 
-@pytest.mark.parametrize("params", [SamplingParams(max_tokens=12, temperature=0.0),
-                                    SamplingParams(max_tokens=12, temperature=0.9, top_p=0.95, top_k=20, seed=4)])
+@pytest.mark.parametrize(
+    "params",
+    [
+        SamplingParams(max_tokens=12, temperature=0.0),
+        SamplingParams(max_tokens=12, temperature=0.9, top_p=0.95, top_k=20, seed=4),
+    ],
+)
 def test_kv_cache_equals_full_recompute(policy, params) -> None:
     kv = GenerationEngine(policy).generate_batch(PROMPTS, [params] * 3)
     full = GenerationEngine(policy, mode="recompute").generate_batch(PROMPTS, [params] * 3)
@@ -141,7 +146,10 @@ def test_scripted_engine_is_deterministic() -> None:
     engine = ScriptedEngine(script=[5, 6, 7], vocab_size=64)
     out = engine.generate_batch([[1, 2]], [SamplingParams(max_tokens=5, stop_token_ids=[5])])
     assert out[0].token_ids == [7, 5] and out[0].finish_reason == "stop"
-    assert engine.load_safetensors(b"") == 1 and engine.generate_batch([[1]], [SamplingParams(max_tokens=1)])[0].weights_version == 1
+    assert (
+        engine.load_safetensors(b"") == 1
+        and engine.generate_batch([[1]], [SamplingParams(max_tokens=1)])[0].weights_version == 1
+    )
 
 
 def _same(a, b) -> None:
@@ -155,7 +163,10 @@ def test_continuous_batching_equals_the_batch_path_routes_included(policy) -> No
     params = [SamplingParams(max_tokens=n, seed=5, return_routed_experts=True, stop_token_ids=[3]) for n in (9, 2, 6)]
     continuous = GenerationEngine(policy)
     assert continuous.mode == "continuous" and continuous.continuous
-    for a, b in zip(continuous.generate_batch(PROMPTS, params), GenerationEngine(policy, mode="kv_cache").generate_batch(PROMPTS, params)):
+    for a, b in zip(
+        continuous.generate_batch(PROMPTS, params),
+        GenerationEngine(policy, mode="kv_cache").generate_batch(PROMPTS, params),
+    ):
         _same(a, b)
         assert a.routed_experts == b.routed_experts
 
@@ -172,9 +183,11 @@ def test_rows_join_a_running_batch_and_leave_it_when_they_stop(policy) -> None:
     results = long.result(), short.result(), many.result()
     assert order[0] == "short"  # a 3-token row did not wait for the 60-token one
     alone = GenerationEngine(policy, mode="kv_cache")
-    expected = (alone.generate_batch([PROMPTS[0]], [SamplingParams(max_tokens=60, seed=1)]),
-                alone.generate_batch(PROMPTS[1:], [SamplingParams(max_tokens=3, seed=2)] * 2),
-                alone.generate_batch([PROMPTS[2]] * 6, [SamplingParams(max_tokens=4, seed=3)] * 6))
+    expected = (
+        alone.generate_batch([PROMPTS[0]], [SamplingParams(max_tokens=60, seed=1)]),
+        alone.generate_batch(PROMPTS[1:], [SamplingParams(max_tokens=3, seed=2)] * 2),
+        alone.generate_batch([PROMPTS[2]] * 6, [SamplingParams(max_tokens=4, seed=3)] * 6),
+    )
     for got, want in zip(results, expected):
         for a, b in zip(got, want, strict=True):
             _same(a, b)

@@ -11,8 +11,17 @@ from policies.hf_adapter import load_policy
 from policies.sampling import SamplingParams
 from tests.policy_support import small_model
 
-TINY = dict(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=128, bos_token_id=None, eos_token_id=None)
+TINY = dict(
+    vocab_size=96,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+    bos_token_id=None,
+    eos_token_id=None,
+)
 
 
 @pytest.mark.parametrize("config_cls, model_cls", [(Qwen2Config, Qwen2ForCausalLM), (LlamaConfig, LlamaForCausalLM)])
@@ -26,14 +35,19 @@ def test_hf_directory_as_policy(tmp_path, config_cls, model_cls) -> None:
     out = engine.generate_batch(prompts, [SamplingParams(max_tokens=7, temperature=0.0)] * 2)
     for prompt, c in zip(prompts, out):
         reference = policy.model.generate(
-            torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.int64),
-            max_new_tokens=7, do_sample=False, pad_token_id=0,
-        )[0, len(prompt):].tolist()
+            torch.tensor([prompt]),
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.int64),
+            max_new_tokens=7,
+            do_sample=False,
+            pad_token_id=0,
+        )[0, len(prompt) :].tolist()
         assert c.token_ids == reference
         assert c.routed_experts is None
     sampled = engine.generate_batch(prompts, [SamplingParams(max_tokens=5, seed=1, return_routed_experts=True)] * 2)
     assert all(len(c.token_ids) == 5 and c.routed_experts is None for c in sampled)  # dense model: no routes
-    recompute = GenerationEngine(policy, mode="recompute").generate_batch(prompts, [SamplingParams(max_tokens=5, seed=1)] * 2)
+    recompute = GenerationEngine(policy, mode="recompute").generate_batch(
+        prompts, [SamplingParams(max_tokens=5, seed=1)] * 2
+    )
     assert [c.token_ids for c in recompute] == [c.token_ids for c in sampled]
 
 
@@ -41,7 +55,9 @@ def test_our_saved_policy_loads_through_the_adapter(tmp_path) -> None:
     small_model().save_pretrained(tmp_path)
     policy = load_policy(tmp_path)
     assert policy.is_moe
-    out = GenerationEngine(policy).generate_batch([[1, 2, 3]], [SamplingParams(max_tokens=4, return_routed_experts=True)])
+    out = GenerationEngine(policy).generate_batch(
+        [[1, 2, 3]], [SamplingParams(max_tokens=4, return_routed_experts=True)]
+    )
     assert len(out[0].routed_experts) == 2
 
 

@@ -40,9 +40,7 @@ def test_top_p_keeps_the_smallest_nucleus() -> None:
 
 
 def test_rows_use_their_own_settings() -> None:
-    mixed = RowSampling.build(
-        [SamplingParams(top_k=1), SamplingParams(temperature=2.0)], [0, 1], torch.device("cpu")
-    )
+    mixed = RowSampling.build([SamplingParams(top_k=1), SamplingParams(temperature=2.0)], [0, 1], torch.device("cpu"))
     got = processed_logprobs(LOGITS.repeat(2, 1), mixed)
     assert torch.isfinite(got[0]).sum() == 1
     assert torch.allclose(got[1], torch.log_softmax(LOGITS[0] / 2.0, dim=-1))
@@ -83,8 +81,15 @@ def test_seeded_rows_do_not_depend_on_the_batch() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    [{"temperature": -0.1}, {"top_p": 0.0}, {"top_p": 1.5}, {"top_k": -1}, {"max_tokens": 0},
-     {"stop_token_ids": [-3]}, {"tempreature": 1.0}],
+    [
+        {"temperature": -0.1},
+        {"top_p": 0.0},
+        {"top_p": 1.5},
+        {"top_k": -1},
+        {"max_tokens": 0},
+        {"stop_token_ids": [-3]},
+        {"tempreature": 1.0},
+    ],
 )
 def test_invalid_sampling_params_are_rejected(bad: dict) -> None:
     with pytest.raises(ValidationError):

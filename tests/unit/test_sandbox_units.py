@@ -71,9 +71,26 @@ def test_config_from_yaml(tmp_path):
 
 def test_seccomp_profile_is_tighter_than_dockers_default():
     names = {name for rule in profile()["syscalls"] if rule["action"] == "SCMP_ACT_ALLOW" for name in rule["names"]}
-    for denied in ("ptrace", "process_vm_readv", "process_vm_writev", "io_uring_setup", "userfaultfd", "bpf",
-                   "perf_event_open", "keyctl", "add_key", "mount", "unshare", "setns", "clock_settime", "kcmp",
-                   "pidfd_getfd", "open_by_handle_at", "name_to_handle_at", "memfd_secret"):
+    for denied in (
+        "ptrace",
+        "process_vm_readv",
+        "process_vm_writev",
+        "io_uring_setup",
+        "userfaultfd",
+        "bpf",
+        "perf_event_open",
+        "keyctl",
+        "add_key",
+        "mount",
+        "unshare",
+        "setns",
+        "clock_settime",
+        "kcmp",
+        "pidfd_getfd",
+        "open_by_handle_at",
+        "name_to_handle_at",
+        "memfd_secret",
+    ):
         assert denied not in names
     assert profile()["defaultAction"] == "SCMP_ACT_ERRNO"
     clone = [r for r in profile()["syscalls"] if r["names"] == ["clone"]][0]
@@ -109,10 +126,23 @@ def test_cli_help_lists_every_command_without_importing_torch():
     import sys
 
     code = "import sys; from gym.cli import main; main(['--help'])"
-    out = subprocess.run([sys.executable, "-c", code + "\n", ], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code + "\n",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert "images" in out.stdout and "gc" in out.stdout and "bench" in out.stdout
     probe = subprocess.run(
-        [sys.executable, "-c", "import sys\nfrom gym.cli import build_parser\nbuild_parser()\nprint('torch' in sys.modules)"],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom gym.cli import build_parser\nbuild_parser()\nprint('torch' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
     )
     assert probe.stdout.strip() == "False"

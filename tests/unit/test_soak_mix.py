@@ -45,8 +45,12 @@ def test_every_exec_kind_has_a_plan_with_a_benign_expectation():
         for item in (call, *call.items):
             if item.kind in EXEC_KINDS:
                 request, expect = exec_plan(item)
-                assert expect.failure in {FailureKind.OK, FailureKind.NONZERO_EXIT, FailureKind.TIMEOUT,
-                                          FailureKind.OUTPUT_TRUNCATED}
+                assert expect.failure in {
+                    FailureKind.OK,
+                    FailureKind.NONZERO_EXIT,
+                    FailureKind.TIMEOUT,
+                    FailureKind.OUTPUT_TRUNCATED,
+                }
                 assert request.argv
 
 
@@ -56,8 +60,10 @@ def test_mismatch_names_what_differs():
     assert "failure infra_error" in mismatch(expect, ExecResult(failure=FailureKind.INFRA_ERROR))
     assert "exit code 1" in mismatch(expect, ExecResult(exit_code=1))
     assert "stdout" in mismatch(expect, ExecResult(exit_code=0, stdout=b"41\n"))
-    assert "lacks" in mismatch(Expect(FailureKind.NONZERO_EXIT, 1, stderr_has=b"SyntaxError"),
-                               ExecResult(exit_code=1, failure=FailureKind.NONZERO_EXIT, stderr=b"NameError"))
+    assert "lacks" in mismatch(
+        Expect(FailureKind.NONZERO_EXIT, 1, stderr_has=b"SyntaxError"),
+        ExecResult(exit_code=1, failure=FailureKind.NONZERO_EXIT, stderr=b"NameError"),
+    )
 
 
 def test_exit_code_is_nonzero_on_infra_errors_deaths_or_leaks_only():

@@ -123,9 +123,21 @@ def test_protected_paths(path, reason):
     assert protection(path, {"tests/test_core.py"}) == reason
 
 
-@pytest.mark.parametrize("path", ["pkg/core.py", "pkg/testing_utils_not_a_dir.py", "docs/index.rst", "setup.py",
-                                  "src/pkg/contest.py", "README.md", "pkg/py.py", "pkg/json/encoder.py",
-                                  "pkg/_speedups.cpython-311-x86_64-linux-gnu.so", "typings/json.pyi"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "pkg/core.py",
+        "pkg/testing_utils_not_a_dir.py",
+        "docs/index.rst",
+        "setup.py",
+        "src/pkg/contest.py",
+        "README.md",
+        "pkg/py.py",
+        "pkg/json/encoder.py",
+        "pkg/_speedups.cpython-311-x86_64-linux-gnu.so",
+        "typings/json.pyi",
+    ],
+)
 def test_source_paths_are_not_protected(path):
     assert protection(path, {"tests/test_core.py"}) is None
 
@@ -153,10 +165,17 @@ def test_files_of_test_ids():
 
 
 def test_crafted_quoted_paths_are_data_never_an_exception():
-    for name, expected in (("\\x", "toolz/\\x"), ("\\777", "toolz/\\777"), ("caf\\303\\251", "toolz/café"),
-                           ("tab\\there", "toolz/tab\there"), ('q\\"uote', 'toolz/q"uote')):
-        diff = (f'diff --git "a/toolz/{name}" "b/toolz/{name}"\nnew file mode 100644\n--- /dev/null\n'
-                f'+++ "b/toolz/{name}"\n@@ -0,0 +1 @@\n+x\n')
+    for name, expected in (
+        ("\\x", "toolz/\\x"),
+        ("\\777", "toolz/\\777"),
+        ("caf\\303\\251", "toolz/café"),
+        ("tab\\there", "toolz/tab\there"),
+        ('q\\"uote', 'toolz/q"uote'),
+    ):
+        diff = (
+            f'diff --git "a/toolz/{name}" "b/toolz/{name}"\nnew file mode 100644\n--- /dev/null\n'
+            f'+++ "b/toolz/{name}"\n@@ -0,0 +1 @@\n+x\n'
+        )
         assert touched_paths(diff) == [expected]
 
 

@@ -15,17 +15,24 @@ F2P, P2P = ("t.py::fix_a", "t.py::fix_b"), ("t.py::old_a", "t.py::old_b", "t.py:
 
 def result(status, f2p_ok=(), p2p_ok=(), **fields) -> InstanceResult:
     return InstanceResult(
-        instance_id="i", resolved=status == "resolved", status=status,
+        instance_id="i",
+        resolved=status == "resolved",
+        status=status,
         f2p=TestGroup(success=tuple(f2p_ok), failure=tuple(t for t in F2P if t not in f2p_ok)),
-        p2p=TestGroup(success=tuple(p2p_ok), failure=tuple(t for t in P2P if t not in p2p_ok)), **fields)
+        p2p=TestGroup(success=tuple(p2p_ok), failure=tuple(t for t in P2P if t not in p2p_ok)),
+        **fields,
+    )
 
 
 def test_resolved_passes_every_test():
     graded = task_result(result("resolved", F2P, P2P), F2P, P2P, f2p_weight=2.0)
     assert graded.passed and graded.fraction == 1.0 and not graded.infra_error
     assert [t.verdict for t in graded.tests] == [Verdict.PASSED] * 6
-    assert [t.detail for t in graded.tests][:3] == ["FAIL_TO_PASS t.py::fix_a", "FAIL_TO_PASS t.py::fix_b",
-                                                    "PASS_TO_PASS t.py::old_a"]
+    assert [t.detail for t in graded.tests][:3] == [
+        "FAIL_TO_PASS t.py::fix_a",
+        "FAIL_TO_PASS t.py::fix_b",
+        "PASS_TO_PASS t.py::old_a",
+    ]
 
 
 def test_fraction_weights_fail_to_pass():
@@ -57,20 +64,52 @@ def test_swe_pools_load_jsonl_and_parquet_and_mix_with_cp(tmp_path):
 
     rows = [row(), row(instance_id="owner__name-2")]
     (tmp_path / "swe.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    datasets.Dataset.from_list([{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in r.items()}
-                                for r in rows]).to_parquet(str(tmp_path / "swe.parquet"))
+    datasets.Dataset.from_list(
+        [{k: json.dumps(v) if isinstance(v, (list, dict)) else v for k, v in r.items()} for r in rows]
+    ).to_parquet(str(tmp_path / "swe.parquet"))
     root = Path(__file__).resolve().parents[2]
-    for pool in ({"type": "jsonl", "path": str(tmp_path / "swe.jsonl"), "format": "swe"},
-                 {"type": "hf", "path": str(tmp_path / "swe.parquet"), "format": "swe"}):
-        env = Environment(EnvironmentConfig.from_dict({"name": "mix", "task_pool": {"type": "mixture", "sources": [
-            {"weight": 1, "pool": pool},
-            {"weight": 1, "pool": {"type": "jsonl", "path": str(root / "tasks/samples/taco.jsonl"), "format": "taco",
-                                   "id_prefix": "taco/"}}]}}))
+    for pool in (
+        {"type": "jsonl", "path": str(tmp_path / "swe.jsonl"), "format": "swe"},
+        {"type": "hf", "path": str(tmp_path / "swe.parquet"), "format": "swe"},
+    ):
+        env = Environment(
+            EnvironmentConfig.from_dict(
+                {
+                    "name": "mix",
+                    "task_pool": {
+                        "type": "mixture",
+                        "sources": [
+                            {"weight": 1, "pool": pool},
+                            {
+                                "weight": 1,
+                                "pool": {
+                                    "type": "jsonl",
+                                    "path": str(root / "tasks/samples/taco.jsonl"),
+                                    "format": "taco",
+                                    "id_prefix": "taco/",
+                                },
+                            },
+                        ],
+                    },
+                }
+            )
+        )
         swe = [t for t in env.tasks.values() if isinstance(t, SweInstance)]
         assert [t.task_id for t in swe] == ["owner__name-1", "owner__name-2"], pool["type"]
         assert len(env.tasks) > len(swe)
         assert env.reference_programs()["owner__name-1"] == rows[0]["patch"]
         assert "checked out at /workspace/repo" in env.prompt(swe[0])[2].content
     with pytest.raises(EnvironmentConfigError, match="id_prefix is not supported"):
-        Environment(EnvironmentConfig.from_dict({"name": "x", "task_pool": {
-            "type": "jsonl", "path": str(tmp_path / "swe.jsonl"), "format": "swe", "id_prefix": "p/"}}))
+        Environment(
+            EnvironmentConfig.from_dict(
+                {
+                    "name": "x",
+                    "task_pool": {
+                        "type": "jsonl",
+                        "path": str(tmp_path / "swe.jsonl"),
+                        "format": "swe",
+                        "id_prefix": "p/",
+                    },
+                }
+            )
+        )

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tasks.swe.instance import DEFAULT_TEST_CMD, SdistSource, load_instances, parse_row
 from tasks.errors import MalformedRow
+from tasks.swe.instance import DEFAULT_TEST_CMD, SdistSource, load_instances, parse_row
 from tests.swe_support import row
 
 
@@ -21,10 +21,15 @@ def test_published_row_with_json_encoded_lists():
 
 
 def test_lists_and_our_optional_fields():
-    instance = parse_row(row(
-        FAIL_TO_PASS=["a.py::t"], PASS_TO_PASS=["a.py::u"], test_cmd="python -m pytest -x a.py",
-        install='["pytest==8.3.4"]', source={"type": "sdist", "package": "toolz", "version": "0.12.1"},
-    ))
+    instance = parse_row(
+        row(
+            FAIL_TO_PASS=["a.py::t"],
+            PASS_TO_PASS=["a.py::u"],
+            test_cmd="python -m pytest -x a.py",
+            install='["pytest==8.3.4"]',
+            source={"type": "sdist", "package": "toolz", "version": "0.12.1"},
+        )
+    )
     assert instance.pass_to_pass == ("a.py::u",) and instance.command() == "python -m pytest -x a.py"
     assert instance.install == ("pytest==8.3.4",)
     assert isinstance(instance.source, SdistSource) and instance.source.requirement == "toolz==0.12.1"
@@ -35,8 +40,12 @@ def test_declared_plugins_are_the_only_ones_the_test_run_loads():
 
     plain = parse_row(row())
     assert plain.plugins == ()
-    assert isolated_environment(plain) == {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1",
-                                       "PYTHONPYCACHEPREFIX": "/tmp/gym-pycache", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    assert isolated_environment(plain) == {
+        "PYTHONSAFEPATH": "1",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONPYCACHEPREFIX": "/tmp/gym-pycache",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    }
     with_plugins = parse_row(row(plugins='["xdist.plugin", "hypothesis.extra.pytestplugin"]'))
     assert isolated_environment(with_plugins)["PYTEST_ADDOPTS"] == "-p xdist.plugin -p hypothesis.extra.pytestplugin"
 

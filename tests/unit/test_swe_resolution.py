@@ -5,8 +5,14 @@ from __future__ import annotations
 from tasks.swe.resolution import InstanceResult, SweReport, grade_log
 from tasks.swe.testlog import PytestLog, TestStatus
 
-P, F, E, S, XF, XP = (TestStatus.PASSED, TestStatus.FAILED, TestStatus.ERROR, TestStatus.SKIPPED,
-                      TestStatus.XFAIL, TestStatus.XPASS)
+P, F, E, S, XF, XP = (
+    TestStatus.PASSED,
+    TestStatus.FAILED,
+    TestStatus.ERROR,
+    TestStatus.SKIPPED,
+    TestStatus.XFAIL,
+    TestStatus.XPASS,
+)
 F2P = ["t.py::test_fix", "t.py::test_fix_param[1]"]
 P2P = ["t.py::test_old", "t.py::test_other"]
 
@@ -18,8 +24,13 @@ def log_of(statuses: dict[str, TestStatus], **counts: int) -> PytestLog:
     counts = {"passed": passed, "failed": failed, "error": errors, **counts}
     reports = sum(counts.get(k, 0) for k in ("passed", "failed", "skipped", "xfailed", "xpassed", "error"))
     return PytestLog(
-        statuses=dict(statuses), session_started=True, final_line="=== done in 0.1s ===",
-        counts=counts, summary_passed_lines=passed, collected=reports, progress_marks=reports,
+        statuses=dict(statuses),
+        session_started=True,
+        final_line="=== done in 0.1s ===",
+        counts=counts,
+        summary_passed_lines=passed,
+        collected=reports,
+        progress_marks=reports,
     )
 
 
@@ -94,7 +105,13 @@ def test_report_totals():
         InstanceResult(instance_id="d", resolved=False, status="invalid"),
     ]
     report = SweReport.of(results)
-    assert (report.total, report.resolved, report.infra_errors, report.patch_apply_failed, report.invalid) == (4, 1, 1, 1, 1)
+    assert (report.total, report.resolved, report.infra_errors, report.patch_apply_failed, report.invalid) == (
+        4,
+        1,
+        1,
+        1,
+        1,
+    )
     assert results[1].reward is None  # masked, never a 0
     document = report.model_dump(mode="json")
     assert set(document) >= {"total", "resolved", "infra_errors", "instances"}

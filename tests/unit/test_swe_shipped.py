@@ -18,9 +18,14 @@ TESTS = "from pkg.core import double\n\n\ndef test_double():\n    assert double(
 
 def fake_sdist(folder: Path) -> Path:
     archive = folder / "pkg-1.0.tar.gz"
-    files = {"pkg-1.0/pkg/__init__.py": "", "pkg-1.0/pkg/core.py": CORE, "pkg-1.0/tests/test_core.py": TESTS,
-             "pkg-1.0/setup.py": "from setuptools import setup\nsetup(name='pkg')\n", "pkg-1.0/PKG-INFO": "Name: pkg\n",
-             "pkg-1.0/pkg.egg-info/PKG-INFO": "generated\n"}
+    files = {
+        "pkg-1.0/pkg/__init__.py": "",
+        "pkg-1.0/pkg/core.py": CORE,
+        "pkg-1.0/tests/test_core.py": TESTS,
+        "pkg-1.0/setup.py": "from setuptools import setup\nsetup(name='pkg')\n",
+        "pkg-1.0/PKG-INFO": "Name: pkg\n",
+        "pkg-1.0/pkg.egg-info/PKG-INFO": "generated\n",
+    }
     with tarfile.open(archive, "w:gz") as tar:
         for name, text in files.items():
             info = tarfile.TarInfo(name)
@@ -31,12 +36,20 @@ def fake_sdist(folder: Path) -> Path:
 
 def spec(**overrides) -> InstanceSpec:
     data = dict(
-        instance_id="owner__pkg-gym-1", repo="owner/pkg", package="pkg", version="1.0",
+        instance_id="owner__pkg-gym-1",
+        repo="owner/pkg",
+        package="pkg",
+        version="1.0",
         problem_statement="half() is wrong",
         injections=[{"path": "pkg/core.py", "line": 6, "old": "    return x / 2\n", "new": "    return x / 3\n"}],
-        tests=[{"path": "tests/test_core.py", "append": "def test_half():\n    from pkg.core import half\n"
-                                                        "    assert half(4) == 2\n"}],
-        fail_to_pass=["tests/test_core.py::test_half"], pass_to_pass=["tests/test_core.py::test_double"],
+        tests=[
+            {
+                "path": "tests/test_core.py",
+                "append": "def test_half():\n    from pkg.core import half\n    assert half(4) == 2\n",
+            }
+        ],
+        fail_to_pass=["tests/test_core.py::test_half"],
+        pass_to_pass=["tests/test_core.py::test_double"],
     )
     data.update(overrides)
     return InstanceSpec.model_validate(data)

@@ -86,8 +86,10 @@ def test_captured_output_cannot_forge_a_pass():
 
 
 def test_a_forged_pass_line_never_hides_a_failure():
-    forged = RA_LOG.replace("FAILED test_demo.py::test_fail - assert 0\n",
-                            "FAILED test_demo.py::test_fail - assert 0\nPASSED test_demo.py::test_fail\n")
+    forged = RA_LOG.replace(
+        "FAILED test_demo.py::test_fail - assert 0\n",
+        "FAILED test_demo.py::test_fail - assert 0\nPASSED test_demo.py::test_fail\n",
+    )
     log = parse(forged)
     assert log.statuses["test_demo.py::test_fail"] == TestStatus.FAILED
     assert "7 PASSED lines" in log.consistency_problem()  # the counts no longer add up either
@@ -148,8 +150,11 @@ def test_quiet_logs_have_no_header_but_still_count():
     )
     log = parse(quiet)
     assert log.ran and log.consistency_problem() is None
-    assert log.statuses == {"t.py::test_a": TestStatus.PASSED, "t.py::test_b": TestStatus.PASSED,
-                            "t.py::test_c": TestStatus.FAILED}
+    assert log.statuses == {
+        "t.py::test_a": TestStatus.PASSED,
+        "t.py::test_b": TestStatus.PASSED,
+        "t.py::test_c": TestStatus.FAILED,
+    }
     assert not parse("..F  [100%]\n1 failed, 2 passed in 0.05s\n").ran  # no summary, no header: no evidence
 
 
@@ -162,8 +167,10 @@ def test_nothing_may_follow_pytests_own_final_line():
 
 
 def test_counts_must_account_for_what_pytest_collected():
-    forged = RA_LOG.replace("==== 2 failed, 6 passed, 1 skipped, 1 xfailed, 1 xpassed, 1 error in 2.31s =====",
-                            "==== 20 passed in 2.31s ====")
+    forged = RA_LOG.replace(
+        "==== 2 failed, 6 passed, 1 skipped, 1 xfailed, 1 xpassed, 1 error in 2.31s =====",
+        "==== 20 passed in 2.31s ====",
+    )
     assert "collected 12 tests" in parse(forged).consistency_problem()
     assert parse(VERBOSE_LOG).consistency_problem() is None  # a teardown error counts twice: still consistent
 
@@ -191,10 +198,15 @@ def test_a_summary_forged_from_inside_a_test_lacks_the_progress_marks():
     """The forger knows the collected count but the run stopped after three tests: the marks say so."""
     progress = "test_demo.py .FF....sxXE.                                                [100%]"
     head = RA_LOG.split(progress)[0]
-    forged = head + "test_demo.py ..." + (
-        "\n=========================== short test summary info ============================\n"
-        + "".join(f"PASSED test_demo.py::test_{i}\n" for i in range(12))
-        + "============================== 12 passed in 0.31s ==============================\n")
+    forged = (
+        head
+        + "test_demo.py ..."
+        + (
+            "\n=========================== short test summary info ============================\n"
+            + "".join(f"PASSED test_demo.py::test_{i}\n" for i in range(12))
+            + "============================== 12 passed in 0.31s ==============================\n"
+        )
+    )
     problem = parse(forged).consistency_problem()
     assert problem and "progress lines show 3 test reports" in problem
     # Control: the same forged block after every mark pytest would have printed is not caught (the limit).
@@ -206,22 +218,27 @@ def test_collection_time_skips_deselection_and_wrapped_progress_lines():
     skipped_module = (
         "===== test session starts =====\ncollected 1 item / 1 skipped\n\ntest_ok.py .      [100%]\n\n"
         "===== short test summary info =====\nPASSED test_ok.py::test_ok\nSKIPPED [1] test_mod.py:2: m\n"
-        "===== 1 passed, 1 skipped in 1.37s =====\n")
+        "===== 1 passed, 1 skipped in 1.37s =====\n"
+    )
     assert parse(skipped_module).consistency_problem() is None
     deselected = (
         "===== test session starts =====\ncollected 3 items / 2 deselected / 1 selected\n\nt.py .   [100%]\n\n"
-        "===== short test summary info =====\nPASSED t.py::test_a\n===== 1 passed, 2 deselected in 0.1s =====\n")
+        "===== short test summary info =====\nPASSED t.py::test_a\n===== 1 passed, 2 deselected in 0.1s =====\n"
+    )
     assert parse(deselected).consistency_problem() is None
     long_module = (
         "===== test session starts =====\ncollected 150 items\n\n"
         f"t.py {'.' * 70} [ 46%]\n{'.' * 72} [ 94%]\n{'.' * 8}     [100%]\n\n"
-        "===== short test summary info =====\n" + "".join(f"PASSED t.py::test_x[{i}]\n" for i in range(150))
-        + "===== 150 passed in 1.0s =====\n")
+        "===== short test summary info =====\n"
+        + "".join(f"PASSED t.py::test_x[{i}]\n" for i in range(150))
+        + "===== 150 passed in 1.0s =====\n"
+    )
     assert parse(long_module).consistency_problem() is None
     xdist = (
         "===== test session starts =====\ncreated: 2/2 workers\n2 workers [2 items]\n\n..        [100%]\n"
         "===== short test summary info =====\nPASSED t.py::test_a\nPASSED t.py::test_b\n"
-        "===== 2 passed in 0.9s =====\n")
+        "===== 2 passed in 0.9s =====\n"
+    )
     assert parse(xdist).consistency_problem() is None
 
 
@@ -230,8 +247,10 @@ def test_a_forged_collection_error_does_not_switch_the_checks_off():
     forged = (
         "===== test session starts =====\ncollected 1 item / 1 error\ncollected 57 items\n\n"
         "toolz/tests/test_itertoolz.py ..\n"
-        "===== short test summary info =====\n" + "".join(f"PASSED t.py::test_{i}\n" for i in range(57))
-        + "===== 57 passed in 0.42s =====\n")
+        "===== short test summary info =====\n"
+        + "".join(f"PASSED t.py::test_{i}\n" for i in range(57))
+        + "===== 57 passed in 0.42s =====\n"
+    )
     assert "'collected N items' lines" in parse(forged).consistency_problem()
     only_fake = forged.replace("collected 57 items\n", "")
     assert "collected 1 tests but its final line accounts for 57" in parse(only_fake).consistency_problem()
@@ -240,7 +259,8 @@ def test_a_forged_collection_error_does_not_switch_the_checks_off():
     interrupted = (
         "===== test session starts =====\ncollected 1 item / 1 error / 1 skipped\n\n"
         "===== short test summary info =====\nSKIPPED [1] test_m.py:2: m\nERROR test_broken.py\n"
-        "!!!!! Interrupted: 1 error during collection !!!!!\n===== 1 skipped, 1 error in 1.52s =====\n")
+        "!!!!! Interrupted: 1 error during collection !!!!!\n===== 1 skipped, 1 error in 1.52s =====\n"
+    )
     assert parse(interrupted).consistency_problem() is None and parse(interrupted).failures == 1
 
 
@@ -251,8 +271,15 @@ def test_hostile_lines_neither_crash_nor_stall_the_parser():
 
     huge = RA_LOG.replace("2 failed, 6 passed", "9" * 5000 + " passed")
     assert parse(huge).consistency_problem() is not None
-    hostile = ["x" + ":" * 16000, "x" + "::" * 8000, "= " + " =" * 8000 + "x", "1 passed, " * 1600 + "x",
-               "SKIPPED [1] " + ": " * 8000, "collected 1 items" + " / 1 error" * 1500, "x" + ":" * 60000]
+    hostile = [
+        "x" + ":" * 16000,
+        "x" + "::" * 8000,
+        "= " + " =" * 8000 + "x",
+        "1 passed, " * 1600 + "x",
+        "SKIPPED [1] " + ": " * 8000,
+        "collected 1 items" + " / 1 error" * 1500,
+        "x" + ":" * 60000,
+    ]
     started = time.monotonic()
     for line in hostile:
         log = parse(RA_LOG.replace("test_demo.py .FF....sxXE.", f"{line}\ntest_demo.py .FF....sxXE.", 1))

@@ -83,8 +83,14 @@ sys.stdout.write(json.dumps(outputs))
 
 def _outputs(source: str, inputs: list[str]) -> list[str]:
     """``source``'s stdout on each input, run by a host `python3 -I` subprocess."""
-    proc = subprocess.run([sys.executable, "-I", "-c", _HARNESS], input=json.dumps([source, inputs]),
-                          capture_output=True, text=True, timeout=120, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", _HARNESS],
+        input=json.dumps([source, inputs]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return json.loads(proc.stdout)
 
 
@@ -151,8 +157,10 @@ def test_splits_share_no_task_and_every_heldout_operation_is_trained_with_other_
         if spec.level < 3:
             by_params.setdefault((spec.template, spec.params), set()).add(spec.split)
     assert all(len(sides) == 1 for sides in by_params.values())
-    ids = {name: {json.loads(line)["name"] for line in (written / name).read_text().splitlines()}
-           for name in ("train.jsonl", "heldout.jsonl")}
+    ids = {
+        name: {json.loads(line)["name"] for line in (written / name).read_text().splitlines()}
+        for name in ("train.jsonl", "heldout.jsonl")
+    }
     assert not ids["train.jsonl"] & ids["heldout.jsonl"]
 
 
@@ -225,21 +233,39 @@ def test_a_wrong_program_fails_at_least_one_test_of_every_template_and_level():
 def test_the_harness_sees_a_crash_and_a_wrong_line():
     tests = [("3\n", "3\n"), ("4\n", "4\n"), ("x\n", "x\n")]
     got = _failures("n = int(input())\nprint(n if n != 4 else 5)\n", tests)
-    assert [(i, g) for i, _, g in got] == [("4\n", "5\n"), ("x\n", "<ValueError: invalid literal for int() "
-                                                                  "with base 10: 'x'>")]
+    assert [(i, g) for i, _, g in got] == [
+        ("4\n", "5\n"),
+        ("x\n", "<ValueError: invalid literal for int() with base 10: 'x'>"),
+    ]
 
 
 def test_the_cli_writes_the_four_files_and_refuses_too_many(tmp_path):
-    command = [sys.executable, "-m", "gym", "tasks", "generate", "--out", str(tmp_path), "--seed", "2",
-               "--train", "20", "--heldout", "7", "--levels", "1,3"]
+    command = [
+        sys.executable,
+        "-m",
+        "gym",
+        "tasks",
+        "generate",
+        "--out",
+        str(tmp_path),
+        "--seed",
+        "2",
+        "--train",
+        "20",
+        "--heldout",
+        "7",
+        "--levels",
+        "1,3",
+    ]
     proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(FILES)
     rows = [json.loads(line) for line in (tmp_path / "heldout.jsonl").read_text().splitlines()]
     assert len(rows) == 7 and {r["generator"]["level"] for r in rows} <= {1, 3}
     assert "train" in proc.stdout and "20 tasks" in proc.stdout
-    too_many = subprocess.run(command + ["--train", "100000"], cwd=REPO, capture_output=True, text=True,
-                              timeout=120)  # the last --train wins
+    too_many = subprocess.run(
+        command + ["--train", "100000"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )  # the last --train wins
     assert too_many.returncode == 1 and "100000 train tasks asked" in too_many.stderr
 
 
@@ -265,14 +291,29 @@ def test_a_generated_task_pool_is_the_generators_rows_with_their_references():
     for spec in specs:
         task, rendered = env.tasks[f"gen/{spec.task_id}"], render(spec, 4)
         assert task.prompt == rendered.row["description"] and references[task.task_id] == rendered.reference
-        assert [t.output for t in task.tests] == rendered.row["public_tests"]["output"] + rendered.row["private_tests"]["output"]
-    mixed = {"type": "mixture", "sources": [{"weight": 1, "pool": {**pool, "id_prefix": "a/"}},
-                                            {"weight": 1, "pool": {**pool, "split": "train", "id_prefix": "b/"}}]}
+        assert [t.output for t in task.tests] == rendered.row["public_tests"]["output"] + rendered.row["private_tests"][
+            "output"
+        ]
+    mixed = {
+        "type": "mixture",
+        "sources": [
+            {"weight": 1, "pool": {**pool, "id_prefix": "a/"}},
+            {"weight": 1, "pool": {**pool, "split": "train", "id_prefix": "b/"}},
+        ],
+    }
     assert len(Environment(EnvironmentConfig.model_validate({"name": "m", "task_pool": mixed})).tasks) == 40
     with pytest.raises(EnvironmentConfigError, match=r"generated:train\(seed 0, levels 1\).* exist"):
-        Environment(EnvironmentConfig.model_validate({"name": "g", "task_pool": {"type": "generated", "count": 10**6, "levels": [1]}}))
+        Environment(
+            EnvironmentConfig.model_validate(
+                {"name": "g", "task_pool": {"type": "generated", "count": 10**6, "levels": [1]}}
+            )
+        )
     with pytest.raises(EnvironmentConfigError, match="unknown template"):
-        Environment(EnvironmentConfig.model_validate({"name": "g", "task_pool": {"type": "generated", "count": 5, "templates": ["x"]}}))
+        Environment(
+            EnvironmentConfig.model_validate(
+                {"name": "g", "task_pool": {"type": "generated", "count": 5, "templates": ["x"]}}
+            )
+        )
 
 
 def _input_tests(spec: TaskSpec, seed: int = 0) -> list[tuple[str, str]]:
@@ -282,7 +323,7 @@ def _input_tests(spec: TaskSpec, seed: int = 0) -> list[tuple[str, str]]:
 
 
 def test_parameters_in_the_input_head_every_test_and_one_program_solves_every_value():
-    for (template, level), specs in _buckets().items():
+    for specs in _buckets().values():
         first, other = specs[0], specs[-1]
         task = render(first, 0, "input")
         description, values = task.row["description"], " ".join(str(v) for _, v in first.params)

@@ -45,7 +45,9 @@ def test_default_bpe_layout_and_compression() -> None:
     assert len(code) / len(tokenizer.encode(code)) > 2.5  # measured 3.0 chars/token on this snippet
 
 
-def test_default_bpe_is_trained_on_first_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+def test_default_bpe_is_trained_on_first_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     target = tmp_path / "build" / "tokenizer" / "tokenizer.json"
     monkeypatch.setattr(bpe, "DEFAULT_PATH", target)
     with caplog.at_level(logging.INFO, logger="gym.bpe"):
@@ -70,7 +72,9 @@ def test_hf_directory_rules(tmp_path: Path) -> None:
     assert tokenizer.encode("hello")[0] != 0  # no BOS from the template: the renderer owns structure
     assert tokenizer.is_special(0)  # <s> stays a (non-Harmony) special: invalid inside a message body
     start = tokenizer.special("start")
-    assert start == json.loads((directory / "tokenizer.json").read_text())["added_tokens"][-1]["id"]  # reused, not duplicated
+    assert (
+        start == json.loads((directory / "tokenizer.json").read_text())["added_tokens"][-1]["id"]
+    )  # reused, not duplicated
     (tmp_path / "empty").mkdir()
     with pytest.raises(TokenizerError, match="no tokenizer.json"):
         load_tokenizer(f"hf:{tmp_path / 'empty'}")
@@ -78,7 +82,9 @@ def test_hf_directory_rules(tmp_path: Path) -> None:
         load_tokenizer("sentencepiece:/x")
 
 
-def test_o200k_is_never_downloaded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_o200k_is_never_downloaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(tmp_path / "nowhere"))
     monkeypatch.setattr("gym.o200k.LOCAL_DIR", tmp_path / "cache")
     with pytest.raises(TokenizerUnavailable, match="never downloads"):

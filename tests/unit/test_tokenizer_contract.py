@@ -96,7 +96,9 @@ def test_conversation_round_trip(tokenizer: Tokenizer, messages: list[Message]) 
 
 @PROPERTY
 @given(body=st.lists(assistant_text, max_size=3), action=st.one_of(st.none(), tool_call, final))
-def test_sampled_turn_round_trip_is_canonical(tokenizer: Tokenizer, body: list[Message], action: Message | None) -> None:
+def test_sampled_turn_round_trip_is_canonical(
+    tokenizer: Tokenizer, body: list[Message], action: Message | None
+) -> None:
     messages = body + ([action] if action is not None else [])
     if not messages:
         return

@@ -34,8 +34,13 @@ class GrepWorkspace(MemoryWorkspace):
 
 def grep_output(*records: tuple[str, int, str], exit_code: int = 0, stderr: bytes = b"", truncated: bool = False):
     stdout = b"".join(f"{name}\0{n}:{text}\n".encode() for name, n, text in records)
-    return ExecResult(exit_code=exit_code, stdout=stdout, stderr=stderr, truncated=truncated,
-                      failure=FailureKind.OK if exit_code == 0 else FailureKind.NONZERO_EXIT)
+    return ExecResult(
+        exit_code=exit_code,
+        stdout=stdout,
+        stderr=stderr,
+        truncated=truncated,
+        failure=FailureKind.OK if exit_code == 0 else FailureKind.NONZERO_EXIT,
+    )
 
 
 def search(ws: GrepWorkspace, config: ToolsConfig = BOTH, **arguments):
@@ -58,18 +63,21 @@ def test_the_default_tools_stay_the_seven_and_search_and_view_are_opt_in():
     assert "max_results?: number, // default: 50" in text and "end_line?: number," in text
 
 
-@pytest.mark.parametrize(("tool", "arguments", "field"), [
-    ("search", {}, "pattern"),
-    ("search", {"pattern": ""}, "pattern"),
-    ("search", {"pattern": "x", "max_results": 0}, "max_results"),
-    ("search", {"pattern": "x", "max_results": 201}, "max_results"),
-    ("search", {"pattern": "x", "glob": "src/*.py"}, "glob"),
-    ("search", {"pattern": "x", "ignore_case": "sometimes"}, "ignore_case"),
-    ("search", {"pattern": "x", "regex": True}, "regex"),
-    ("view", {}, "path"),
-    ("view", {"path": "a.py", "start_line": 0}, "start_line"),
-    ("view", {"path": "a.py", "start_line": 5, "end_line": 4}, "end_line (4) is before start_line (5)"),
-])
+@pytest.mark.parametrize(
+    ("tool", "arguments", "field"),
+    [
+        ("search", {}, "pattern"),
+        ("search", {"pattern": ""}, "pattern"),
+        ("search", {"pattern": "x", "max_results": 0}, "max_results"),
+        ("search", {"pattern": "x", "max_results": 201}, "max_results"),
+        ("search", {"pattern": "x", "glob": "src/*.py"}, "glob"),
+        ("search", {"pattern": "x", "ignore_case": "sometimes"}, "ignore_case"),
+        ("search", {"pattern": "x", "regex": True}, "regex"),
+        ("view", {}, "path"),
+        ("view", {"path": "a.py", "start_line": 0}, "start_line"),
+        ("view", {"path": "a.py", "start_line": 5, "end_line": 4}, "end_line (4) is before start_line (5)"),
+    ],
+)
 def test_bad_arguments_are_tool_errors_naming_the_field(tool, arguments, field):
     ws = GrepWorkspace()
     outcome = run(Toolbox(BOTH), ws, call(tool, **arguments))
@@ -114,8 +122,10 @@ def test_the_observation_bound_cuts_whole_match_lines_and_says_so():
     cut = 200 - len(lines) + 1
     assert lines[-1] == f"[{cut} more matches not shown (output limit); narrow the pattern, path or glob]"
     cut_by_sandbox = search(GrepWorkspace(grep_output(*records[:2], truncated=True)), pattern="y")
-    assert cut_by_sandbox.output.endswith("[0 more matches not shown, and maybe more not found: the search output "
-                                          "passed the sandbox's output limit; narrow the pattern, path or glob]")
+    assert cut_by_sandbox.output.endswith(
+        "[0 more matches not shown, and maybe more not found: the search output "
+        "passed the sandbox's output limit; narrow the pattern, path or glob]"
+    )
 
 
 def test_no_match_is_ok_a_bad_pattern_is_a_tool_error_and_warnings_are_shown():
@@ -126,8 +136,9 @@ def test_no_match_is_ok_a_bad_pattern_is_a_tool_error_and_warnings_are_shown():
     unreadable = search(GrepWorkspace(grep_output(("./a", 1, "x"), exit_code=2)), pattern="x")
     assert unreadable.failure == FailureKind.OK
     assert unreadable.output == "a:1:x\n[some files could not be read and were not searched]"
-    warned = search(GrepWorkspace(grep_output(("./a", 1, "d1"), stderr=b"grep: warning: stray \\ before d\n")),
-                    pattern="\\d")
+    warned = search(
+        GrepWorkspace(grep_output(("./a", 1, "d1"), stderr=b"grep: warning: stray \\ before d\n")), pattern="\\d"
+    )
     assert warned.output == "a:1:d1\ngrep: warning: stray \\ before d"
 
 
@@ -161,22 +172,27 @@ def numbered(*lines: tuple[int, str]) -> str:
 def test_view_shows_a_numbered_range_with_a_header():
     ws = MemoryWorkspace()
     ws.files["/workspace/a.py"] = "".join(f"line {i}\n" for i in range(1, 13)).encode()
-    assert view(ws, path="a.py", start_line=3, end_line=5).output == \
-        "[a.py: lines 3-5 of 12]\n" + numbered((3, "line 3"), (4, "line 4"), (5, "line 5"))
-    assert view(ws, path="a.py", start_line=11, end_line=99).output == \
-        "[a.py: lines 11-12 of 12]\n" + numbered((11, "line 11"), (12, "line 12"))
+    assert view(ws, path="a.py", start_line=3, end_line=5).output == "[a.py: lines 3-5 of 12]\n" + numbered(
+        (3, "line 3"), (4, "line 4"), (5, "line 5")
+    )
+    assert view(ws, path="a.py", start_line=11, end_line=99).output == "[a.py: lines 11-12 of 12]\n" + numbered(
+        (11, "line 11"), (12, "line 12")
+    )
     assert view(ws, path="a.py").output.count("\n") == 12
     past = view(ws, path="a.py", start_line=13)
-    assert past.failure == FailureKind.TOOL_ERROR and past.output == \
-        "[tool_error] start_line 13 is past the end: a.py has 12 lines"
+    assert (
+        past.failure == FailureKind.TOOL_ERROR
+        and past.output == "[tool_error] start_line 13 is past the end: a.py has 12 lines"
+    )
 
 
 def test_view_of_odd_files_missing_files_and_refused_paths():
     ws = MemoryWorkspace()
     ws.files["/workspace/latin1.txt"] = b"caf\xe9\r\nno final newline"
     ws.files["/workspace/empty.txt"] = b""
-    assert view(ws, path="latin1.txt").output == \
-        "[latin1.txt: lines 1-2 of 2]\n" + numbered((1, "caf\ufffd\r"), (2, "no final newline"))
+    assert view(ws, path="latin1.txt").output == "[latin1.txt: lines 1-2 of 2]\n" + numbered(
+        (1, "caf\ufffd\r"), (2, "no final newline")
+    )
     assert view(ws, path="empty.txt").output == "[empty.txt: empty file, 0 lines]"
     assert view(ws, path="empty.txt", start_line=2).failure == FailureKind.TOOL_ERROR
     missing = view(ws, path="missing.py")
@@ -197,11 +213,17 @@ def test_view_stays_inside_the_observation_and_read_bounds():
     wide = view(ws, config, path="wide.py").output
     assert len(wide) <= 2048 and f"{'w' * 1024} [... 3976 characters cut]" in wide and wide.endswith("short")
     cut = view(ws, config.model_copy(update={"read_bytes": 950}), path="big.py", start_line=9)
-    assert cut.output == "[big.py: lines 9-10 of 10+]\n" + numbered((9, f"{'v' * 90} 9"), (10, f"{'v' * 90} 10")) + \
-        "\n[the file is longer than 950 bytes: only lines 1-10 can be viewed]"
-    assert view(ws, config.model_copy(update={"read_bytes": 950}), path="big.py", start_line=11).output == \
-        "[tool_error] start_line 11 is past the end: big.py has 10+ lines\n" \
+    assert (
+        cut.output
+        == "[big.py: lines 9-10 of 10+]\n"
+        + numbered((9, f"{'v' * 90} 9"), (10, f"{'v' * 90} 10"))
+        + "\n[the file is longer than 950 bytes: only lines 1-10 can be viewed]"
+    )
+    assert (
+        view(ws, config.model_copy(update={"read_bytes": 950}), path="big.py", start_line=11).output
+        == "[tool_error] start_line 11 is past the end: big.py has 10+ lines\n"
         "[the file is longer than 950 bytes: only lines 1-10 can be viewed]"
+    )
 
 
 def test_lone_surrogates_are_tool_errors_not_exceptions():
@@ -214,8 +236,12 @@ def test_lone_surrogates_are_tool_errors_not_exceptions():
             ReadFileRequest(path=path, max_bytes=max_bytes).model_dump_json()
             return await super().read_file(path, max_bytes)
 
-    for tool, arguments in (("search", {"pattern": "\ud800"}), ("search", {"pattern": "x", "glob": "*\udcff"}),
-                            ("search", {"pattern": "x", "path": "\udc80"}), ("view", {"path": "a\ud83d"})):
+    for tool, arguments in (
+        ("search", {"pattern": "\ud800"}),
+        ("search", {"pattern": "x", "glob": "*\udcff"}),
+        ("search", {"pattern": "x", "path": "\udc80"}),
+        ("view", {"path": "a\ud83d"}),
+    ):
         outcome = run(Toolbox(BOTH), Serializing(grep_output()), call(tool, **arguments))
         assert outcome.failure == FailureKind.TOOL_ERROR, outcome
         assert "surrogates not allowed" in outcome.output or "unicode" in outcome.output, outcome

@@ -124,7 +124,8 @@ def test_seq_mean_token_sum_norm():
 def test_micro_batches_sum_to_the_whole_batch(mode):
     whole = aggregate(VALUES, MASK, mode, norm_length=4)
     parts = sum(
-        aggregate(VALUES[i : i + 1], MASK[i : i + 1], mode, num_tokens=4.0, num_sequences=2.0, norm_length=4) for i in range(2)
+        aggregate(VALUES[i : i + 1], MASK[i : i + 1], mode, num_tokens=4.0, num_sequences=2.0, norm_length=4)
+        for i in range(2)
     )
     assert parts.item() == pytest.approx(whole.item())
     # without the global denominators the parts would not add up (the check can fail)

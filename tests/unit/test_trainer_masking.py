@@ -14,19 +14,38 @@ from trainer.sample import Sample
 
 
 def trajectory(masked: bool = False, events=(), messages=(), reward: float | None = 0.0) -> Trajectory:
-    return Trajectory(task_id="t", tokenizer="test", policy_version=0, prompt_ids=(1,), ids=(1, 2, 3),
-                      sampled=(False, True, True), logprobs=(None, -0.5, -0.5), events=tuple(events),
-                      messages=tuple(messages), masked=masked, reward=None if masked else reward)
+    return Trajectory(
+        task_id="t",
+        tokenizer="test",
+        policy_version=0,
+        prompt_ids=(1,),
+        ids=(1, 2, 3),
+        sampled=(False, True, True),
+        logprobs=(None, -0.5, -0.5),
+        events=tuple(events),
+        messages=tuple(messages),
+        masked=masked,
+        reward=None if masked else reward,
+    )
 
 
 ENGINE = trajectory(masked=True)
 GRADING = trajectory(masked=True, messages=[Message(role="assistant", channel="final", content="print(1)")])
 TOOL = trajectory(
     masked=True,
-    events=[Event(kind="call", start=1, end=2, tool="functions.bash"),
-            Event(kind="result", start=2, end=3, tool="functions.bash", failure=FailureKind.INFRA_ERROR)],
-    messages=[Message(role="tool", name="functions.bash", channel="commentary", recipient="assistant",
-                      content="[infra_error] runner lost\nmore")],
+    events=[
+        Event(kind="call", start=1, end=2, tool="functions.bash"),
+        Event(kind="result", start=2, end=3, tool="functions.bash", failure=FailureKind.INFRA_ERROR),
+    ],
+    messages=[
+        Message(
+            role="tool",
+            name="functions.bash",
+            channel="commentary",
+            recipient="assistant",
+            content="[infra_error] runner lost\nmore",
+        )
+    ],
 )
 
 
@@ -49,7 +68,13 @@ def test_share_over_the_bound_gives_the_error_naming_share_bound_reasons_and_fie
     assert error.share == 3 / 8 and error.bound == 0.25
     assert error.reasons == [("tool functions.bash: [infra_error] runner lost", 3)]
     text = str(error)
-    for part in ("0.375", "3 of 8 samples", "loop.max_masked_share = 0.25", "3x tool functions.bash", "masked_share_min_samples"):
+    for part in (
+        "0.375",
+        "3 of 8 samples",
+        "loop.max_masked_share = 0.25",
+        "3x tool functions.bash",
+        "masked_share_min_samples",
+    ):
         assert part in text, part
     assert "\n" not in text  # the CLI prints it as one line
 
@@ -64,7 +89,11 @@ def test_share_at_or_under_the_bound_or_too_few_samples_goes_on():
     assert empty.share == 0.0 and empty.exceeded() is None
 
 
-@pytest.mark.parametrize("field, value", [("max_masked_share", 1.5), ("max_masked_share", -0.1), ("masked_share_min_samples", 0)])
+@pytest.mark.parametrize(
+    "field, value", [("max_masked_share", 1.5), ("max_masked_share", -0.1), ("masked_share_min_samples", 0)]
+)
 def test_bounds_of_the_fields_are_checked(field, value):
     with pytest.raises(ConfigError, match=rf"loop\.{field}"):
-        TrainConfig.parse({"environment": "configs/cp_smoke.yaml", "policy": {"type": "rdep_moe"}, "loop": {field: value}})
+        TrainConfig.parse(
+            {"environment": "configs/cp_smoke.yaml", "policy": {"type": "rdep_moe"}, "loop": {field: value}}
+        )

@@ -10,7 +10,9 @@ from trainer.sample import Group, Sample
 from trainer.selection import BatchFiller, select_group, staleness_weight
 
 
-def trajectory(reward: float | None, version: int = 0, masked: bool = False, sampled: int = 2, task: str = "t") -> Trajectory:
+def trajectory(
+    reward: float | None, version: int = 0, masked: bool = False, sampled: int = 2, task: str = "t"
+) -> Trajectory:
     prompt = (1, 2)
     ids = prompt + tuple(range(10, 10 + sampled))
     return Trajectory(
@@ -29,7 +31,8 @@ def trajectory(reward: float | None, version: int = 0, masked: bool = False, sam
 def group(*rewards: float | None, versions=None, masked=(), truncated=(), task: str = "t") -> Group:
     versions = versions or [0] * len(rewards)
     samples = tuple(
-        Sample(trajectory(r, versions[i], masked=i in masked, task=task), truncated=i in truncated) for i, r in enumerate(rewards)
+        Sample(trajectory(r, versions[i], masked=i in masked, task=task), truncated=i in truncated)
+        for i, r in enumerate(rewards)
     )
     return Group(task_id=task, samples=samples)
 
@@ -102,7 +105,9 @@ def test_overlong_filter_keeps_baseline_but_not_loss():
 
 
 def test_overlong_penalty_changes_rewards():
-    algo = ALGO.model_copy(update={"overlong": ALGO.overlong.model_copy(update={"mode": "penalty", "max_tokens": 4, "buffer_tokens": 2})})
+    algo = ALGO.model_copy(
+        update={"overlong": ALGO.overlong.model_copy(update={"mode": "penalty", "max_tokens": 4, "buffer_tokens": 2})}
+    )
     g = Group(task_id="t", samples=(Sample(trajectory(1.0, sampled=2)), Sample(trajectory(1.0, sampled=3))))
     outcome = select_group(g, 0, algo, LOOP)
     assert outcome.rewards == [1.0, 0.5]  # 3 sampled tokens: half-way down the 2-token ramp
@@ -122,7 +127,9 @@ def test_evaluate_pass_at_k_over_groups():
         return Sample(t.model_copy(update={"reward_breakdown": {} if masked else {"correctness": float(correct)}}))
 
     groups = [
-        Group(task_id="a", samples=(graded(True), graded(False), graded(False), graded(False))),  # pass@1 1/4, pass@2 1/2
+        Group(
+            task_id="a", samples=(graded(True), graded(False), graded(False), graded(False))
+        ),  # pass@1 1/4, pass@2 1/2
         Group(task_id="b", samples=(graded(False), graded(False), graded(True, masked=True), graded(False))),  # 0, 0
     ]
     figures = evaluate(groups, [1, 2])

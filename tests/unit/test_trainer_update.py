@@ -7,15 +7,14 @@ import pytest
 import torch
 
 from policies.serve_config import MoEPolicySource
+from tests.trainer_support import ARCH, scored_samples
 from trainer.batch import collate
 from trainer.checkpoint import Checkpointer, TrainerState
-from trainer.config import AlgorithmConfig
+from trainer.config import AlgorithmConfig, OptimizerConfig
 from trainer.learner import make_optimizer
-from trainer.config import OptimizerConfig
 from trainer.policy import build_model
 from trainer.sample import Sample, routes_for
 from trainer.selection import Scored
-from tests.trainer_support import ARCH, scored_samples
 from trainer.update import PolicyUpdate, score
 
 
@@ -23,13 +22,22 @@ def model():
     return build_model(MoEPolicySource(model=ARCH, seed=0))
 
 
-def update(m, micro_batch_size: int, algorithm: AlgorithmConfig = AlgorithmConfig(), sgd: bool = False, **kw) -> PolicyUpdate:
+def update(
+    m, micro_batch_size: int, algorithm: AlgorithmConfig = AlgorithmConfig(), sgd: bool = False, **kw
+) -> PolicyUpdate:
     optimizer, scheduler = make_optimizer(m, OptimizerConfig(lr=1e-2), total_steps=10)
     if sgd:  # plain SGD: weights move by lr * grad, so equal weights mean equal gradients (Adam's sign-like step would hide it)
         optimizer = torch.optim.SGD(m.parameters(), lr=1.0)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    return PolicyUpdate(model=m, optimizer=optimizer, scheduler=scheduler, algorithm=algorithm,
-                        micro_batch_size=micro_batch_size, norm_length=32, **kw)
+    return PolicyUpdate(
+        model=m,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        algorithm=algorithm,
+        micro_batch_size=micro_batch_size,
+        norm_length=32,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
@@ -69,8 +77,13 @@ def test_routing_replay_uses_the_given_experts():
     free = score(m, collate(samples)).logprobs.detach()
     ids_len = [len(s.sample.trajectory.ids) for s in samples]
     # force every token of every MoE layer onto experts (3, 2): a different route than the router's own
-    forced = [Scored(sample=Sample(s.sample.trajectory, routes=np.tile(np.array([3, 2], dtype=np.int16), (1, n, 1))),
-                     advantage=s.advantage) for s, n in zip(samples, ids_len)]
+    forced = [
+        Scored(
+            sample=Sample(s.sample.trajectory, routes=np.tile(np.array([3, 2], dtype=np.int16), (1, n, 1))),
+            advantage=s.advantage,
+        )
+        for s, n in zip(samples, ids_len)
+    ]
     batch = collate(forced)
     assert batch.routes is not None and batch.routes.shape == (1, 2, max(ids_len), 2)
     replayed = score(m, batch, replay=True).logprobs.detach()
@@ -79,9 +92,13 @@ def test_routing_replay_uses_the_given_experts():
     assert not torch.allclose(replayed, free)
     # replaying the router's own choices changes nothing
     with torch.no_grad():
-        own = m.base_model(input_ids=collate(samples).input_ids, attention_mask=collate(samples).attention_mask).routed_experts
-    same = [Scored(sample=Sample(s.sample.trajectory, routes=own[:, b, :n].numpy().astype(np.int16)), advantage=1.0)
-            for b, (s, n) in enumerate(zip(samples, ids_len))]
+        own = m.base_model(
+            input_ids=collate(samples).input_ids, attention_mask=collate(samples).attention_mask
+        ).routed_experts
+    same = [
+        Scored(sample=Sample(s.sample.trajectory, routes=own[:, b, :n].numpy().astype(np.int16)), advantage=1.0)
+        for b, (s, n) in enumerate(zip(samples, ids_len))
+    ]
     assert torch.allclose(score(m, collate(same)).logprobs, free, atol=1e-6)
 
 

@@ -223,7 +223,8 @@ report("planted", "racer started")
             expected=("planted",),
         ),
         steps=tuple(
-            ToolStep(op=op, path="race", expect=OK_OR_DENIED) for op in ("write_file", "write_file", "read_file", "write_file")
+            ToolStep(op=op, path="race", expect=OK_OR_DENIED)
+            for op in ("write_file", "write_file", "read_file", "write_file")
         ),
         after=Program(
             lang="bash",

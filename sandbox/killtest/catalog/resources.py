@@ -32,7 +32,7 @@ ATTACKS = (
         "fork_bomb_shell",
         "bash fork bomb: a binary tree of subshells 8 levels deep (766 processes)",
         "bash",
-        "bomb() { if [ \"$1\" -lt 8 ]; then bomb $(($1 + 1)) & bomb $(($1 + 1)) & wait; else sleep 3; fi; }\nbomb 0\n",
+        'bomb() { if [ "$1" -lt 8 ]; then bomb $(($1 + 1)) & bomb $(($1 + 1)) & wait; else sleep 3; fi; }\nbomb 0\n',
         ("pids_limit",),
         timeout_s=6,
         neighbour="probe",
@@ -227,7 +227,9 @@ while True:
         timeout_s=4,
         neighbour="probe",
     ),
-    _resource("endless_loop", "loop forever in one process", "python", "while True:\n    pass\n", ("timeout",), timeout_s=2),
+    _resource(
+        "endless_loop", "loop forever in one process", "python", "while True:\n    pass\n", ("timeout",), timeout_s=2
+    ),
     _resource("sleep_forever", "sleep forever", "bash", "sleep infinity\n", ("timeout",), timeout_s=2),
     _resource(
         "stdin_block",
