@@ -18,6 +18,7 @@ import logging
 import re
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 from gym.fault import describe
@@ -65,41 +66,55 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-# name -> example command lines, shown under `python -m gym NAME --help`
+# name -> example command lines, shown under `python -m gym NAME --help`: each line is what follows
+# the command's own program name (`python -m gym NAME`, or `code-rl-gym NAME` installed), see epilog()
 EXAMPLES: dict[str, tuple[str, ...]] = {
-    "images": ("python -m gym images build", "python -m gym images tag"),
-    "gc": ("python -m gym gc --dry-run", "python -m gym gc"),
-    "demo": ("python -m gym demo", "python -m gym demo --workspaces 2 -v"),
-    "bench": ("python -m gym bench sandbox", "python -m gym bench grader --help"),
-    "grade": ("python -m gym grade --tasks tasks/samples/taco.jsonl --solutions tasks/samples/taco.solutions.jsonl",),
-    "tasks": ("python -m gym tasks generate --help", "python -m gym tasks build-swe"),
-    "killtest": (
-        "python -m gym killtest",
-        "python -m gym killtest --list",
-        "python -m gym killtest --config configs/killtest_weak_pids.yaml",
+    "images": ("build", "build --swe tasks/swe/instances.jsonl --repos-dir tasks/swe/repos", "tag"),
+    "gc": ("--dry-run", ""),
+    "demo": ("", "--workspaces 2 -v"),
+    "bench": ("sandbox", "grader --json grader.json", "rollout --episodes 8"),
+    "grade": ("--tasks tasks/samples/taco.jsonl --solutions tasks/samples/taco.solutions.jsonl",),
+    "tasks": (
+        "generate --out runs/tasks --seed 0",
+        "build-swe",
+        "derive-swe-tests --instance pytoolz__toolz-gym-1",
     ),
-    "soak": ("python -m gym soak --workspaces 4 --minutes 2 --json soak.json",),
-    "tokenizer": ("python -m gym tokenizer train", "python -m gym tokenizer info bpe"),
+    "killtest": ("", "--list", "--config configs/killtest_weak_pids.yaml"),
+    "soak": ("--workspaces 4 --minutes 2 --json soak.json",),
+    "tokenizer": ("train", "info bpe", "info bpe:build/tokenizer/tokenizer.json --text 'print(1)'"),
     "rollout": (
-        "python -m gym rollout configs/cp_smoke.yaml --episodes 16 --policy scripted:reference --out runs/smoke",
-        "python -m gym rollout configs/cp_smoke.yaml --episodes 4 --out runs/s --set episode.max_turns=4",
+        "configs/cp_smoke.yaml --episodes 16 --policy scripted:reference --out runs/smoke",
+        "configs/cp_smoke.yaml --episodes 4 --out runs/s --set episode.max_turns=4",
     ),
-    "replay": ("python -m gym replay runs/smoke/bundles/*.json",),
-    "show": ("python -m gym show runs/smoke/bundles/BUNDLE.json --full",),
-    "plot": ("python -m gym plot runs/cp_grpo_tiny", "python -m gym plot runs/cp_grpo_tiny --out curves.png"),
-    "serve": ("python -m gym serve configs/policy_tiny.yaml --port 8000",),
+    "replay": ("runs/smoke/bundles/*.json",),
+    "show": ("runs/smoke/bundles/BUNDLE.json --full",),
+    "plot": ("runs/cp_grpo_tiny", "runs/cp_grpo_tiny --out curves.png"),
+    "serve": ("configs/policy_tiny.yaml --port 8000",),
     "train": (
-        "python -m gym train configs/cp_grpo_tiny.yaml",
-        "python -m gym train configs/cp_grpo_tiny.yaml --resume",
-        "python -m gym train my_run.toml --steps 3 --set optimizer.lr=1e-3",
+        "configs/cp_grpo_tiny.yaml",
+        "configs/cp_grpo_tiny.yaml --resume",
+        "my_run.toml --steps 3 --set optimizer.lr=1e-3",
     ),
 }
+
+HELP_FORMATTER = argparse.RawDescriptionHelpFormatter
+"""Every parser with an examples epilog uses it, so the example lines keep their line breaks."""
+
+
+def epilog(lines: Sequence[str]) -> str | None:
+    """An ``examples:`` epilog, one line per example; each line is the arguments after the parser's own
+    program name.
+
+    argparse writes ``%(prog)s`` as that parser's prog (``python -m gym bench sandbox``, or ``code-rl-gym
+    bench sandbox`` when run as the console script), so the examples name the program actually run."""
+    if not lines:
+        return None
+    return "examples:\n" + "\n".join(f"  %(prog)s {line}".rstrip() for line in (x.replace("%", "%%") for x in lines))
 
 
 def examples(name: str) -> str | None:
     """The ``--help`` epilog of command ``name``."""
-    lines = EXAMPLES.get(name)
-    return "examples:\n" + "\n".join(f"  {line}" for line in lines) if lines else None
+    return epilog(EXAMPLES.get(name, ()))
 
 
 def version() -> str:
@@ -129,11 +144,15 @@ def _configure_logging(verbose: bool, level: str = "INFO") -> None:
         logging.getLogger(chatty).setLevel(max(level_no, logging.WARNING) if not verbose else logging.DEBUG)
 
 
+def program() -> str:
+    """The name this main runs under: ``code-rl-gym`` as the installed console script (pyproject.toml),
+    else ``python -m gym``; every parser's prog, and so every example line, starts with it."""
+    return "code-rl-gym" if Path(sys.argv[0]).name == "code-rl-gym" else "python -m gym"
+
+
 def build_parser(command: str | None = None, argv: list[str] | None = None) -> argparse.ArgumentParser:
     """Top-level parser; only ``command``'s module is imported to add its arguments."""
-    # `code-rl-gym` is the installed console script (pyproject.toml) for the same main
-    prog = "code-rl-gym" if Path(sys.argv[0]).name == "code-rl-gym" else "python -m gym"
-    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION)
+    parser = argparse.ArgumentParser(prog=program(), description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     parser.add_argument(
@@ -146,7 +165,7 @@ def build_parser(command: str | None = None, argv: list[str] | None = None) -> a
             help=help_text,
             description=help_text,
             epilog=examples(name),
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+            formatter_class=HELP_FORMATTER,
         )
         if name == command:
             importlib.import_module(module_path).configure(cmd_parser, argv or [])

@@ -12,31 +12,50 @@ import importlib
 import json
 from pathlib import Path
 
-# target -> (dotted module path, one-line help)
-BENCHES: dict[str, tuple[str, str]] = {
-    "sandbox": ("sandbox.bench", "tool-call round trip (runner vs docker exec vs host) and workspace acquire"),
+from gym.cli import HELP_FORMATTER, epilog
+
+# target -> (dotted module path, one-line help, example lines: the arguments after `python -m gym bench TARGET`)
+BENCHES: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "sandbox": (
+        "sandbox.bench",
+        "tool-call round trip (runner vs docker exec vs host) and workspace acquire",
+        ("", "--calls 100 --acquires 5 --json sandbox.json"),
+    ),
     "kernels": (
         "kernels.bench",
         "reference vs Triton kernel times (GPU) for logprob/entropy, MoE permute/unpermute, grouped SwiGLU",
+        ("", "--repeats 3 --dtype float32 --json kernels.json"),
     ),
-    "grader": ("tasks.bench", "CP grader tests/s vs bare host subprocesses vs one docker run per test"),
+    "grader": (
+        "tasks.bench",
+        "CP grader tests/s vs bare host subprocesses vs one docker run per test",
+        ("", "--concurrency 4 --docker-tests 8 --json grader.json"),
+    ),
     "timing": (
         "tasks.timing_bench",
         "time limits idle vs beside busy containers, CPU vs wall model: accepted, wrong and "
         "too-slow jury submissions of a generated contest set, and the CPU/wall ratio of tests",
+        ("", "--problems 8 --load 2 --seed 1 --json timing.json"),
     ),
     "rollout": (
         "gym.bench",
         "episodes/s of scripted:reference rollouts and the share of time in policy, tools, grading",
+        ("", "--episodes 8 --config configs/cp_smoke.yaml --json rollout.json"),
     ),
     "swe": (
         "gym.swe_bench",
         "SWE episodes/min of scripted:reference on the shipped instances, workspace-ready and grading p50",
+        ("", "--episodes 3 --prepares 2 --json swe.json"),
     ),
-    "generate": ("policies.bench", "tiny policy generation tokens/s: KV cache vs full recompute"),
+    "generate": (
+        "policies.bench",
+        "tiny policy generation tokens/s: KV cache vs full recompute",
+        ("", "--batch 4 --new-tokens 64 --json generate.json"),
+    ),
     "trainer": (
         "trainer.bench",
         "GRPO step tokens/s of this trainer vs TRL's GRPOTrainer (same tiny policy, prompts, reward)",
+        ("", "--steps 2 --skip-trl", "--steps 3 --device cuda --dtype bfloat16 --json trainer.json"),
     ),
 }
 
@@ -47,8 +66,10 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     after = argv[argv.index("bench") + 1 :] if "bench" in argv else []
     chosen = selected(after, BENCHES)
     sub = parser.add_subparsers(dest="target", metavar="TARGET", required=True)
-    for name, (module_path, help_text) in BENCHES.items():
-        target = sub.add_parser(name, help=help_text, description=help_text)
+    for name, (module_path, help_text, lines) in BENCHES.items():
+        target = sub.add_parser(
+            name, help=help_text, description=help_text, epilog=epilog(lines), formatter_class=HELP_FORMATTER
+        )
         target.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the figures as JSON")
         target.set_defaults(_bench_module=module_path)
         if name == chosen:  # only the chosen target's module is imported (torch stays unloaded otherwise)

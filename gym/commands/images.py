@@ -10,17 +10,27 @@ import argparse
 import os
 from pathlib import Path
 
+from gym.cli import HELP_FORMATTER, epilog
+
 
 def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    build = sub.add_parser("build", help="build what is missing or whose inputs changed")
+    build = sub.add_parser(
+        "build",
+        help="build what is missing or whose inputs changed",
+        epilog=epilog(("", "--force", "--swe tasks/swe/instances.jsonl --repos-dir tasks/swe/repos")),
+        formatter_class=HELP_FORMATTER,
+    )
     build.add_argument("--force", action="store_true", help="rebuild even when the input hash is unchanged")
     build.add_argument(
         "--swe", type=Path, default=None, metavar="FILE", help="also the images of an SWE instances file"
     )
     build.add_argument("--repos-dir", type=Path, default=None, metavar="DIR", help="SWE clones as DIR/owner__name")
     sub.add_parser(
-        "tag", help="print this checkout's runner image tag (gym-runner:<hash of its inputs>); no Docker needed"
+        "tag",
+        help="print this checkout's runner image tag (gym-runner:<hash of its inputs>); no Docker needed",
+        epilog=epilog(("", "| xargs docker image inspect --format '{{.Id}}'")),
+        formatter_class=HELP_FORMATTER,
     )
 
 

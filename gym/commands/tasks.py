@@ -19,6 +19,8 @@ import logging
 import sys
 from pathlib import Path
 
+from gym.cli import HELP_FORMATTER, epilog
+
 log = logging.getLogger(__name__)
 
 
@@ -27,11 +29,23 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     from tasks.swe.spec import SPECS_DIR
 
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    build = sub.add_parser("build-swe", help="shipped SWE specs -> local clones + instances.jsonl")
+    build = sub.add_parser(
+        "build-swe",
+        help="shipped SWE specs -> local clones + instances.jsonl",
+        epilog=epilog(("", "--out /tmp/swe/instances.jsonl --repos-dir /tmp/swe/repos")),
+        formatter_class=HELP_FORMATTER,
+    )
     build.add_argument("--specs", type=Path, default=SPECS_DIR, metavar="DIR", help="folder of instance specs (*.yaml)")
     build.add_argument("--repos-dir", type=Path, default=DEFAULT_REPOS_DIR, metavar="DIR", help="where clones go")
     build.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="FILE", help="instances file written")
-    derive = sub.add_parser("derive-swe-tests", help="F2P/P2P ids of instances from gold vs empty test runs")
+    derive = sub.add_parser(
+        "derive-swe-tests",
+        help="F2P/P2P ids of instances from gold vs empty test runs",
+        epilog=epilog(
+            ("", "--instance pytoolz__toolz-gym-1", "--tasks /tmp/swe/instances.jsonl --repos-dir /tmp/swe/repos")
+        ),
+        formatter_class=HELP_FORMATTER,
+    )
     derive.add_argument("--tasks", type=Path, default=DEFAULT_OUT, metavar="FILE", help="instances file")
     derive.add_argument("--repos-dir", type=Path, default=None, metavar="DIR", help="local clones as DIR/owner__name")
     derive.add_argument("--instance", action="append", default=None, metavar="ID", help="only these instances")
@@ -40,6 +54,14 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
         help="seeded train/held-out CP tasks (CodeContests rows) + reference solutions",
         description="Write DIR/train.jsonl, DIR/heldout.jsonl (CodeContests layout) and DIR/{train,heldout}"
         ".solutions.jsonl (reference solutions, expect: passed). Held-out tasks are parameters never in train.",
+        epilog=epilog(
+            (
+                "--out runs/tasks",
+                "--out /tmp/gen --seed 3 --train 200 --heldout 50 --levels 1,2",
+                "--out /tmp/gen_input --params-in input",
+            )
+        ),
+        formatter_class=HELP_FORMATTER,
     )
     generate.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder the four files go to")
     generate.add_argument("--seed", type=int, default=0, metavar="S", help="picks the tasks and every test input")

@@ -14,17 +14,29 @@ import hashlib
 import json
 from pathlib import Path
 
+from gym.cli import HELP_FORMATTER, epilog
+
 
 def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     from gym.bpe import DEFAULT_PATH, BpeConfig
 
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    train = actions.add_parser("train", help="train the default byte-level BPE (deterministic)")
+    train = actions.add_parser(
+        "train",
+        help="train the default byte-level BPE (deterministic)",
+        epilog=epilog(("", "--out /tmp/tok/tokenizer.json --vocab-size 4096")),
+        formatter_class=HELP_FORMATTER,
+    )
     train.add_argument(
         "--out", type=Path, default=DEFAULT_PATH, help=f"tokenizer.json to write (default: {DEFAULT_PATH})"
     )
     train.add_argument("--vocab-size", type=int, default=BpeConfig().vocab_size, help="total ids, specials included")
-    info = actions.add_parser("info", help="describe a tokenizer as JSON")
+    info = actions.add_parser(
+        "info",
+        help="describe a tokenizer as JSON",
+        epilog=epilog(("", "bpe --text 'def f(x):'", "o200k_harmony", "hf:/path/to/model_dir")),
+        formatter_class=HELP_FORMATTER,
+    )
     info.add_argument("spec", nargs="?", default="bpe", help="bpe | bpe:PATH | hf:DIR | o200k_harmony (default bpe)")
     info.add_argument("--text", default=None, help="also print the ids of this text")
 
