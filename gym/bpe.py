@@ -25,7 +25,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from gym.corpus import CORPUS_VERSION, corpus
-from gym.tokenizer import HARMONY_SPECIALS, TokenizerError, TokenizersTokenizer
+from gym.tokenizer import HARMONY_SPECIALS, TokenizerError, TokenizersTokenizer, read_tokenizer_file
 from sandbox.distribution import built_dir, checkout
 
 log = logging.getLogger(__name__)
@@ -99,8 +99,6 @@ def write_bpe(path: Path = DEFAULT_PATH, config: BpeConfig = BpeConfig()) -> Pat
 
 def load_bpe(path: str | None = None) -> TokenizersTokenizer:
     """The BPE at ``path``; by default build/tokenizer/tokenizer.json, (re)trained when missing or stale."""
-    from tokenizers import Tokenizer
-
     file = Path(path) if path else DEFAULT_PATH
     if path and not file.is_file():
         raise TokenizerError(f"{file}: no such tokenizer file (python -m gym tokenizer train --out {file})")
@@ -115,4 +113,4 @@ def load_bpe(path: str | None = None) -> TokenizersTokenizer:
                 )
             log.info("default tokenizer %s %s: training it now (once)", file, "stale" if file.is_file() else "missing")
             write_bpe(file, BpeConfig())
-    return TokenizersTokenizer(Tokenizer.from_file(str(file)), name=f"bpe:{file}" if path else "bpe")
+    return TokenizersTokenizer(read_tokenizer_file(file), name=f"bpe:{file}" if path else "bpe")

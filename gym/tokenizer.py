@@ -171,8 +171,6 @@ def load_tokenizer_json(path: str | None) -> TokenizersTokenizer:
     (``vocab.json``/``merges.txt``, SentencePiece) must be saved once as a fast
     tokenizer (``save_pretrained`` writes ``tokenizer.json``).
     """
-    from tokenizers import Tokenizer as Backend
-
     if not path:
         raise TokenizerError("hf tokenizer needs a path: hf:DIR or hf:FILE")
     file = Path(path)
@@ -182,11 +180,19 @@ def load_tokenizer_json(path: str | None) -> TokenizersTokenizer:
         raise TokenizerError(
             f"{path}: no tokenizer.json; save the tokenizer as a fast tokenizer (save_pretrained) first"
         )
+    return TokenizersTokenizer(read_tokenizer_file(file), name=f"hf:{path}")
+
+
+def read_tokenizer_file(file: Path) -> tokenizers.Tokenizer:
+    """The ``tokenizers`` backend of a tokenizer.json file; a file it cannot load (binary, not JSON, not a
+    tokenizer) is a TokenizerError naming the file, in one line."""
+    from tokenizers import Tokenizer as Backend
+
     try:
-        backend = Backend.from_file(str(file))
+        return Backend.from_file(str(file))
     except Exception as exc:  # the tokenizers library raises bare Exception on malformed files
-        raise TokenizerError(f"{file}: not a valid tokenizer.json: {exc}") from exc
-    return TokenizersTokenizer(backend, name=f"hf:{path}")
+        reason = " ".join(str(exc).split())
+        raise TokenizerError(f"{file}: not a tokenizer.json the tokenizers library can load ({reason})") from exc
 
 
 def load_tokenizer(spec: str = "bpe") -> Tokenizer:
