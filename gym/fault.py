@@ -109,6 +109,12 @@ KNOWN: tuple[tuple[str, str, ExitCode, str | None], ...] = (
         "choose a backend this machine can run (kernels/backend.py)",
     ),
     (
+        "gym.policy_client",
+        "PolicySpecError",
+        ExitCode.USAGE,
+        "--policy takes scripted:reference, scripted:empty, http://HOST:PORT or checkpoint:DIR",
+    ),
+    (
         "policies.sampling",
         "EngineError",
         ExitCode.INFRA,

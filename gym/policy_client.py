@@ -34,7 +34,12 @@ from policies.sampling import Completion, EngineError, RolloutEngine, SamplingPa
 if TYPE_CHECKING:
     from gym.environment import Environment
 
-__all__ = ["ENGINES", "EngineError", "HttpEngine", "InProcessEngine", "RolloutEngine", "load_engine"]
+__all__ = ["ENGINES", "EngineError", "HttpEngine", "InProcessEngine", "PolicySpecError", "RolloutEngine", "load_engine"]
+
+
+class PolicySpecError(ValueError):
+    """A policy spec that names no engine, or one that cannot serve this environment (a usage error)."""
+
 
 # spec scheme -> "module:callable" taking (argument, environment); imported only when named.
 ENGINES: dict[str, str] = {
@@ -159,6 +164,12 @@ def busy_delay(attempt: int, retry_after: str | None, base_s: float = 0.25, cap_
 
 def load_http(argument: str, env: Environment) -> HttpEngine:
     del env
+    try:  # a malformed URL is the spec's fault, found now rather than at the first request
+        url = httpx.URL(argument)
+    except httpx.InvalidURL as exc:
+        raise PolicySpecError(f"policy spec {argument!r} is not a valid URL: {exc}") from None
+    if not url.host:
+        raise PolicySpecError(f"policy spec {argument!r} names no host: use http://HOST:PORT")
     return HttpEngine(argument)
 
 
@@ -166,18 +177,24 @@ def load_checkpoint(argument: str, env: Environment) -> InProcessEngine:
     """The in-process generation engine over a saved policy directory (imports torch)."""
     del env
     if not argument:
-        raise ValueError("checkpoint spec needs a directory: checkpoint:DIR")
+        raise PolicySpecError("checkpoint spec needs a directory: checkpoint:DIR")
     hf_adapter = importlib.import_module("policies.hf_adapter")
     generation = importlib.import_module("policies.generation")
     return InProcessEngine(generation.GenerationEngine(hf_adapter.load_policy(argument)))
 
 
 def load_engine(spec: str, env: Environment) -> RolloutEngine:
-    """The engine a policy spec names (see the module docstring)."""
+    """The engine a policy spec names (see the module docstring); `PolicySpecError` for a bad spec."""
     scheme, sep, argument = spec.partition(":")
     if not sep or scheme not in ENGINES:
-        raise ValueError(f"unknown policy spec {spec!r}; use scripted:reference, http://HOST:PORT or checkpoint:DIR")
+        raise PolicySpecError(f"unknown policy spec {spec!r}")  # the fix (gym.fault) lists the known ones
     if scheme in ("http", "https"):
         argument = spec
     module_path, _, attr = ENGINES[scheme].partition(":")
-    return getattr(importlib.import_module(module_path), attr)(argument, env)
+    load = getattr(importlib.import_module(module_path), attr)
+    if scheme != "scripted":
+        return load(argument, env)
+    try:  # the scripted policies check their argument and the tasks' references with ValueError
+        return load(argument, env)
+    except ValueError as exc:
+        raise PolicySpecError(f"policy spec {spec!r}: {exc}") from None

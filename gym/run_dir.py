@@ -9,6 +9,7 @@ flushed to disk, then renamed), so a reader finds the old text or the new, never
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import tempfile
@@ -19,9 +20,24 @@ log = logging.getLogger(__name__)
 
 
 def set_aside(run_dir: Path) -> Path | None:
-    """Move an earlier run out of ``run_dir`` to ``RUN.<timestamp>``; returns where, or None when there was none."""
+    """Move an earlier run out of ``run_dir`` to ``RUN.<timestamp>``; returns where, or None when there was none.
+
+    A file at ``run_dir`` raises NotADirectoryError (exit 6, gym.fault); a non-empty ``run_dir`` that is the
+    working directory or holds it (``--out .``, ``--out ..``, ``/``) raises `CommandError` (exit 2): moving it
+    would pull the ground from under this process and the shell that started it."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "a file, not a run directory", str(run_dir))
     if not run_dir.is_dir() or not any(run_dir.iterdir()):
         return None
+    where = run_dir.resolve()
+    if not where.name or where == Path.cwd().resolve() or where in Path.cwd().resolve().parents:
+        from gym.fault import CommandError, ExitCode
+
+        raise CommandError(
+            f"{run_dir} ({where}) holds the working directory and an earlier run: it cannot be moved aside",
+            "pass a new directory for the run (e.g. runs/NAME)",
+            ExitCode.USAGE,
+        )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     aside = run_dir.with_name(f"{run_dir.name}.{stamp}")
     suffix = 1

@@ -18,11 +18,16 @@ SIGINT (Ctrl-C) or SIGTERM the episodes in flight are cancelled and
 ``summary.json`` is written with ``"interrupted": true`` and the counts so far.
 
 Exit codes: 0 when the run finished and at least one episode was not masked
-(masked episodes are then counted on stderr); 1 for a bad config or policy
-spec; 3 (`ALL_MASKED`, the infrastructure class of gym/fault.py) when every
-episode was masked (an unreachable policy URL, Docker gone), with the first
-episode's cause on stderr; 130 / 143 when SIGINT / SIGTERM interrupted it
-(128 + the signal number).
+(masked episodes are then counted on stderr); 2 for a bad argument, config or
+policy spec, 5 for an unreadable task file, 6 for an ``--out`` that cannot be
+written, each one line ``gym: error: ...`` from gym/fault.py before ``--out`` is
+touched (a non-empty ``--out`` that is, or holds, the working directory is refused
+with 2 rather than moved aside); 3 (`ALL_MASKED`, the infrastructure class of
+gym/fault.py) when every episode was masked (an unreachable policy URL, Docker
+gone), with the first episode's cause on stderr; 130 / 143 when SIGINT / SIGTERM
+interrupted it (128 + the signal number). A run that fails after ``--out`` was
+made (Docker down, the image missing) still writes ``summary.json``, with
+``"error"`` naming the cause, and exits with that fault's code.
 """
 
 from __future__ import annotations
@@ -65,26 +70,29 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gym.environment import Environment, EnvironmentConfig, EnvironmentConfigError
+    from gym.environment import Environment, EnvironmentConfig
+    from gym.fault import CommandError, ExitCode
     from gym.overrides import OverrideError, exit_usage
     from gym.policy_client import load_engine
     from gym.run_dir import set_aside
 
     if args.episodes < 1 or args.group_size < 1 or args.episodes % args.group_size:
-        raise SystemExit(
-            f"--episodes ({args.episodes}) must be a positive multiple of --group-size ({args.group_size})"
+        raise CommandError(
+            f"--episodes ({args.episodes}) must be a positive multiple of --group-size ({args.group_size})",
+            "pass --episodes N --group-size G with N a multiple of G (both at least 1)",
+            ExitCode.USAGE,
         )
     overrides = list(args.set)  # --replay-rate is an override too, applied after --set
     if args.replay_rate is not None:
         overrides.append((("replay", "rate"), args.replay_rate))
+    # A bad config, task file or policy spec raises its own error class: gym.fault prints it as one line
+    # with the exit code of its class (2 for the config or the spec, 5 for a data file), before --out is touched.
     try:
         config = EnvironmentConfig.from_file(args.config, overrides=overrides)
-        env = Environment(config)
-        engine = load_engine(args.policy, env)
     except OverrideError as exc:
         exit_usage("rollout", exc)
-    except (EnvironmentConfigError, ValueError, OSError) as exc:
-        raise SystemExit(str(exc)) from None
+    env = Environment(config)
+    engine = load_engine(args.policy, env)
     out: Path = args.out
     set_aside(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -103,6 +111,7 @@ class _Run:
         self.workers = None
         self.bar = None  # the progress bar (gym/progress.py), open while episodes run
         self.signal: str | None = None  # the signal that interrupted the run
+        self.error: str | None = None  # what stopped the run, when an exception did
         self.started = time.monotonic()
 
     def main(self) -> int:
@@ -111,14 +120,22 @@ class _Run:
         from gym.progress import progress
         from gym.trajectory import TrajectoryLog
 
-        with (
-            TrajectoryLog(self.out / "trajectories.jsonl") as sink,
-            progress(self.args.episodes, "rollout", "episode") as self.bar,
-        ):
+        try:
+            with (
+                TrajectoryLog(self.out / "trajectories.jsonl") as sink,
+                progress(self.args.episodes, "rollout", "episode") as self.bar,
+            ):
+                try:
+                    trio.run(self._collect, sink)
+                except* KeyboardInterrupt:  # SIGINT outside the signal window (pool start or close)
+                    self.signal = self.signal or "SIGINT"
+        except BaseException as exc:  # Docker down, the image missing, a bug: the summary still says what happened
+            self.error = _one_line_cause(exc)
             try:
-                trio.run(self._collect, sink)
-            except* KeyboardInterrupt:  # SIGINT outside the signal window (pool start or close)
-                self.signal = self.signal or "SIGINT"
+                self._write_summary()
+            except OSError as unwritable:  # a full disk: the original failure is the one to report
+                log.warning("%s: summary.json not written: %s", self.out, unwritable)
+            raise
         summary = self._write_summary()
         print(json.dumps(summary, indent=2))
         return self._verdict(summary)
@@ -176,6 +193,7 @@ class _Run:
             "policy": self.args.policy,
             "episodes_requested": self.args.episodes,
             "interrupted": self.signal is not None,
+            **({"error": self.error} if self.error else {}),
             "bundles": len(workers.bundles) if workers else 0,
             "stream_position": workers.stream.position if workers else 0,
         }
@@ -202,3 +220,11 @@ class _Run:
             f"rollout: {masked} of {done} episodes masked (infra_error, excluded from training){why}", file=sys.stderr
         )
         return 0
+
+
+def _one_line_cause(exc: BaseException) -> str:
+    """``Class: message`` of the exception (a group's first leaf) for summary.json."""
+    from gym.fault import leaves, one_line
+
+    first = leaves(exc)[0]
+    return f"{type(first).__name__}: {one_line(first)}"
