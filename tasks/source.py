@@ -99,6 +99,17 @@ def _plain_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
 
 
 def _datasets_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
+    import pyarrow  # datasets' own dependency: its readers raise pyarrow's errors on a file that is not arrow
+
+    try:
+        loaded = _datasets_load(path)
+    except pyarrow.ArrowException as err:  # random bytes named .parquet/.arrow, a truncated file
+        raise SourceError(f"{path}: not a readable {path.suffix.lstrip('.') or 'arrow'} file: {err}") from err
+    for index, row in enumerate(loaded):
+        yield index, dict(row)
+
+
+def _datasets_load(path: Path):
     import datasets  # optional heavy import, only when a file needs it
 
     if path.is_dir():
@@ -108,6 +119,9 @@ def _datasets_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]
             log.info("%s: using split %r of %s", path, split, list(loaded))
             loaded = loaded[split]
     elif path.name.endswith(".parquet"):
+        import pyarrow.parquet
+
+        pyarrow.parquet.read_metadata(str(path))  # not parquet: raise here, before datasets logs it at ERROR
         loaded = datasets.Dataset.from_parquet(str(path), keep_in_memory=True)
     elif path.name.endswith(".arrow"):
         loaded = datasets.Dataset.from_file(str(path), in_memory=True)
@@ -115,8 +129,7 @@ def _datasets_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]
         loaded = datasets.Dataset.from_json(str(path), keep_in_memory=True)
     else:
         raise SourceError(f"{path}: the datasets reader handles parquet, arrow, json(l) and save_to_disk folders")
-    for index, row in enumerate(loaded):
-        yield index, dict(row)
+    return loaded
 
 
 def read_rows(path: Path, reader: Reader = "auto") -> Iterator[tuple[int, dict[str, Any] | RowError]]:

@@ -14,7 +14,10 @@ infra_errors 0, 2 skipped (1 unknown task id, 1 unparseable row)``);
 [{"verdict", ...}]}]}`` plus the rows that were skipped.
 
 Exit codes: 0 when at least one solution was graded (failed solutions are
-results, not errors); 2 for a usage error or an unreadable file. When nothing
+results, not errors); 2 for a usage error or a bad ``--sandbox-config``; 5
+for a tasks or solutions file that is missing or cannot be read (binary, a
+fake or truncated ``.gz``, a ``.parquet`` that is not one), one line
+``gym: error: ...`` from gym/fault.py as in every command. When nothing
 was graded the report and ``--json`` are still written, a line on stderr says
 why, and the code is that of the fault's class (gym/fault.py): 5
 (`NOTHING_TO_GRADE`, input) for an empty tasks or solutions file or no
@@ -46,7 +49,10 @@ FORMATS = ("auto", "nemotron", "taco", "apps", "codecontests", "lcb", "humaneval
 
 def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     cp = parser.add_argument_group("competitive programming")
-    cp.add_argument("--tasks", type=Path, metavar="FILE", help="dataset file (jsonl[.gz], json, parquet, arrow, dir)")
+    # required in either mode (the SWE mode reads them as instances and predictions)
+    cp.add_argument(
+        "--tasks", type=Path, metavar="FILE", required=True, help="dataset file (jsonl[.gz], json, parquet, arrow, dir)"
+    )
     cp.add_argument("--format", choices=FORMATS, default="auto", help="dataset format (default: recognised)")
     cp.add_argument(
         "--reader",
@@ -54,7 +60,7 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
         default="auto",
         help="plain JSON(L) reader, or the datasets library (default: datasets for parquet/arrow/dirs)",
     )
-    cp.add_argument("--solutions", type=Path, metavar="FILE", help="JSON Lines of {task_id, completion}")
+    cp.add_argument("--solutions", type=Path, metavar="FILE", required=True, help="JSON Lines of {task_id, completion}")
     cp.add_argument("--concurrency", type=int, default=None, help="tasks graded at once (default 2)")
     cp.add_argument("--time-scale", type=float, default=None, help="multiplier on the tasks' time limits")
     cp.add_argument(
@@ -169,20 +175,15 @@ def _grade_with_bar(pairs, config, sandbox) -> list:
 
 
 def _run_cp(args: argparse.Namespace) -> int:
-    from tasks.errors import TaskError
     from tasks.grader import GradeReport, pair_submissions
     from tasks.loader import load_tasks
     from tasks.submission import read_submissions
 
-    if args.tasks is None or args.solutions is None:
-        print("grade: --tasks and --solutions are required", file=sys.stderr)
-        return 2
-    try:
-        loaded = load_tasks(args.tasks, args.format, args.reader)
-        submissions, bad_solutions = read_submissions(args.solutions)
-    except TaskError as err:
-        print(f"grade: {err}", file=sys.stderr)
-        return 2
+    # A bad --sandbox-config (exit 2) is found before the tasks load; a tasks or solutions file that cannot be
+    # read raises TaskError or OSError, one `gym: error:` line with exit 5 (gym.fault), as in rollout and train.
+    sandbox = _sandbox_config(args)
+    loaded = load_tasks(args.tasks, args.format, args.reader)
+    submissions, bad_solutions = read_submissions(args.solutions)
     for error in bad_solutions:
         log.warning("%s: skipped solution row %d: %s", args.solutions, error.index, error.reason)
     pairs, unknown = pair_submissions(loaded.tasks, submissions)
@@ -192,7 +193,7 @@ def _run_cp(args: argparse.Namespace) -> int:
         )
     log.info("grading %d solutions for %d tasks (%s)", len(pairs), len(loaded.tasks), loaded.format)
     config = _grader_config(args)
-    results = _grade_with_bar(pairs, config, _sandbox_config(args)) if pairs else []  # no pool for nothing
+    results = _grade_with_bar(pairs, config, sandbox) if pairs else []  # no pool for nothing
     skipped = {"unknown task id": len(submissions) - len(pairs), "unparseable row": len(bad_solutions)}
     report = GradeReport.of(results, config, skipped)
     _print_results(report)

@@ -20,14 +20,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from pathlib import Path
 
 import trio
 from pydantic import BaseModel, ConfigDict
 
 from sandbox.config import SandboxConfig
-from tasks.errors import TaskError
 from tasks.source import RowError, read_rows
 from tasks.swe.grader import SweGrader, SweGraderConfig, grade_predictions, grading_budgets
 from tasks.swe.instance import SweInstance, load_instances
@@ -126,19 +124,15 @@ def grading_sandbox(path: Path | None) -> SandboxConfig:
 
 def run_swe(args: argparse.Namespace) -> int:
     """The ``--swe`` mode of ``python -m gym grade``."""
-    if args.tasks is None or args.solutions is None:
-        print("grade --swe: --tasks and --solutions (FILE, gold or empty) are required", file=sys.stderr)
-        return 2
-    try:
-        loaded = load_instances(args.tasks)
-        choice = str(args.solutions)
-        if choice in BUILTIN_SOLUTIONS and not Path(choice).exists():
-            predictions, bad = builtin_predictions(choice, loaded.instances), []
-        else:
-            predictions, bad = read_predictions(args.solutions)
-    except TaskError as err:
-        print(f"grade --swe: {err}", file=sys.stderr)
-        return 2
+    # --tasks and --solutions are required by the parser; a bad --sandbox-config (exit 2) is found before the
+    # instances load, and an unreadable file raises TaskError: one `gym: error:` line, exit 5 (gym.fault)
+    sandbox = grading_sandbox(args.sandbox_config)
+    loaded = load_instances(args.tasks)
+    choice = str(args.solutions)
+    if choice in BUILTIN_SOLUTIONS and not Path(choice).exists():
+        predictions, bad = builtin_predictions(choice, loaded.instances), []
+    else:
+        predictions, bad = read_predictions(args.solutions)
     for error in bad:
         log.warning("%s: skipped prediction row %d: %s", args.solutions, error.index, error.reason)
     by_id = loaded.by_id()
@@ -152,7 +146,7 @@ def run_swe(args: argparse.Namespace) -> int:
     if args.test_timeout is not None:
         overrides["test_timeout_s"] = args.test_timeout
     log.info("grading %d predictions for %d instances", len(pairs), len(loaded.instances))
-    report = evaluate(pairs, args.repos_dir, SweGraderConfig(**overrides), grading_sandbox(args.sandbox_config))
+    report = evaluate(pairs, args.repos_dir, SweGraderConfig(**overrides), sandbox)
     print_report(report)
     if args.json is not None:
         document = json.loads(report.model_dump_json())
