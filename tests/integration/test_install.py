@@ -5,6 +5,8 @@ its own site-packages for when it is itself a venv), and pip runs ``--no-deps --
 The venvs are made ``--without-pip``: the pip and setuptools they would bundle (setuptools 65 on
 Python 3.11) would shadow this interpreter's, and that setuptools cannot build a wheel without the
 ``wheel`` package; ``VENV/bin/python -m pip`` runs this interpreter's pip, installing into VENV.
+pyproject.toml's ``[build-system] requires`` says so (setuptools>=70.1): pip's
+``--check-build-dependencies`` refuses the bundled one by that line (docs/cli.md, "Installed").
 """
 
 from __future__ import annotations
@@ -41,15 +43,15 @@ SHIPPED_GLOBS = ["configs/*.yaml", "tasks/samples/*", "tasks/swe/specs/*.yaml", 
 pytestmark = pytest.mark.slow
 
 
+def printed(python: Path, code: str) -> str:
+    """What ``python -c code`` prints, stripped."""
+    return subprocess.run([str(python), "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+
+
 def make_venv(path: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)], check=True)
     python = path / "bin" / "python"
-    purelib = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    purelib = printed(python, "import sysconfig; print(sysconfig.get_path('purelib'))")
     (Path(purelib) / "outer_site.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     return python
 
@@ -92,6 +94,10 @@ def test_editable_install_runs_from_another_directory_on_the_shipped_files(tmp_p
     assert top.returncode == 0 and "COMMAND" in top.stdout and "rollout" in top.stdout, top.stderr
     tasks = command(venv, "tasks", "--help", cwd=elsewhere)
     assert tasks.returncode == 0 and "build-swe" in tasks.stdout, tasks.stderr
+    # the examples name the program run (`python -m gym` works only from the repository root)
+    assert "\n  code-rl-gym tasks generate --out " in tasks.stdout and "python -m gym" not in tasks.stdout
+    nested = command(venv, "bench", "sandbox", "--help", cwd=elsewhere)
+    assert nested.returncode == 0 and "examples:\n  code-rl-gym bench sandbox\n" in nested.stdout, nested.stdout
     version = command(venv, "--version", cwd=elsewhere)
     assert version.returncode == 0 and version.stdout.split() == ["code-rl-gym", VERSION]
 
@@ -163,3 +169,26 @@ def test_the_wheel_holds_the_package_data_and_no_tests_and_runs_installed(tmp_pa
         f"{cache}/code-rl-gym/tokenizer/tokenizer.json is not built: run `code-rl-gym tokenizer train`" in info.stderr
     )
     assert not cache.exists()
+
+
+def test_build_requires_names_the_setuptools_a_wheel_build_needs(tmp_path):
+    """A venv made with pip bundles setuptools 65, which cannot build without ``wheel``: without build
+    isolation pip would fail deep in the build (`invalid command 'bdist_wheel'`); the build requirement lets
+    ``--check-build-dependencies`` refuse it up front, naming it."""
+    venv = tmp_path / "with_pip"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    bundled = printed(python, "import setuptools; print(setuptools.__version__)")
+    if tuple(int(part) for part in bundled.split(".")[:2]) >= (70, 1):
+        pytest.skip(f"this Python's venv bundles setuptools {bundled}, new enough to build without wheel")
+    proc = subprocess.run(
+        [str(python), "-m", "pip", "--disable-pip-version-check", "install", "-e", str(ROOT)]
+        + ["--no-deps", "--no-build-isolation", "--check-build-dependencies", "--no-index"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert f"setuptools=={bundled} is incompatible with setuptools>=70.1" in proc.stdout + proc.stderr, proc.stderr
