@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from gym.fault import describe
+from gym.fault import ExitCode, describe, silence_stdout
 
 DESCRIPTION = (
     "Sandboxed agentic code-RL gym: hardened Docker workspaces, graders nobody can fool, "
@@ -222,11 +222,16 @@ def main(argv: list[str] | None = None) -> int:
     _configure_logging(args.verbose, args.log_level)
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
-        return int(module.run(args) or 0)
+        code = int(module.run(args) or 0)
+        sys.stdout.flush()  # inside the handler: a reader that went away (`| head`) is found here, not at exit
+        return code
     except BaseException as exc:  # Ctrl-C and groups too; anything not a known fault is re-raised untouched
         fault = describe(exc)
         if fault is None:
             raise
+        if fault.code is ExitCode.OUTPUT_CLOSED:  # nobody reads any more: nothing to say, no traceback
+            silence_stdout()
+            return int(fault.code)
         if args.verbose:
             traceback.print_exception(exc)
         print(fault.line(), file=sys.stderr)

@@ -15,7 +15,9 @@ from __future__ import annotations
 import enum
 import errno
 import gzip
+import os
 import re
+import select
 import sys
 import zlib
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ class ExitCode(enum.IntEnum):
     INPUT = 5  # a data file (tasks, solutions, bundle, run directory) cannot be read
     HOST = 6  # this machine refused a resource: a port in use, a path not writable, a full disk
     INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports it)
+    OUTPUT_CLOSED = 141  # stdout's reader went away (`show B | head`): 128 + SIGPIPE, as `cat` reports it; silent
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,8 @@ def _leaf(exc: BaseException) -> Fault | None:
         cls = getattr(sys.modules.get(module), name, None)
         if cls is not None and isinstance(exc, cls):
             return Fault(code, one_line(exc), fix)
+    if isinstance(exc, BrokenPipeError) and stdout_closed():  # a socket's broken pipe is not this; it falls through
+        return Fault(ExitCode.OUTPUT_CLOSED, "stdout closed", None)
     if isinstance(exc, KeyboardInterrupt):
         return Fault(ExitCode.INTERRUPTED, "interrupted", "`python -m gym gc` removes any containers left behind")
     if isinstance(exc, ValidationError):  # a model validated outside a loader that names its file
@@ -189,3 +194,24 @@ def _leaf(exc: BaseException) -> Fault | None:
         problem = f"{exc.filename}: {exc.strerror}" if exc.filename else exc.strerror or str(exc)
         return Fault(code, one_line(problem), fix)
     return None
+
+
+def stdout_closed() -> bool:
+    """True when stdout is a pipe whose reader has gone (`| head` that stopped reading)."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # stdout replaced (a test's capture) or already closed
+        return False
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's last flush of what is still buffered for a reader that
+    went away raises no second BrokenPipeError ("Exception ignored ...") on the way out."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (AttributeError, OSError, ValueError):
+        pass

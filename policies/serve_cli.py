@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import socket
 from pathlib import Path
@@ -24,8 +25,12 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A listening socket on ``host:port`` (port 0: a free one); OSError EADDRINUSE when the port is taken."""
-    family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    """A listening socket on ``host:port`` (port 0: a free one); OSError EADDRINUSE when the port is taken,
+    EADDRNOTAVAIL when ``host`` is no address of this machine or does not resolve (exit 6, gym.fault)."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:  # its errno is a resolver code (EAI_*), not an errno gym.fault could read
+        raise OSError(errno.EADDRNOTAVAIL, f"cannot bind {host}: the name does not resolve ({exc.strerror})") from exc
     return socket.create_server(address, family=family, backlog=128)  # SO_REUSEADDR, as aiohttp's own bind
 
 
