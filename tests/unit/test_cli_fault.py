@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import errno
+import re
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -82,3 +84,10 @@ def test_multi_line_messages_become_one_line():
         == "x.yaml: invalid environment: a.b: bad; c: worse"
     )
     assert one_line("a\nb") == "a; b"
+
+
+def test_the_docs_table_lists_every_exit_code_and_no_other():
+    text = (Path(__file__).resolve().parents[2] / "docs/cli.md").read_text(encoding="utf-8")
+    table = text.split("## Errors and exit codes", 1)[1].split("\n## ", 1)[0]
+    documented = [int(code) for code in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)]
+    assert documented == sorted(code.value for code in ExitCode)
