@@ -142,6 +142,7 @@ HOST_FAULTS: dict[int, tuple[ExitCode, str]] = {
     errno.EPERM: (ExitCode.HOST, "use a path this user may write (or fix its permissions)"),
     errno.EROFS: (ExitCode.HOST, "use a path on a writable filesystem"),
     errno.ENOTDIR: (ExitCode.HOST, "a file stands where a directory is needed: use another path"),
+    errno.EEXIST: (ExitCode.HOST, "a file stands where a directory is needed: use another path"),
     errno.ENOSPC: (ExitCode.HOST, "free disk space, or write elsewhere"),
     errno.EDQUOT: (ExitCode.HOST, "free disk space, or write elsewhere"),
     errno.ENOENT: (ExitCode.INPUT, "check the path"),

@@ -7,7 +7,8 @@ error names the field. ``--set KEY=VALUE`` (repeatable) overrides a field before
 its shard. The run directory gets checkpoints, metrics.jsonl, trajectories.jsonl, replay bundles,
 config.json and summary.json. A run that stops on a trainer error (too many masked samples:
 `loop.max_masked_share`) prints it as one line and exits 1; a bad config exits 2, a run directory
-that cannot be written 6, checked before the policy is built (docs/cli.md).
+that cannot be written 6, a Docker engine that does not answer 3, all checked before the policy is
+built and before the run directory gets any file (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ import argparse
 import json
 import logging
 import tempfile
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trainer.config import TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +49,38 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 
 
 def writable(run_dir: Path) -> None:
-    """Raise the OSError now, not after the policy is built, when ``run_dir`` cannot be written.
+    """Raise a host fault (exit 6) now, not after the policy is built, when ``run_dir`` cannot be written.
 
-    An empty directory left behind is no earlier run to set aside (trainer.loop)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryFile(dir=run_dir):
-        pass
+    Whatever the OSError (``/proc/x`` reads as ENOENT, a file in the way as EEXIST), the run directory is
+    the host's refusal, not a data file's. An empty directory left behind is no earlier run to set aside
+    (trainer.loop)."""
+    from gym.fault import HOST_FAULTS, CommandError, ExitCode
+
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=run_dir):
+            pass
+    except OSError as exc:
+        code, fix = HOST_FAULTS.get(exc.errno, (ExitCode.INPUT, ""))
+        raise CommandError(
+            f"run directory {run_dir} cannot be written: {exc.strerror or exc}",
+            fix if code is ExitCode.HOST else "use a path this user may write (--run-dir or --set run_dir=...)",
+            ExitCode.HOST,
+        ) from exc
+
+
+def engine_answers(config: TrainConfig) -> None:
+    """Raise EngineUnreachable (exit 3) now when the Docker engine does not answer a ping: before the
+    policy is built and before the run directory holds anything (writable()'s empty directory aside)."""
+    import trio
+
+    from sandbox.docker_engine import Engine
+
+    engine = Engine(config.env.sandbox)
+    try:
+        trio.run(partial(engine.call, "ping", engine.client.api.ping, timeout=min(5.0, engine.config.engine.timeout_s)))
+    finally:
+        engine.close()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -68,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     except OverrideError as err:
         exit_usage("train", err)
     writable(Path(config.run_dir))
+    engine_answers(config)
 
     from trainer.errors import TrainerError
     from trainer.loop import train
