@@ -49,6 +49,25 @@ def set_aside(run_dir: Path) -> Path | None:
     return aside
 
 
+def writable(run_dir: Path) -> None:
+    """Make ``run_dir`` and raise a host fault (exit 6) now when it cannot be written, whatever the OSError
+    (``/proc/x`` reads as ENOENT, a file in the way as EEXIST): a run directory is the host's refusal, never a
+    data file's. An empty directory left behind is no earlier run to set aside."""
+    from gym.fault import HOST_FAULTS, CommandError, ExitCode
+
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=run_dir):
+            pass
+    except OSError as exc:
+        code, fix = HOST_FAULTS.get(exc.errno, (ExitCode.INPUT, ""))
+        raise CommandError(
+            f"run directory {run_dir} cannot be written: {exc.strerror or exc}",
+            fix if code is ExitCode.HOST else "use a path this user may write",
+            ExitCode.HOST,
+        ) from exc
+
+
 def write_atomic(path: Path, text: str) -> Path:
     """Replace ``path`` with ``text`` (UTF-8) in one step: a temporary file beside it, fsynced, renamed over it."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import tempfile
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -48,27 +47,6 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     )
 
 
-def writable(run_dir: Path) -> None:
-    """Raise a host fault (exit 6) now, not after the policy is built, when ``run_dir`` cannot be written.
-
-    Whatever the OSError (``/proc/x`` reads as ENOENT, a file in the way as EEXIST), the run directory is
-    the host's refusal, not a data file's. An empty directory left behind is no earlier run to set aside
-    (trainer.loop)."""
-    from gym.fault import HOST_FAULTS, CommandError, ExitCode
-
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=run_dir):
-            pass
-    except OSError as exc:
-        code, fix = HOST_FAULTS.get(exc.errno, (ExitCode.INPUT, ""))
-        raise CommandError(
-            f"run directory {run_dir} cannot be written: {exc.strerror or exc}",
-            fix if code is ExitCode.HOST else "use a path this user may write (--run-dir or --set run_dir=...)",
-            ExitCode.HOST,
-        ) from exc
-
-
 def engine_answers(config: TrainConfig) -> None:
     """Raise EngineUnreachable (exit 3) now when the Docker engine does not answer a ping: before the
     policy is built and before the run directory holds anything (writable()'s empty directory aside)."""
@@ -86,6 +64,7 @@ def engine_answers(config: TrainConfig) -> None:
 def run(args: argparse.Namespace) -> int:
     from gym.fault import CommandError
     from gym.overrides import OverrideError, exit_usage
+    from gym.run_dir import writable
     from trainer.config import TrainConfig
 
     overrides = list(args.set)  # the dedicated flags are overrides too, applied after --set
@@ -99,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         config = TrainConfig.load(args.config, overrides=overrides)
     except OverrideError as err:
         exit_usage("train", err)
-    writable(Path(config.run_dir))
+    writable(Path(config.run_dir))  # exit 6 now, not after the policy is built
     engine_answers(config)
 
     from trainer.errors import TrainerError

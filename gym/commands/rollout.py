@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from gym.fault import CommandError, ExitCode
     from gym.overrides import OverrideError, exit_usage
     from gym.policy_client import load_engine
-    from gym.run_dir import set_aside
+    from gym.run_dir import set_aside, writable
 
     if args.episodes < 1 or args.group_size < 1 or args.episodes % args.group_size:
         raise CommandError(
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     engine = load_engine(args.policy, env)
     out: Path = args.out
     set_aside(out)
-    out.mkdir(parents=True, exist_ok=True)
+    writable(out)
     (out / "environment.json").write_text(env.resolved())
     run = _Run(args, env, engine)
     return run.main()

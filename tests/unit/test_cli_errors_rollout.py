@@ -95,3 +95,7 @@ def test_a_run_that_fails_after_making_out_still_writes_its_summary(tmp_path):
     one_line(done, 3, "unix:///nonexistent.sock")
     summary = json.loads((out / "summary.json").read_text())
     assert summary["episodes"] == 0 and summary["error"].startswith("EngineUnreachable: ")
+
+
+def test_out_that_cannot_be_written_is_exit_6_whatever_the_oserror():
+    one_line(rollout(SMOKE, "--episodes", "1", out="/proc/gymrun"), 6, "run directory /proc/gymrun cannot be written")
