@@ -29,15 +29,7 @@ def set_aside(run_dir: Path) -> Path | None:
         raise NotADirectoryError(errno.ENOTDIR, "a file, not a run directory", str(run_dir))
     if not run_dir.is_dir() or not any(run_dir.iterdir()):
         return None
-    where = run_dir.resolve()
-    if not where.name or where == Path.cwd().resolve() or where in Path.cwd().resolve().parents:
-        from gym.fault import CommandError, ExitCode
-
-        raise CommandError(
-            f"{run_dir} ({where}) holds the working directory and an earlier run: it cannot be moved aside",
-            "pass a new directory for the run (e.g. runs/NAME)",
-            ExitCode.USAGE,
-        )
+    movable(run_dir)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     aside = run_dir.with_name(f"{run_dir.name}.{stamp}")
     suffix = 1
@@ -66,6 +58,22 @@ def writable(run_dir: Path) -> None:
             fix if code is ExitCode.HOST else "use a path this user may write",
             ExitCode.HOST,
         ) from exc
+
+
+def movable(run_dir: Path) -> None:
+    """Raise `CommandError` (exit 2) when a non-empty ``run_dir`` is the working directory or holds it, so a
+    fresh run could not set it aside (`set_aside`; train checks it before the policy is built)."""
+    if not run_dir.is_dir() or not any(run_dir.iterdir()):
+        return
+    where, cwd = run_dir.resolve(), Path.cwd().resolve()
+    if not where.name or where == cwd or where in cwd.parents:
+        from gym.fault import CommandError, ExitCode
+
+        raise CommandError(
+            f"{run_dir} ({where}) holds the working directory and an earlier run: it cannot be moved aside",
+            "pass a new directory for the run (e.g. runs/NAME)",
+            ExitCode.USAGE,
+        )
 
 
 def write_atomic(path: Path, text: str) -> Path:

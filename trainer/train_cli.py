@@ -64,7 +64,7 @@ def engine_answers(config: TrainConfig) -> None:
 def run(args: argparse.Namespace) -> int:
     from gym.fault import CommandError
     from gym.overrides import OverrideError, exit_usage
-    from gym.run_dir import writable
+    from gym.run_dir import movable, writable
     from trainer.config import TrainConfig
 
     overrides = list(args.set)  # the dedicated flags are overrides too, applied after --set
@@ -78,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         config = TrainConfig.load(args.config, overrides=overrides)
     except OverrideError as err:
         exit_usage("train", err)
+    if not args.resume:  # trainer.loop sets an earlier run aside: refuse one that holds the working directory
+        movable(Path(config.run_dir))
     writable(Path(config.run_dir))  # exit 6 now, not after the policy is built
     engine_answers(config)
 

@@ -8,9 +8,7 @@ Docker (the Docker-down run points DOCKER_HOST at a socket that does not exist).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 
@@ -77,14 +75,7 @@ def test_out_holding_the_working_directory_is_refused_not_moved(tmp_path, out):
     cwd = tmp_path / "work"
     cwd.mkdir()
     (cwd / "keep.txt").write_text("mine\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "gym", "rollout", SMOKE, "--episodes", "1", "--out", out],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    done = run_gym("rollout", SMOKE, "--episodes", "1", "--out", out, cwd=cwd)
     one_line(done, 2, "holds the working directory", "pass a new directory")
     assert (cwd / "keep.txt").read_text() == "mine\n" and sorted(p.name for p in tmp_path.iterdir()) == ["work"]
 

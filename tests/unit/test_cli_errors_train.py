@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_cli_errors import NO_DOCKER, one_line
+from tests.integration.test_cli_errors import NO_DOCKER, ROOT, one_line
 from tests.integration.test_cli_errors import gym as run_gym
 
 
@@ -30,3 +30,13 @@ def test_docker_down_is_exit_3_before_the_run_directory_holds_anything(tmp_path)
     done = run_gym("train", "configs/cp_grpo_tiny.yaml", "--run-dir", str(run_dir), env=NO_DOCKER)
     one_line(done, 3, "unix:///nonexistent.sock", "call 'ping'")
     assert list(run_dir.iterdir()) == []  # no tensorboard/, config.json or metrics.jsonl
+
+
+def test_a_run_dir_holding_the_working_directory_is_refused_before_the_policy_is_built(tmp_path):
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    (cwd / "keep.txt").write_text("mine\n")
+    config = str(ROOT / "configs/cp_grpo_tiny.yaml")
+    done = run_gym("train", config, "--set", "run_dir=.", cwd=cwd)
+    one_line(done, 2, "holds the working directory", "pass a new directory")
+    assert sorted(p.name for p in cwd.iterdir()) == ["keep.txt"]
