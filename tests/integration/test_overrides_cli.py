@@ -94,7 +94,11 @@ def test_rollout_override_that_fails_validation_names_the_field(tmp_path):
         "--set",
         "task_pool.sources.0.weight=-1",
     )
-    assert done.returncode == 1 and "configs/cp_smoke.yaml (with overrides): episode.max_turnz" in done.stderr
+    assert (
+        done.returncode == 2
+        and done.stderr.startswith("gym: error: ")
+        and "configs/cp_smoke.yaml (with overrides): episode.max_turnz" in done.stderr
+    )
     assert "episode.max_turnz: Extra inputs are not permitted" in done.stderr
     assert "task_pool.sources.0.weight: Input should be greater than 0" in done.stderr
     assert "Traceback" not in done.stderr

@@ -78,9 +78,9 @@ def test_bad_inputs_are_named(tmp_path):
     bad = tmp_path / "env.yaml"
     bad.write_text("name: x\ntask_pool: {type: jsonl, path: nowhere.jsonl, shuffle: maybe}\n")
     done = gym("rollout", str(bad), "--episodes", "1", "--out", str(tmp_path / "o"))
-    assert done.returncode == 1 and "task_pool.shuffle" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2 and "task_pool.shuffle" in done.stderr and "Traceback" not in done.stderr
     odd = gym("rollout", "configs/cp_smoke.yaml", "--episodes", "3", "--group-size", "2", "--out", str(tmp_path / "o"))
-    assert odd.returncode != 0 and "multiple of --group-size" in odd.stderr
+    assert odd.returncode == 2 and "multiple of --group-size" in odd.stderr
     (tmp_path / "junk.json").write_text("{}")
     shown = gym("show", str(tmp_path / "junk.json"))
-    assert shown.returncode != 0 and "not a replay bundle" in shown.stderr
+    assert shown.returncode == 5 and "not a replay bundle" in shown.stderr
