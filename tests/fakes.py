@@ -19,6 +19,7 @@ import trio
 from gym.environment import Environment, EnvironmentConfig
 from gym.message import Message, ToolCall
 from gym.policy_client import EngineError
+from gym.rollout import collect_async
 from gym.tokenizer import load_tokenizer
 from gym.tools import Toolbox
 from policies.sampling import Completion, SamplingParams
@@ -192,3 +193,26 @@ class GarbageEngine:
 class FailingEngine:
     async def generate(self, prompts, params):
         raise EngineError("http://policy: connection refused")
+
+
+def codecontests_env() -> Environment:
+    """The shipped CodeContests samples with their reference solutions, three episodes at a time."""
+    pool = {
+        "type": "jsonl",
+        "path": str(SAMPLES / "codecontests.jsonl"),
+        "format": "codecontests",
+        "solutions": str(SAMPLES / "codecontests.solutions.jsonl"),
+    }
+    return make_env(task_pool={"type": "mixture", "seed": 3, "sources": [{"weight": 1, "pool": pool}]}, concurrency=3)
+
+
+def run_workers(env, engine, groups, group_size, seed=0, **options):
+    """Rollout workers on the fake pool and grader: (trajectories, workers, pool)."""
+    pool = FakePool()
+    grader = FakeGrader(env, pool)
+
+    async def main():
+        return await collect_async(env, engine, pool, groups, group_size, seed, grader=grader, **options)
+
+    trajectories, workers = trio.run(main)
+    return trajectories, workers, pool

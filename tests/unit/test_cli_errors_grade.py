@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from tests.integration.test_cli_errors import ROOT, one_line
-from tests.integration.test_cli_errors import gym as run_gym
+from tests.cli_support import ROOT, one_line
+from tests.cli_support import gym as run_gym
 
 TASKS = str(ROOT / "tasks/samples/taco.jsonl")
 SOLUTIONS = str(ROOT / "tasks/samples/taco.solutions.jsonl")

@@ -14,8 +14,8 @@ import pytest
 from gym.bundle import bundle_of, write_bundle
 from gym.cli import main
 from gym.scripted import load_scripted
-from tests.integration.test_cli_errors import ROOT
-from tests.unit.test_episode_rollout import env, run_workers  # noqa: F401 (env: the fixture)
+from tests.cli_support import ROOT
+from tests.fakes import codecontests_env, run_workers
 
 
 def closed_reader(*args: str) -> subprocess.CompletedProcess[str]:
@@ -30,7 +30,8 @@ def closed_reader(*args: str) -> subprocess.CompletedProcess[str]:
         os.close(write)
 
 
-def test_show_into_a_closed_pipe_is_quiet(env, tmp_path):  # noqa: F811 (the imported fixture)
+def test_show_into_a_closed_pipe_is_quiet(tmp_path):
+    env = codecontests_env()
     _, workers, _ = run_workers(env, load_scripted("reference", env), groups=1, group_size=1)
     bundle = write_bundle(tmp_path / "b.json", bundle_of(env, workers.results[0], "sampled", "sha256:x"))
     done = closed_reader("show", str(bundle), "--full")

@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 
-from tests.integration.test_cli_errors import NO_DOCKER, ROOT, one_line
-from tests.integration.test_cli_errors import gym as run_gym
+from tests.cli_support import NO_DOCKER, ROOT, one_line
+from tests.cli_support import gym as run_gym
 
 SMOKE = str(ROOT / "configs/cp_smoke.yaml")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_cli_errors import gym as run_gym
-from tests.integration.test_cli_errors import one_line
+from tests.cli_support import gym as run_gym
+from tests.cli_support import one_line
 
 
 @pytest.mark.parametrize(

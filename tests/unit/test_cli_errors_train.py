@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_cli_errors import NO_DOCKER, ROOT, one_line
-from tests.integration.test_cli_errors import gym as run_gym
+from tests.cli_support import NO_DOCKER, ROOT, one_line
+from tests.cli_support import gym as run_gym
 
 
 @pytest.mark.parametrize(

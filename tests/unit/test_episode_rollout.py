@@ -11,29 +11,12 @@ from gym.bundle import Bundle, BundleError, bundle_of, bundle_reason, read_bundl
 from gym.replay import consistency
 from gym.rollout import RolloutWorkers, collect_async, episode_seed, summarize
 from gym.scripted import load_scripted
-from tests.fakes import SAMPLES, FakeGrader, FakePool, GarbageEngine, make_env
+from tests.fakes import SAMPLES, FakeGrader, FakePool, GarbageEngine, codecontests_env, make_env, run_workers
 
 
 @pytest.fixture(scope="module")
 def env():
-    pool = {
-        "type": "jsonl",
-        "path": str(SAMPLES / "codecontests.jsonl"),
-        "format": "codecontests",
-        "solutions": str(SAMPLES / "codecontests.solutions.jsonl"),
-    }
-    return make_env(task_pool={"type": "mixture", "seed": 3, "sources": [{"weight": 1, "pool": pool}]}, concurrency=3)
-
-
-def run_workers(env, engine, groups, group_size, seed=0, **options):
-    pool = FakePool()
-    grader = FakeGrader(env, pool)
-
-    async def main():
-        return await collect_async(env, engine, pool, groups, group_size, seed, grader=grader, **options)
-
-    trajectories, workers = trio.run(main)
-    return trajectories, workers, pool
+    return codecontests_env()
 
 
 def test_groups_stream_out_with_shared_group_ids_and_distinct_seeds(env):
