@@ -21,22 +21,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 
+from tests.policy_support import SMALL
+
 WORLD = 2
-SMALL = dict(
-    vocab_size=64,
-    hidden_size=32,
-    num_hidden_layers=3,
-    num_dense_layers=1,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-    intermediate_size=64,
-    moe_intermediate_size=16,
-    num_experts=8,
-    num_experts_per_tok=2,
-    num_shared_experts=1,
-    max_position_embeddings=128,
-)
 
 
 def _loss(model, ids: torch.Tensor):

@@ -22,24 +22,11 @@ import yaml
 from openai import OpenAI
 from safetensors.torch import save
 
+from tests.policy_support import SMALL
 from tests.tokenizer_support import train_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
-MODEL = dict(
-    vocab_size=512,
-    hidden_size=32,
-    num_hidden_layers=3,
-    num_dense_layers=1,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=8,
-    intermediate_size=64,
-    moe_intermediate_size=16,
-    num_experts=8,
-    num_experts_per_tok=2,
-    num_shared_experts=1,
-    max_position_embeddings=256,
-)
+MODEL = {**SMALL, "vocab_size": 512, "max_position_embeddings": 256}
 
 
 def start_server(config: Path) -> tuple[subprocess.Popen, str]:
