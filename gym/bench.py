@@ -30,11 +30,12 @@ def run(args: argparse.Namespace) -> dict:
     import trio
 
     from gym.environment import Environment
+    from gym.registry import environment_config
     from gym.rollout import collect_async, summarize
     from gym.scripted import load_scripted
     from sandbox.pool import WorkspacePool
 
-    env = Environment.load(args.config)
+    env = Environment(environment_config(args.config))  # a file or a registered name
     engine = load_scripted("reference", env)
     concurrency = args.concurrency or env.config.concurrency
 

@@ -53,6 +53,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run episodes of an environment with a policy; write trajectories and replay bundles",
     ),
     "replay": ("gym.commands.replay", "re-execute replay bundles in fresh workspaces and report any difference"),
+    "envs": (
+        "gym.commands.envs",
+        "list the environments one can name instead of a config file (shipped and installed packages)",
+    ),
     "show": ("gym.commands.show", "print a replay bundle as a readable transcript"),
     "plot": (
         "gym.commands.plot",
@@ -87,6 +91,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "configs/cp_smoke.yaml --episodes 4 --out runs/s --set episode.max_turns=4",
     ),
     "replay": ("runs/smoke/bundles/*.json",),
+    "envs": ("list", "list --json", "show cp_smoke"),
     "show": ("runs/smoke/bundles/BUNDLE.json --full",),
     "plot": ("runs/cp_grpo_tiny", "runs/cp_grpo_tiny --out curves.png"),
     "serve": ("configs/policy_tiny.yaml --port 8000",),

@@ -87,6 +87,7 @@ KNOWN: tuple[tuple[str, str, ExitCode, str | None], ...] = (
         "fix the file or the field named (every key: policies/serve_config.py)",
     ),
     ("trainer.errors", "ConfigError", ExitCode.USAGE, "fix the file or the field named (every key: trainer/config.py)"),
+    ("gym.registry", "RegistryError", ExitCode.USAGE, None),  # an environment name: its message ends with the fix
     (
         "gym.environment",
         "EnvironmentConfigError",

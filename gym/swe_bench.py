@@ -40,12 +40,13 @@ def run(args: argparse.Namespace) -> dict:
     import trio
 
     from gym.environment import Environment
+    from gym.registry import environment_config
     from gym.rollout import RolloutWorkers, summarize
     from gym.scripted import load_scripted
     from sandbox.pool import WorkspacePool
     from tasks.swe.family import SweFamily
 
-    env = Environment.load(args.config)
+    env = Environment(environment_config(args.config))  # a file or a registered name
     engine = load_scripted("reference", env)
     concurrency = args.concurrency or env.config.concurrency
 

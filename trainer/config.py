@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gym.environment import EnvironmentConfig, EnvironmentConfigError
 from gym.overrides import Override, apply_overrides
+from gym.registry import RegistryError, environment_config, environment_data
 from policies.serve_config import HFPolicySource, MoEPolicySource
 from sandbox.config_file import read_config, validate_config
 from trainer.errors import ConfigError
@@ -251,7 +252,8 @@ class EvalConfig(BaseModel):
     every: int = Field(0, ge=0)
     """Evaluate every this many steps (and at the end); 0 disables."""
     environment: Path | None = None
-    """Environment YAML of the held-out tasks (required when every > 0); every task is evaluated once per pass."""
+    """Environment YAML (or registered name) of the held-out tasks (required when every > 0); every task is
+    evaluated once per pass."""
     samples: int = Field(4, ge=1)
     """n: samples per held-out task."""
     k: list[int] = [1]
@@ -307,7 +309,8 @@ class TrainConfig(BaseModel):
     seed: int = Field(0, ge=0)
     """Seed of the trainer's RNGs (init, dropout-free but kept for exact resume)."""
     environment: Path | EnvironmentConfig
-    """The gym environment (tasks, tools, prompt, sampling, episode budgets, rubric, sandbox): a YAML path or inline."""
+    """The gym environment (tasks, tools, prompt, sampling, episode budgets, rubric, sandbox): a YAML path, a
+    registered name (`python -m gym envs list`, gym/registry.py) or inline."""
     policy: Annotated[MoEPolicySource | HFPolicySource, Field(discriminator="type")]
     """The policy to train (our RDEP MoE from scratch or a checkpoint, or a local HF directory)."""
     engine: RolloutEngineConfig = RolloutEngineConfig()
@@ -344,7 +347,7 @@ class TrainConfig(BaseModel):
             return cls.parse(data, source=str(path))
         env = data.get("environment") if isinstance(data, dict) else None
         if isinstance(env, str) and any(keys[0] == "environment" and len(keys) > 1 for keys, _ in overrides):
-            data = {**data, "environment": read_config(env, _environment_read_error(path))}
+            data = {**data, "environment": environment_data(env, _environment_read_error(path))}
         return cls.parse(apply_overrides(data, overrides), source=f"{path} (with overrides)")
 
     @classmethod
@@ -378,7 +381,9 @@ class TrainConfig(BaseModel):
 
 def _environment(path: Path, where: str) -> EnvironmentConfig:
     try:
-        return EnvironmentConfig.from_file(path)
+        return environment_config(path)  # a file or a registered name
+    except RegistryError as err:  # its message ends with its own fix
+        raise RegistryError(f"{where}: {err}") from None
     except EnvironmentConfigError as err:
         raise ConfigError(f"{where}: {err}") from None
 

@@ -397,13 +397,14 @@ class Loop:
 
     async def evaluate(self, pool, step: int) -> None:
         """pass@k on the held-out environment with the current engine weights."""
-        from gym.environment import Environment, EnvironmentConfig
+        from gym.environment import Environment
+        from gym.registry import environment_config
         from gym.rollout import collect_async
         from trainer.evaluation import evaluate
         from trainer.sample import Sample
 
         if self.eval_env is None:
-            self.eval_env = Environment(EnvironmentConfig.from_file(self.config.eval.environment))
+            self.eval_env = Environment(environment_config(self.config.eval.environment))  # a file or a name
         env = self.eval_env
         started = time.monotonic()
         # the same seeds at every step: evaluations differ by the weights only (common random numbers)

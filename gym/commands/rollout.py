@@ -50,7 +50,11 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     from gym.overrides import add_argument
 
     del argv
-    parser.add_argument("config", type=Path, help="environment YAML or TOML (e.g. configs/cp_smoke.yaml)")
+    parser.add_argument(
+        "config",
+        type=Path,
+        help="environment YAML or TOML, or a registered name (e.g. configs/cp_smoke.yaml, cp_smoke)",
+    )
     parser.add_argument("--episodes", type=int, required=True, help="episodes to run (a multiple of --group-size)")
     parser.add_argument("--group-size", type=int, default=1, help="episodes per task draw (a GRPO group; default 1)")
     parser.add_argument(
@@ -70,10 +74,11 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gym.environment import Environment, EnvironmentConfig
+    from gym.environment import Environment
     from gym.fault import CommandError, ExitCode
     from gym.overrides import OverrideError, exit_usage
     from gym.policy_client import load_engine
+    from gym.registry import environment_config
     from gym.run_dir import set_aside, writable
 
     if args.episodes < 1 or args.group_size < 1 or args.episodes % args.group_size:
@@ -88,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     # A bad config, task file or policy spec raises its own error class: gym.fault prints it as one line
     # with the exit code of its class (2 for the config or the spec, 5 for a data file), before --out is touched.
     try:
-        config = EnvironmentConfig.from_file(args.config, overrides=overrides)
+        config = environment_config(args.config, overrides=overrides)  # a file or a registered name
     except OverrideError as exc:
         exit_usage("rollout", exc)
     env = Environment(config)

@@ -1,11 +1,8 @@
 """The distribution installs (editable and as a wheel) and its `code-rl-gym` command works from any directory.
 
-No network: the venvs see this interpreter's packages (``--system-site-packages``, and a .pth naming
-its own site-packages for when it is itself a venv), and pip runs ``--no-deps --no-build-isolation``.
-The venvs are made ``--without-pip``: the pip and setuptools they would bundle (setuptools 65 on
-Python 3.11) would shadow this interpreter's, and that setuptools cannot build a wheel without the
-``wheel`` package; ``VENV/bin/python -m pip`` runs this interpreter's pip, installing into VENV.
-pyproject.toml's ``[build-system] requires`` says so (setuptools>=70.1): pip's
+No network: the venvs (tests/install_support.py) see this interpreter's packages and pip runs
+``--no-deps --no-build-isolation``. A venv made with pip would bundle a setuptools too old to build a
+wheel; pyproject.toml's ``[build-system] requires`` says so (setuptools>=70.1): pip's
 ``--check-build-dependencies`` refuses the bundled one by that line (docs/cli.md, "Installed").
 """
 
@@ -13,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import site
 import subprocess
 import sys
 import tomllib
@@ -21,6 +17,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from tests.install_support import make_venv, pip, printed
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -41,31 +39,6 @@ SHIPPED = [
 SHIPPED_GLOBS = ["configs/*.yaml", "tasks/samples/*", "tasks/swe/specs/*.yaml", "images/swe/*.Dockerfile"]
 
 pytestmark = pytest.mark.slow
-
-
-def printed(python: Path, code: str) -> str:
-    """What ``python -c code`` prints, stripped."""
-    return subprocess.run([str(python), "-c", code], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def make_venv(path: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)], check=True)
-    python = path / "bin" / "python"
-    purelib = printed(python, "import sysconfig; print(sysconfig.get_path('purelib'))")
-    (Path(purelib) / "outer_site.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    return python
-
-
-def pip(python: Path, *args: str, cwd: Path) -> None:
-    proc = subprocess.run(
-        [str(python), "-m", "pip", "--disable-pip-version-check", "-q", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
 
 
 def command(venv: Path, *args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:

@@ -1,0 +1,43 @@
+"""Fresh virtual environments that see this interpreter's packages, and pip run inside them, offline.
+
+No network: a venv sees this interpreter's packages (``--system-site-packages``, and a .pth naming its
+own site-packages for when it is itself a venv), and callers run pip ``--no-deps --no-build-isolation``.
+The venvs are made ``--without-pip``: the pip and setuptools they would bundle (setuptools 65 on
+Python 3.11) would shadow this interpreter's, and that setuptools cannot build a wheel without the
+``wheel`` package; ``VENV/bin/python -m pip`` runs this interpreter's pip, installing into VENV
+(docs/cli.md, "Installed").
+"""
+
+from __future__ import annotations
+
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+
+def printed(python: Path, code: str) -> str:
+    """What ``python -c code`` prints, stripped."""
+    return subprocess.run([str(python), "-c", code], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def make_venv(path: Path) -> Path:
+    """A venv at ``path`` that sees this interpreter's packages; its python."""
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)], check=True)
+    python = path / "bin" / "python"
+    purelib = printed(python, "import sysconfig; print(sysconfig.get_path('purelib'))")
+    (Path(purelib) / "outer_site.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    return python
+
+
+def pip(python: Path, *args: str, cwd: Path) -> None:
+    """``python -m pip ARGS`` (quiet), asserting it succeeded with the end of its output."""
+    proc = subprocess.run(
+        [str(python), "-m", "pip", "--disable-pip-version-check", "-q", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
