@@ -29,6 +29,8 @@ from gym.trajectory import Seeds, Trajectory
 from sandbox.config import SandboxConfig
 from sandbox.errors import InfraError
 from tasks.grader import GraderConfig, TaskResult
+from tasks.math.grader import MathGraderConfig
+from tasks.math.problem import MathTask
 from tasks.swe.family import SweFamilyConfig
 from tasks.swe.instance import SweInstance
 from tasks.task import Task
@@ -52,13 +54,16 @@ class Bundle(BaseModel):
     reason: BundleReason = Field(description="Why it was written: a failure, or the sampled share.")
     environment: str = Field(description="Environment name.")
     tokenizer: str = Field(description="Tokenizer spec the trajectory's ids belong to.")
-    task: Task | SweInstance = Field(description="The task (hidden tests included) or the SWE instance.")
+    task: Task | SweInstance | MathTask = Field(
+        description="The task (hidden tests included), the SWE instance, or the math task (gold included)."
+    )
     image: str = Field(description="Workspace image name.")
     image_digest: str = Field(description="Image id (sha256) the episode ran on; '' when unknown.")
     sandbox: SandboxConfig = Field(description="Workspace configuration (tools and grading).")
     tools: ToolsConfig = Field(description="Tool configuration.")
     grader: GraderConfig = Field(description="Grader configuration.")
     swe: SweFamilyConfig | None = Field(None, description="SWE workspaces and grading (SWE instances only).")
+    math: MathGraderConfig | None = Field(None, description="Math answer checks (math tasks only).")
     rubric: RubricConfig = Field(description="Reward terms.")
     episode: EpisodeConfig = Field(description="Budgets (the length term needs the token budget).")
     seeds: Seeds = Field(description="Episode, rollout, group and member seeds.")
@@ -90,6 +95,7 @@ def bundle_of(
         tokenizer=config.tokenizer,
         task=task,
         swe=config.swe if isinstance(task, SweInstance) else None,
+        math=config.math if isinstance(task, MathTask) else None,
         image=image or config.sandbox.image,
         image_digest=digest,
         sandbox=config.sandbox,

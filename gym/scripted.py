@@ -1,5 +1,6 @@
 """Scripted policies: ``scripted:reference`` works each task's reference through the tools,
-``scripted:empty`` submits nothing of worth at once (every reward 0: the floor a checker can test).
+``scripted:empty`` submits nothing of worth at once (every reward 0: the floor a checker can test),
+``scripted:wrong`` answers every math task with a wrong answer (its gold plus one) and CP/SWE tasks as ``empty``.
 
 It needs no model, so environments can be smoke-tested and benchmarked. Like
 a real policy it sees only token ids: it parses the context back into Harmony
@@ -20,6 +21,10 @@ exist at base_commit, then ``submit`` (the repository's diff is the answer).
 ``scripted:empty`` calls ``submit`` first: an empty program, or an untouched
 repository.
 
+A math task (`tasks.math.problem.MathTask`) is answered in one turn: an analysis
+note, then the reference answer (the solutions file's, else the gold) alone on
+the final channel; ``scripted:empty`` gives an empty final answer.
+
 Each turn is the canonical Harmony rendering of its messages, encoded with the
 environment's tokenizer (real token ids, special tokens as single ids), with
 every logprob 0.0: the script is deterministic, so each token has probability
@@ -35,6 +40,7 @@ from typing import TYPE_CHECKING
 from gym.harmony import Harmony, ParseError
 from gym.message import Message
 from policies.sampling import Completion, SamplingParams
+from tasks.math.problem import MathTask
 from tasks.swe.instance import SweInstance
 from tasks.task import StdinTest, Task
 
@@ -68,8 +74,11 @@ class ReferencePolicy:
         self.empty = empty
         self.tools = tools
 
-    def script(self, task: Task | SweInstance) -> list[list[Message]]:
+    def script(self, task: Task | SweInstance | MathTask) -> list[list[Message]]:
         """The turns, each a list of assistant messages."""
+        if isinstance(task, MathTask):
+            answer = self.programs.get(task.task_id, "")  # scripted:empty has none; scripted:wrong, wrong ones
+            return [[Message.assistant("analysis", "I will work it out."), Message.assistant("final", answer)]]
         if self.empty:
             return [[Message.tool_call("submit", {} if isinstance(task, SweInstance) else {"code": ""})]]
         if isinstance(task, SweInstance):
@@ -150,21 +159,30 @@ def swe_script(instance: SweInstance) -> list[list[Message]]:
     ]
 
 
-SCRIPTS = ("reference", "empty")
+SCRIPTS = ("reference", "empty", "wrong")
+
+
+def wrong_answer(task: MathTask) -> str:
+    """An answer that is never its task's gold: the gold plus one."""
+    return f"{task.gold} + 1"
 
 
 def load_scripted(argument: str, env: Environment) -> ReferencePolicy:
-    """``scripted:reference`` or ``scripted:empty`` for an environment."""
+    """``scripted:reference``, ``scripted:empty`` or ``scripted:wrong`` for an environment."""
     if argument not in SCRIPTS:
         raise ValueError(f"unknown scripted policy {argument!r}; known: {', '.join(SCRIPTS)}")
     from gym.environment import task_text
 
     user_text = {task_id: task_text(task) for task_id, task in env.tasks.items()}
     empty = argument == "empty"
+    programs = {} if empty else env.reference_programs()
+    if argument == "wrong":  # wrong math answers; every other task as scripted:empty
+        programs = {task_id: wrong_answer(task) for task_id, task in env.tasks.items() if isinstance(task, MathTask)}
+        empty = True
     return ReferencePolicy(
         env.harmony,
         env.tasks,
-        {} if empty else env.reference_programs(),
+        programs,
         user_text,
         empty=empty,
         tools=tuple(env.config.tools.enabled),

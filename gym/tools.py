@@ -526,7 +526,10 @@ REPOSITORY_TOOLS: dict[str, Tool] = {
         "submit", "Submit your changes to the repository and end the episode.", SubmitRepoArgs, _submit_repo
     ),
 }
-ToolboxKind = Literal["program", "repository"]
+ToolboxKind = Literal["program", "repository", "answer"]
+# What a task answered on the final channel (math) is offered: calculators only; no submit (nothing but the
+# final message is an answer) and no files (nothing in the workspace is read back).
+ANSWER_TOOLS = ("python", "bash")
 
 
 class Toolbox:
@@ -534,14 +537,16 @@ class Toolbox:
 
     ``kind``: ``program`` (a task answered by a program: ``submit`` takes it) or ``repository`` (an SWE
     task: ``apply_patch`` works in ``repo`` by default and ``submit`` takes nothing, the repository's
-    diff is the answer).
+    diff is the answer) or ``answer`` (a math task: only ``ANSWER_TOOLS`` of the enabled ones, the answer is
+    the final-channel message).
     """
 
     def __init__(self, config: ToolsConfig | None = None, kind: ToolboxKind = "program") -> None:
         self.config = config or ToolsConfig()
         self.kind = kind
         table = REPOSITORY_TOOLS if kind == "repository" else TOOLS
-        self.tools = {name: table[name] for name in self.config.enabled}
+        enabled = [name for name in self.config.enabled if kind != "answer" or name in ANSWER_TOOLS]
+        self.tools = {name: table[name] for name in enabled}
 
     def specs(self) -> list[ToolSpec]:
         return [tool.spec() for tool in self.tools.values()]

@@ -8,7 +8,7 @@ answer is graded into one ``TaskResult`` with per-test verdicts (``grade``:
 in a fresh container the candidate never saw). The gym's episodes, rollout
 workers, bundles and the rubric go through this seam only.
 
-Two families:
+Three families:
 
 * ``CodeFamily`` (``cp``): competitive-programming ``Task``s. The workspace
   comes from one warm pool of the runner image, the answer is the program
@@ -19,6 +19,10 @@ Two families:
   ``/workspace/repo``, the answer is the diff of that repository (taken in a
   fresh container, never through the agent's ``.git``), graded by
   ``tasks.swe.grader.SweGrader``.
+
+* ``tasks.math.family.MathFamily`` (``math``): GSM8K, MATH and plain math rows.
+  The answer is the final-channel message whole, checked with math-verify on
+  the host (`tasks.math.grader`).
 
 ``Families`` routes each task to its family and opens and closes the
 families' resources (``async with families.opened(): ...``).
@@ -31,7 +35,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from typing import Any, Protocol, runtime_checkable
 
 from tasks.grader import TaskResult
-from tasks.submission import Submission
+from tasks.submission import Submission, extract_code
 from tasks.task import Task
 
 
@@ -69,6 +73,10 @@ class TaskFamily(Protocol):
         """The pool ``task``'s workspaces come from (its image is what a replay bundle records)."""
         ...
 
+    def final_answer(self, task: Any, text: str) -> str:
+        """What a final-channel message hands in (CP: its last code block; math: the whole text)."""
+        ...
+
     async def answer(self, task: Any, ws: Any, submitted: str | None) -> str | None:
         """The answer to grade, read before ``ws`` is released; ``submitted`` is what the policy handed in.
 
@@ -104,13 +112,35 @@ def code_task_text(task: Task) -> str:
     return "\n\n".join(parts)
 
 
-class CodeFamily:
+class PooledFamily:
+    """What families whose workspaces come from one shared warm pool have in common (CP, math): a workspace
+    from the pool, the handed-in text as the answer, nothing to open."""
+
+    def __init__(self, pool: WorkspaceSource) -> None:
+        self.pool = pool
+
+    def workspace(self, task: Any, owner: str) -> AbstractAsyncContextManager[Any]:
+        return self.pool.acquire(owner=owner)
+
+    def pool_for(self, task: Any) -> WorkspaceSource:
+        return self.pool
+
+    async def answer(self, task: Any, ws: Any, submitted: str | None) -> str | None:
+        return submitted
+
+    @asynccontextmanager
+    async def opened(self) -> AsyncIterator[None]:
+        yield
+
+
+class CodeFamily(PooledFamily):
     """Competitive-programming tasks: one warm pool, the submitted program, the unit-test grader."""
 
     name = "cp"
 
     def __init__(self, pool: WorkspaceSource, grader: TaskGrader) -> None:
-        self.pool, self.grader = pool, grader
+        super().__init__(pool)
+        self.grader = grader
 
     def owns(self, task: object) -> bool:
         return isinstance(task, Task)
@@ -118,21 +148,11 @@ class CodeFamily:
     def task_text(self, task: Task) -> str:
         return code_task_text(task)
 
-    def workspace(self, task: Task, owner: str) -> AbstractAsyncContextManager[Any]:
-        return self.pool.acquire(owner=owner)
-
-    def pool_for(self, task: Task) -> WorkspaceSource:
-        return self.pool
-
-    async def answer(self, task: Task, ws: Any, submitted: str | None) -> str | None:
-        return submitted
+    def final_answer(self, task: Task, text: str) -> str:
+        return extract_code(text)
 
     async def grade(self, task: Task, answer: str) -> TaskResult:
         return await self.grader.grade(task, submission_for(task, answer))
-
-    @asynccontextmanager
-    async def opened(self) -> AsyncIterator[None]:
-        yield
 
 
 class UnknownTask(TypeError):

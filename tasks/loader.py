@@ -16,12 +16,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from tasks.errors import MalformedRow, UnknownFormat
+from tasks.math.problem import MathTask
 from tasks.source import Reader, RowError, read_rows
 from tasks.task import Task
 
 log = logging.getLogger(__name__)
 
-FormatChoice = Literal["auto", "nemotron", "taco", "apps", "codecontests", "lcb", "humaneval", "mbpp"]
+FormatChoice = Literal["auto", "nemotron", "taco", "apps", "codecontests", "lcb", "humaneval", "mbpp", "math"]
 
 # format name -> module exposing looks_like(row) and parse(index, row, name)
 FORMATS: dict[str, str] = {
@@ -32,6 +33,7 @@ FORMATS: dict[str, str] = {
     "lcb": "tasks.formats.livecodebench",
     "humaneval": "tasks.formats.humaneval",
     "mbpp": "tasks.formats.mbpp",
+    "math": "tasks.math.problem",  # GSM8K, MATH and plain problem/answer rows: MathTask, not Task
 }
 
 
@@ -42,7 +44,7 @@ class LoadReport(BaseModel):
 
     path: str
     format: str
-    tasks: tuple[Task, ...]
+    tasks: tuple[Task | MathTask, ...]
     errors: tuple[RowError, ...]
 
 
@@ -57,6 +59,8 @@ def detect_format(row: dict[str, Any]) -> str | None:
         return "apps"
     if taco.looks_like(row):
         return "taco"
+    if importlib.import_module(FORMATS["math"]).looks_like(row):
+        return "math"
     return None
 
 
@@ -65,7 +69,7 @@ def load_tasks(path: Path, format: FormatChoice = "auto", reader: Reader = "auto
     if format != "auto" and format not in FORMATS:
         raise UnknownFormat(f"unknown format {format!r}; known: {', '.join(FORMATS)}")
     chosen = None if format == "auto" else format
-    tasks: list[Task] = []
+    tasks: list[Task | MathTask] = []
     errors: list[RowError] = []
     seen: set[str] = set()
     for index, row in read_rows(Path(path), reader):

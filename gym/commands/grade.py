@@ -53,7 +53,12 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     cp.add_argument(
         "--tasks", type=Path, metavar="FILE", required=True, help="dataset file (jsonl[.gz], json, parquet, arrow, dir)"
     )
-    cp.add_argument("--format", choices=FORMATS, default="auto", help="dataset format (default: recognised)")
+    cp.add_argument(  # math rows are graded in episodes (configs/math_smoke.yaml), not as programs
+        "--format",
+        choices=[f for f in FORMATS if f != "math"],
+        default="auto",
+        help="dataset format (default: recognised)",
+    )
     cp.add_argument(
         "--reader",
         choices=("auto", "plain", "datasets"),
@@ -175,6 +180,7 @@ def _grade_with_bar(pairs, config, sandbox) -> list:
 
 
 def _run_cp(args: argparse.Namespace) -> int:
+    from tasks.errors import UnknownFormat
     from tasks.grader import GradeReport, pair_submissions
     from tasks.loader import load_tasks
     from tasks.submission import read_submissions
@@ -183,6 +189,11 @@ def _run_cp(args: argparse.Namespace) -> int:
     # read raises TaskError or OSError, one `gym: error:` line with exit 5 (gym.fault), as in rollout and train.
     sandbox = _sandbox_config(args)
     loaded = load_tasks(args.tasks, args.format, args.reader)
+    if loaded.format == "math":
+        raise UnknownFormat(
+            f"{args.tasks}: math rows are answers, not programs: grade them with `python -m gym "
+            "rollout` on an environment of format math (configs/math_smoke.yaml)"
+        )
     submissions, bad_solutions = read_submissions(args.solutions)
     for error in bad_solutions:
         log.warning("%s: skipped solution row %d: %s", args.solutions, error.index, error.reason)

@@ -31,6 +31,7 @@ from sandbox.pool import WorkspacePool
 from sandbox.workspace import Workspace
 from tasks.grader import TaskResult
 from tasks.judge import TestResult
+from tasks.submission import extract_code
 from tasks.swe.grader import SweGrader, SweGraderConfig, grading_budgets, instance_sandbox
 from tasks.swe.instance import SweInstance
 from tasks.swe.resolution import InstanceResult
@@ -171,6 +172,9 @@ class SweFamily:
         async with self._pool(task).acquire(owner=owner) as ws:
             await prepare(ws, task)
             yield ws
+
+    def final_answer(self, task: SweInstance, text: str) -> str:
+        return extract_code(text)  # a handed-in text starts the answer; the repository's diff is what is graded
 
     async def answer(self, task: SweInstance, ws: Workspace, submitted: str | None) -> str | None:
         return await workspace_diff(ws, self._pool(task, grading=True))
