@@ -116,7 +116,7 @@ KNOWN: tuple[tuple[str, str, ExitCode, str | None], ...] = (
         "gym.policy_client",
         "PolicySpecError",
         ExitCode.USAGE,
-        "--policy takes scripted:reference, scripted:empty, http://HOST:PORT or checkpoint:DIR",
+        "--policy takes scripted:reference, scripted:empty, scripted:wrong, http://HOST:PORT or checkpoint:DIR",
     ),
     (
         "policies.sampling",

@@ -60,7 +60,7 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     parser.add_argument(
         "--policy",
         default="scripted:reference",
-        help="scripted:reference (default), scripted:empty, http://HOST:PORT or checkpoint:DIR",
+        help="scripted:reference (default), scripted:empty, scripted:wrong, http://HOST:PORT or checkpoint:DIR",
     )
     parser.add_argument("--out", type=Path, required=True, help="run directory to write")
     parser.add_argument("--seed", type=int, default=0, help="rollout seed (sampling seeds derive from it)")
