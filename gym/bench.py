@@ -21,7 +21,9 @@ DEFAULT_CONFIG = Path("configs/cp_smoke.yaml")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="environment YAML (default cp_smoke)")
+    parser.add_argument(
+        "--config", type=Path, default=DEFAULT_CONFIG, help="environment YAML or registered name (default cp_smoke)"
+    )
     parser.add_argument("--episodes", type=int, default=32, help="episodes to run (default 32)")
     parser.add_argument("--concurrency", type=int, default=None, help="episodes at once (default: the config's)")
 

@@ -25,7 +25,12 @@ DEFAULT_CONFIG = Path("configs/swe_smoke.yaml")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="SWE environment YAML (default swe_smoke)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=DEFAULT_CONFIG,
+        help="SWE environment YAML or registered name (default swe_smoke)",
+    )
     parser.add_argument("--episodes", type=int, default=6, help="episodes to run (default 6)")
     parser.add_argument("--prepares", type=int, default=5, help="workspace preparations timed per instance (default 5)")
     parser.add_argument("--concurrency", type=int, default=None, help="episodes at once (default: the config's)")
