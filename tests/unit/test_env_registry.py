@@ -242,3 +242,14 @@ def test_a_train_config_names_its_environments_by_name(site, tmp_path):
     path.write_text(TRAIN_TOML.replace('"configs/cp_smoke.yaml"', '"nope_env"'))
     with pytest.raises(RegistryError, match=rf"^{path}: environment: no environment file or registered"):
         TrainConfig.load(path)
+
+
+def test_an_entry_point_name_that_reads_as_a_path_is_listed_as_unusable(site):
+    site.install("odd-dist", {"odd/name": "odd_pkg:environment", "odd.yaml": "odd_pkg:environment"})
+    everything = registry.registered()
+    odd = [entry for entry in everything if entry.distribution == "odd-dist"]
+    assert sorted(entry.name for entry in odd) == ["odd.yaml", "odd/name"]
+    for entry in odd:
+        why = registry.problem(entry, everything)
+        assert why.startswith(f"environment {entry.name!r} (odd-dist 0.1, odd_pkg:environment): the name is not usable")
+        assert why.endswith("— rename the entry point in odd-dist's [project.entry-points] table")
