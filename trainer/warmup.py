@@ -27,6 +27,7 @@ from gym.progress import progress as bar_of
 from gym.rollout import collect_async
 from gym.scripted import load_scripted
 from gym.trajectory import Trajectory, TrajectoryBuilder
+from tasks.math.problem import MathTask
 from tasks.task import Task
 from trainer.batch import collate, shard
 from trainer.config import WarmStartConfig
@@ -107,12 +108,16 @@ class TaskList:
 
 
 def final_answer_demos(env: Environment, tasks: int | None) -> list[Trajectory]:
-    """Prompt + ``<|channel|>final<|message|>```python PROGRAM```<|return|>`` per task, token-exact."""
+    """Prompt + ``<|channel|>final<|message|>```python PROGRAM```<|return|>`` per task (a math task: its
+    reference answer alone), token-exact."""
     programs = env.reference_programs()
     chosen = [task for task in demo_tasks(env, tasks) if task.task_id in programs]
     demos = []
     for task in chosen:
-        answer = Message.assistant("final", f"```python\n{programs[task.task_id].rstrip()}\n```")
+        reference = programs[task.task_id].rstrip()
+        # a math task's answer is the final message itself (tasks/math/family.py): no code block around it
+        text = reference if isinstance(task, MathTask) else f"```python\n{reference}\n```"
+        answer = Message.assistant("final", text)
         ids = env.harmony.render_completion([answer])
         builder = TrajectoryBuilder.from_messages(env.harmony, env.prompt(task), task_id=task.task_id)
         builder.add_sampled(ids, [0.0] * len(ids))

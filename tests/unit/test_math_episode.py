@@ -102,3 +102,12 @@ def test_scripted_policies_on_math_tasks(env, policy, reward):
     for task_id in ("gsm8k/0", "competition/samples/precalculus/10.json", "plain/plain-11"):
         result = episode(env, engine, task_id)
         assert result.trajectory.reward == reward and result.answer_source == "final", (policy, task_id)
+
+
+def test_warm_start_demos_answer_math_tasks_without_a_code_block(env):
+    from trainer.warmup import final_answer_demos
+
+    demos = {d.task_id: d for d in final_answer_demos(env, None)}
+    assert len(demos) == 36
+    answer = [m for m in demos[TASK].messages if m.is_final][-1].content
+    assert answer == env.reference_programs()[TASK] == "1,080" and "```" not in answer
