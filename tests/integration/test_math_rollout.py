@@ -28,6 +28,10 @@ def test_reference_answers_score_one_and_replay(tmp_path):
     assert {t["task_id"].split("/")[0] for t in trajectories} == {"gsm8k", "competition", "plain"}
     done = gym("replay", str(tmp_path / "ref" / "bundles"))
     assert done.returncode == 0 and "8/8 bundles replayed identically" in done.stdout + done.stderr, done.stderr
+    shown = gym("show", str(sorted((tmp_path / "ref" / "bundles").iterdir())[0]))
+    assert shown.returncode == 0 and "(math, " in shown.stdout and "=== answer (final) ===" in shown.stdout, (
+        shown.stderr
+    )
 
 
 def test_wrong_answers_score_zero(tmp_path):
