@@ -7,7 +7,8 @@ run for minutes or eat memory, which is why it never runs inside the gym's proce
 
 What passes: the answer, as ``math_verify`` parses it (plain numbers, ``1/2``, ``0.5``, LaTeX
 with or without ``$``, ``\\boxed{}``, ``x = 5``, thousands separators ``1,000``), is equivalent to
-the gold. What fails (``wrong_answer``, with the reason in ``detail``):
+the gold; a percentage (``25%``) also passes for a gold without a percent sign (``25``), as GSM8K
+asks. What fails (``wrong_answer``, with the reason in ``detail``):
 
 * an empty answer, or one longer than ``max_chars`` (never parsed);
 * several answers: the reply is cut into candidates at newlines, ``;``, sentence ends, the words
@@ -95,6 +96,10 @@ def judge(gold: str, answer: str, max_chars: int = 512, max_answers: int = 8) ->
         return "wrong_answer", f"no mathematical answer found in {text[:80]!r}"
     if verify(gold_parsed, whole, timeout_seconds=None):
         return "passed", ""
+    if "%" in text and "%" not in gold:  # "25%" for a GSM8K gold of 25 (the question asked for a percentage)
+        bare = parsed(text.replace("\\%", "").replace("%", ""))
+        if bare and verify(gold_parsed, bare, timeout_seconds=None):
+            return "passed", ""
     return "wrong_answer", f"{str(whole[-1])[:80]} is not {str(gold_parsed[-1])[:80]}"
 
 
