@@ -23,7 +23,9 @@ class WorkspaceBudgets(_Config):
     """Limits of one workspace container (fixed at container creation)."""
 
     memory_mb: int = Field(512, ge=32, description="--memory and --memory-swap (no swap); tmpfs pages count here too")
-    cpus: float = Field(1.0, gt=0, le=64, description="CPU quota in cores (--cpus)")
+    cpus: float | None = Field(
+        1.0, gt=0, le=64, description="CPU quota in cores (--cpus); None removes it (only for kill-testing)"
+    )
     pids: int | None = Field(
         128, ge=8, description="--pids-limit; None removes the limit (only for kill-testing a weakened sandbox)"
     )

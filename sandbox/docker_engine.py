@@ -145,7 +145,7 @@ class Engine:
             pids_limit=budgets.pids if budgets.pids is not None else -1,
             mem_limit=f"{budgets.memory_mb}m",
             memswap_limit=f"{budgets.memory_mb}m",
-            nano_cpus=int(budgets.cpus * 1e9),
+            nano_cpus=int(budgets.cpus * 1e9) if budgets.cpus is not None else None,
             ulimits=[
                 Ulimit(name="nofile", soft=budgets.nofile, hard=budgets.nofile),
                 Ulimit(name="fsize", soft=budgets.fsize_mb << 20, hard=budgets.fsize_mb << 20),

@@ -122,7 +122,7 @@ def docker_run_argv(sandbox: SandboxConfig, seccomp_file: Path, workdir: str, la
     argv += ["--read-only"] if hard.read_only_rootfs else []
     argv += ["--tmpfs", f"/tmp:rw,exec,nosuid,nodev,size={budgets.tmp_mb}m,mode=1777"]
     argv += ["--pids-limit", str(budgets.pids or -1), "--memory", f"{budgets.memory_mb}m"]
-    argv += ["--memory-swap", f"{budgets.memory_mb}m", "--cpus", str(budgets.cpus)]
+    argv += ["--memory-swap", f"{budgets.memory_mb}m"] + (["--cpus", str(budgets.cpus)] if budgets.cpus else [])
     argv += [
         "--ulimit",
         f"nofile={budgets.nofile}",

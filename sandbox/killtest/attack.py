@@ -31,7 +31,7 @@ from sandbox.failure import FailureKind
 Group = Literal["resources", "lifetime", "network", "filesystem", "kernel", "information", "persistence"]
 GROUPS: tuple[Group, ...] = ("resources", "lifetime", "network", "filesystem", "kernel", "information", "persistence")
 # A hardening switch whose removal alone must turn the attack into an escape (see configs/killtest_weak_*.yaml).
-Weakening = Literal["network", "pids", "rootfs", "seccomp"]
+Weakening = Literal["cpu", "network", "pids", "rootfs", "seccomp"]
 ERROR = "error"  # a program reports this when it could not even set up its attack
 
 
@@ -97,7 +97,13 @@ class Attack(_Data):
     neighbour: Literal["none", "plant", "probe"] = Field(
         "none",
         description="plant: the host writes a canary file into a second workspace first; "
-        "probe: a second workspace's exec latency is measured while the program runs",
+        "probe: a second workspace's exec latency is measured while the program runs, the attacker frozen and "
+        "running in turn",
+    )
+    accounting: Literal["none", "cpu"] = Field(
+        "none",
+        description="cpu: the host reads the container's CPU time over the whole attack and checks it against "
+        "the container's CPU limit (a container without one fails)",
     )
     targets: tuple[str, ...] = Field((), description="absolute paths the attack tries to create or change")
     breaks_without: frozenset[Weakening] = Field(

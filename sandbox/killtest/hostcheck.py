@@ -5,7 +5,7 @@
 - ``removed``: after release the container is gone and no host process still sits in its cgroup;
 - ``file_states``: the host's own files at the paths an attack targeted, before and after;
 - ``daemon``: the engine still answers a ping quickly;
-- ``latency``: a neighbour workspace's exec latency while a bomb runs (``NeighbourProbe``).
+The neighbour's latency (``neighbour``) and the attacker's CPU time (``cpu_account``) have their own modules.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import hashlib
 import logging
 import os
 import stat
-import statistics
 import time
 from pathlib import Path
 
@@ -24,17 +23,12 @@ import trio
 from sandbox.docker_engine import Engine
 from sandbox.errors import InfraError
 from sandbox.killtest.judge import Check
-from sandbox.protocol import ExecRequest
-from sandbox.workspace import Workspace
 
 log = logging.getLogger(__name__)
 EXPECTED_PROCESSES = ("docker-init", "/opt/gym/runner.py")
 REMOVAL_TIMEOUT_S = 20.0
 SETTLE_S = 1.0  # zombies reparented to init are reaped asynchronously; give it this long
 DAEMON_PING_LIMIT_S = 5.0
-LATENCY_FACTOR = 3.0
-PROBE_INTERVAL_S = 0.05
-LATENCY_FLOOR_S = 0.005  # absolute slack: at ~5 ms a single scheduler hiccup would otherwise fail 3x
 
 
 class HostChecks:
@@ -181,47 +175,3 @@ def rootfs_unchanged(baseline: set[str], after: set[str]) -> Check:
         passed=not new,
         detail="root fs layer changed: " + ", ".join(new) if new else "root fs layer unchanged",
     )
-
-
-class NeighbourProbe:
-    """Exec latency of a trivial command in a second workspace, idle and while an attack runs."""
-
-    def __init__(self, ws: Workspace, idle_samples: int = 10, max_loaded: int = 40, warmup_s: float = 0.5):
-        self.ws = ws
-        self.idle_samples = idle_samples
-        self.max_loaded = max_loaded  # 1 + 2 * idle + loaded samples stay inside the episode's call budget (64)
-        self.warmup_s = warmup_s
-        self.idle: list[float] = []
-        self.loaded: list[float] = []
-
-    async def _sample(self) -> float:
-        started = time.monotonic()
-        result = await self.ws.exec(ExecRequest(argv=["true"], timeout_s=10))
-        if result.failure.value != "ok":
-            raise InfraError(f"neighbour probe exec failed: {result.failure.value} {result.detail}")
-        return time.monotonic() - started
-
-    async def measure_idle(self) -> None:
-        """Idle samples; called before and after the attack, so a drift of the machine's own load evens out."""
-        if not self.idle:
-            await self._sample()  # the first call of a workspace pays one-off costs
-        for _ in range(self.idle_samples):
-            self.idle.append(await self._sample())
-            await trio.sleep(PROBE_INTERVAL_S)
-
-    async def measure_until(self, done: trio.Event) -> None:
-        """Sample from warmup_s after the start until ``done`` (at least 5, at most max_loaded samples)."""
-        await trio.sleep(self.warmup_s)
-        while (not done.is_set() or len(self.loaded) < 5) and len(self.loaded) < self.max_loaded:
-            self.loaded.append(await self._sample())
-            await trio.sleep(PROBE_INTERVAL_S)
-
-    def check(self) -> Check:
-        idle, loaded = statistics.median(self.idle), statistics.median(self.loaded)
-        bound = LATENCY_FACTOR * idle + LATENCY_FLOOR_S
-        detail = (
-            f"neighbour exec p50 {1000 * loaded:.1f} ms under load vs {1000 * idle:.1f} ms idle "
-            f"(bound {LATENCY_FACTOR:.0f}x idle + {1000 * LATENCY_FLOOR_S:.0f} ms = {1000 * bound:.1f} ms, "
-            f"{len(self.loaded)} samples)"
-        )
-        return Check(name="neighbour_latency", passed=loaded <= bound, detail=detail)

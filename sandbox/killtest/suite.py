@@ -3,7 +3,9 @@
 Attacks without a neighbour probe run concurrently (``concurrency`` at a
 time, each in its own workspace from a warm pool); bombs and hogs with a
 probe run afterwards one at a time, so the neighbour's latency measures them
-alone. Every attack ends with the host checks of ``sandbox.killtest.hostcheck``.
+alone (against itself with the attacker frozen: ``sandbox.killtest.neighbour``).
+A CPU attack's verdict rests on its container's own CPU time against its limit
+(``sandbox.killtest.cpu_account``). Every attack ends with the host checks of ``sandbox.killtest.hostcheck``.
 One attack that cannot be run becomes an ``error`` row, never an aborted suite.
 """
 
@@ -26,15 +28,11 @@ from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from sandbox.killtest import posture as posture_mod
 from sandbox.killtest.attack import Attack, Program, ToolStep
-from sandbox.killtest.hostcheck import (
-    HostChecks,
-    NeighbourProbe,
-    file_states,
-    files_unchanged,
-    rootfs_unchanged,
-)
+from sandbox.killtest.cpu_account import CpuAccount
+from sandbox.killtest.hostcheck import HostChecks, file_states, files_unchanged, rootfs_unchanged
 from sandbox.killtest.judge import AttackResult, Check, Observation, bounds, canary, judge, observe, parse_report
 from sandbox.killtest.listener import GatewayListener, gateway_listener
+from sandbox.killtest.neighbour import NeighbourProbe
 from sandbox.killtest.report import SuiteReport
 from sandbox.labels import Labels, current_owner
 from sandbox.pool import WorkspacePool
@@ -141,7 +139,7 @@ class Suite:
     async def _first(self, ws: Workspace, attack: Attack, facts: dict[str, str], run: Run) -> None:
         """The main program, with its neighbour workspace when the attack has one."""
         if attack.neighbour == "none":
-            await self._program(ws, "program", attack.program, facts, run)
+            await self._main(ws, attack, facts, run, None)
             return
         async with self.pool.acquire(f"killtest:{attack.name}:neighbour") as neighbour:
             run.containers.append(neighbour.id)
@@ -149,19 +147,32 @@ class Suite:
                 planted = await neighbour.write_file(facts["canary_name"], self.secret.encode())
                 if planted.failure != FailureKind.OK:
                     raise InfraError(f"could not plant the neighbour canary: {planted.detail}")
-                await self._program(ws, "program", attack.program, facts, run)
+                await self._main(ws, attack, facts, run, None)
                 return
-            probe = NeighbourProbe(neighbour)
-            await probe.measure_idle()
-            done = trio.Event()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(probe.measure_until, done)
-                try:
-                    await self._program(ws, "program", attack.program, facts, run)
-                finally:
-                    done.set()
-            await probe.measure_idle()
+            probe = NeighbourProbe(neighbour, self.pool.engine)
+            await probe.warm()
+            await self._main(ws, attack, facts, run, probe)
             run.checks.append(probe.check())
+
+    async def _main(
+        self, ws: Workspace, attack: Attack, facts: dict[str, str], run: Run, probe: NeighbourProbe | None
+    ) -> None:
+        """The program, sampled by ``probe`` while it runs, inside the CPU account's window when it has one."""
+        account = CpuAccount(self.pool.engine, ws.id) if attack.accounting == "cpu" else None
+        if account is not None:
+            await account.start()  # before the call is sent: every CPU second of the attack falls inside
+        done = trio.Event()
+        async with trio.open_nursery() as nursery:
+            if probe is not None:
+                nursery.start_soon(probe.measure_until, ws.id, done)
+            try:
+                await self._program(ws, "program", attack.program, facts, run)
+            finally:
+                done.set()
+        if account is not None:
+            await account.stop()  # after the call and the host's sweep: a process outliving the call is charged
+            frozen_s, thaws = (probe.frozen_s, probe.thaws) if probe is not None else (0.0, 0)
+            run.checks.append(account.check(frozen_s, thaws))
 
     async def _program(self, ws: Workspace, stage: str, program: Program, facts: dict[str, str], run: Run) -> None:
         env = {key: value.format(**facts) for key, value in program.env.items()}

@@ -11,8 +11,8 @@ import pytest
 
 from sandbox.failure import FailureKind
 from sandbox.killtest.attack import Attack, Program, ToolStep
+from sandbox.killtest.cpu_account import CpuAccount, cpu_limit, usage_bound
 from sandbox.killtest.hostcheck import (
-    NeighbourProbe,
     file_states,
     files_unchanged,
     layer_paths,
@@ -20,6 +20,7 @@ from sandbox.killtest.hostcheck import (
     zombies_of,
 )
 from sandbox.killtest.judge import Check, Observation, Verdict, bounds, canary, judge, observe, parse_report, summary
+from sandbox.killtest.neighbour import NeighbourProbe
 from sandbox.killtest.report import SuiteReport, table
 from sandbox.protocol import ExecResult
 
@@ -114,14 +115,49 @@ def test_layer_whiteouts_are_deletions(tmp_path):
     assert layer_paths(str(tmp_path)) == {"/gone (deleted)"}
 
 
-def test_neighbour_probe_bound_is_three_times_idle_plus_floor():
+def test_neighbour_probe_compares_running_with_frozen_samples():
     probe = NeighbourProbe(ws=None)
-    probe.idle = [0.004, 0.005, 0.006]
-    probe.loaded = [0.019, 0.020, 0.020]  # bound: 3 * 5 ms + 5 ms = 20 ms
+    probe.frozen = [0.010, 0.012, 0.014]
+    probe.running = [0.050, 0.069, 0.069]  # bound: 5 * 12 ms + 10 ms = 70 ms
     assert probe.check().passed
-    probe.loaded = [0.021, 0.022, 0.030]
+    probe.running = [0.071, 0.072, 0.090]
     result = probe.check()
-    assert not result.passed and "bound 3x idle + 5 ms = 20.0 ms" in result.detail
+    assert not result.passed and "bound 5x frozen + 10 ms = 70.0 ms" in result.detail
+    probe.running = [0.001, 0.001]  # no verdict without samples on both sides
+    result = probe.check()
+    assert not result.passed and "too few samples" in result.detail
+
+
+def test_cpu_limit_from_the_host_config():
+    assert cpu_limit({"NanoCpus": 1_500_000_000}) == (1.5, 0.1)
+    assert cpu_limit({"NanoCpus": 0, "CpuQuota": 50_000, "CpuPeriod": 200_000}) == (0.25, 0.2)
+    assert cpu_limit({"NanoCpus": 0, "CpuQuota": -1, "CpuPeriod": 0}) == (None, 0.1)
+
+
+def test_usage_bound_adds_the_margin_and_two_period_edges_per_stretch():
+    # 1 core of 2: each edge may use half a period's quota (50 ms) faster than the average rate.
+    assert usage_bound(1.0, 0.1, 2, running_s=4.0, stretches=3) == pytest.approx(4.0 * 1.05 + 6 * 0.05)
+    assert usage_bound(2.0, 0.1, 2, running_s=4.0, stretches=3) == pytest.approx(8.0 * 1.05)  # all cores: no edge
+
+
+def account(limit: float | None, used_s: float | None, wall_s: float) -> CpuAccount:
+    acc = CpuAccount(engine=None, container_id="c")
+    acc.limit, acc.cpus, acc.used_s, acc.wall_s = limit, 2, used_s, wall_s
+    return acc
+
+
+def test_cpu_usage_passes_within_the_limit_and_fails_beyond_it_or_without_one():
+    assert account(1.0, 4.0, 4.0).check().passed
+    over = account(1.0, 4.6, 4.0).check()  # bound 4.2 + 2 edges of 50 ms = 4.3
+    assert not over.passed and "bound 4.30" in over.detail
+    # Frozen time is not running time: 4 s running in 4 stretches is a bound of 4.2 + 8 edges = 4.6, 4.5 s is 5.13.
+    assert not account(1.0, 4.7, 5.0).check(frozen_s=1.0, thaws=3).passed
+    assert account(1.0, 4.7, 5.0).check(frozen_s=0.5, thaws=3).passed
+    unlimited = account(None, 7.2, 4.0).check()
+    assert not unlimited.passed and "no CPU limit" in unlimited.detail
+    lost = account(1.0, None, 4.0)
+    lost.ended = "no last reading (NotFound)"
+    assert not lost.check().passed
 
 
 def test_report_ok_table_and_json(tmp_path):

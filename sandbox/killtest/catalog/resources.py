@@ -5,7 +5,8 @@ oom_kill, statvfs, the deadline), never the program's own text. The bombs are
 real but capped (about 6-8x the default pids limit): far above any sane
 limit, so reaching the cap is an escape, yet a weakened run (no pids limit)
 cannot exhaust this machine's pid space (pid_max may be 32768 and shared).
-Bombs and hogs run alone, with a latency probe in a neighbour workspace.
+Bombs and hogs run alone, with a latency probe in a neighbour workspace; the CPU hog's
+verdict rests on its container's own CPU time against its limit (``cpu_account``).
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ def _memory_bomb(name: str, goal: str, source: str) -> Attack:
 
 
 def _resource(name: str, goal: str, lang: str, source: str, expected: tuple[str, ...], **options) -> Attack:
-    neighbour = options.pop("neighbour", "none")
-    weak = options.pop("weak", frozenset())
+    kept = {"neighbour": options.pop("neighbour", "none"), "accounting": options.pop("accounting", "none")}
+    kept["breaks_without"] = options.pop("weak", frozenset())
     program = Program(lang=lang, source=source, expected=expected, observe=options.pop("observe", "failure"), **options)
-    return Attack(name=name, group="resources", goal=goal, program=program, neighbour=neighbour, breaks_without=weak)
+    return Attack(name=name, group="resources", goal=goal, program=program, **kept)
 
 
 ATTACKS = (
@@ -226,6 +227,8 @@ while True:
         ("timeout",),
         timeout_s=4,
         neighbour="probe",
+        accounting="cpu",
+        weak=frozenset({"cpu"}),
     ),
     _resource(
         "endless_loop", "loop forever in one process", "python", "while True:\n    pass\n", ("timeout",), timeout_s=2
