@@ -42,3 +42,5 @@ def test_whole_catalog_is_contained_and_the_posture_matches(tmp_path):
         assert {"removed", "daemon", "host_files", "host_secret"} <= names, row["name"]
         if row["name"] in ("fork_bomb_shell", "fork_bomb_python", "cpu_hog"):
             assert "neighbour_latency" in names
+        if row["name"] == "cpu_hog":
+            assert "cpu_usage" in names

@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # weakening -> (attacks and controls to run, a posture key that must drift)
 CASES = {
+    "cpu": (["cpu_hog", "endless_loop", "fork_bomb_python"], "cgroup.cpu"),
     "network": (["network", "env_secrets", "mount", "write_root"], "network.interfaces"),
     "pids": (["fork_bomb_shell", "fork_bomb_python", "thread_bomb", "memory_heap", "zombies"], "cgroup.pids"),
     "rootfs": (["filesystem", "planted_file", "planted_process", "runner_kill"], "mounts./.options"),

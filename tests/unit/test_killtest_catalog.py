@@ -47,7 +47,10 @@ def test_every_program_parses_and_its_env_templates_resolve(name, stage, program
 
 
 def test_weakenings_name_the_attacks_that_depend_on_them():
-    weak = {k: {a.name for a in CATALOG if k in a.breaks_without} for k in ("network", "pids", "rootfs", "seccomp")}
+    weak = {
+        k: {a.name for a in CATALOG if k in a.breaks_without} for k in ("cpu", "network", "pids", "rootfs", "seccomp")
+    }
+    assert weak["cpu"] == {"cpu_hog"}
     assert weak["network"] == {"tcp_outside", "tcp_gateway", "udp_dns", "metadata_address", "bash_dev_tcp"}
     assert weak["pids"] == {"fork_bomb_shell", "fork_bomb_python", "thread_bomb"}
     assert weak["rootfs"] == {"write_root", "planted_file"}
