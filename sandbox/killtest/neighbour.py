@@ -12,7 +12,7 @@ compares the two medians: what the attacker itself adds.
 
 What the bound means: it is not the CPU cap (``cpu_account`` checks that on
 the kernel's own accounting). Measured on the 2-core VM, a hog capped at one
-core and an uncapped one slow the neighbour alike (1.7-2x idle, 3-3.5x with four
+core and an uncapped one slow the neighbour alike (1.7-2x idle, 3-4x with four
 outside busy loops): CFS gives each container's cgroup an equal share whatever
 its quota. The bound catches starvation: a neighbour whose calls wait on the
 attacker by a large factor (``LATENCY_FACTOR``) plus an absolute floor
@@ -38,7 +38,7 @@ from sandbox.protocol import ExecRequest
 from sandbox.workspace import Workspace
 
 log = logging.getLogger(__name__)
-LATENCY_FACTOR = 5.0
+LATENCY_FACTOR = 8.0  # twice the worst legitimate ratio measured (a capped hog, 4x with the cores busy)
 LATENCY_FLOOR_S = 0.010
 BLOCK = 3  # samples per frozen or running block: fewer blocks, fewer quota-period edges for cpu_account
 MIN_SAMPLES = 3  # per set; fewer and there is no verdict (the check fails)
