@@ -53,6 +53,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run episodes of an environment with a policy; write trajectories and replay bundles",
     ),
     "replay": ("gym.commands.replay", "re-execute replay bundles in fresh workspaces and report any difference"),
+    "selfplay": (
+        "gym.commands.selfplay",
+        "generator/verifier/meta-verifier self-play on math problems: accepted chains, verifier rows, bundles",
+    ),
     "envs": (
         "gym.commands.envs",
         "list the environments one can name instead of a config file (shipped and installed packages)",
@@ -91,6 +95,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "configs/cp_smoke.yaml --episodes 4 --out runs/s --set episode.max_turns=4",
     ),
     "replay": ("runs/smoke/bundles/*.json",),
+    "selfplay": (
+        "configs/selfplay_tiny.yaml --max-problems 4 --out runs/selfplay",
+        "configs/selfplay_tiny.yaml --max-problems 36 --policy scripted:selfplay --out runs/sp",
+    ),
     "envs": ("list", "list --json", "show cp_smoke"),
     "show": ("runs/smoke/bundles/BUNDLE.json --full",),
     "plot": ("runs/cp_grpo_tiny", "runs/cp_grpo_tiny --out curves.png"),

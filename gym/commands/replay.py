@@ -2,8 +2,10 @@
 
 Each bundle's tool calls run again, in order, in a fresh workspace; its answer
 is graded again in another fresh container; the bundle is also checked
-against its own trajectory (see gym/replay.py). A folder argument means every
-``*.json`` bundle in it. Prints one line per bundle (and each difference);
+against its own trajectory (see gym/replay.py). A self-play chain bundle
+(``gym selfplay``) is re-checked offline instead: prompts, parsing, the math
+check and the acceptance decision (gym/chain_bundle.py). A folder argument
+means every ``*.json`` bundle in it. Prints one line per bundle (and each difference);
 exits 0 when every bundle replayed identically, 1 otherwise (5 for a file that
 is not a bundle, docs/cli.md). ``--json FILE`` writes the reports.
 """
@@ -36,6 +38,7 @@ def bundle_paths(arguments: list[Path]) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from gym.chain_bundle import is_chain_bundle, replay_chain_files
     from gym.fault import CommandError, ExitCode
     from gym.replay import replay_files
 
@@ -46,7 +49,12 @@ def run(args: argparse.Namespace) -> int:
             "pass bundle files, or a folder of them (RUN/bundles/)",
             ExitCode.INPUT,
         )
-    reports = replay_files(paths, concurrency=args.concurrency, trust_sandbox=args.trust_bundle_sandbox)
+    # self-play chain bundles (gym/chain_bundle.py) are re-checked offline; episode bundles re-execute
+    chains = [path for path in paths if is_chain_bundle(path)]
+    episodes = [path for path in paths if path not in chains]
+    replayed = replay_files(episodes, concurrency=args.concurrency, trust_sandbox=args.trust_bundle_sandbox)
+    by_path = dict(zip(episodes, replayed)) | dict(zip(chains, replay_chain_files(chains)))
+    reports = [by_path[path] for path in paths]
     for report in reports:
         status = "identical" if report.identical else f"{len(report.differences)} DIFFERENCES"
         print(

@@ -1,0 +1,205 @@
+"""Self-play chain bundles: one JSON file per sampled accepted chain, re-checked offline by `gym replay`.
+
+A chain bundle (``"kind": "selfplay_chain"``) holds the problem (gold included), the tokenizer spec, the
+role prompts and parser bounds, the math check's configuration, the chain (each role's token-exact
+trajectory, finish reason, parsed output or failure; the check's verdict; the decision) and the verifier
+row it gave. It is not an episode bundle (`gym.bundle.Bundle`): three roles, no workspace, no tools.
+`gym replay` tells the two apart by ``kind`` (`is_chain_bundle`) and reports both alike
+(`gym.replay.ReplayReport`).
+
+`replay_chain` checks, without Docker and without the policy:
+
+1. **prompts**: each role's prompt, rendered again from the bundle's prompts and the chain's own inputs
+   (the problem; the verifier's user message from the re-parsed solution; the meta-verifier's from the
+   re-parsed verdict), has the recorded messages and token ids;
+2. **parsing**: each role's sampled ids, parsed again (Harmony, then the role's parser), give the recorded
+   output or failure, and the rebuilt trajectory (ids, messages, events, failures) is the recorded one;
+   a turn that parsed is token-exact (`assert_token_exact`);
+3. **tool returns**: roles are offered no tools, so every trajectory has no tool call and no tool result;
+4. **grading**: the generator's answer is checked again with math-verify (the recorded math config) and
+   gives the recorded verdict;
+5. **acceptance**: the rule (`gym.chain.decide`) over the replayed outputs and check gives the recorded
+   decision, and the verifier row is the recorded one.
+
+The report's reward is the check's fraction (1.0 right, 0.0 wrong), recorded and replayed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import trio
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gym.bundle import BundleError
+from gym.chain import Chain, decide, verifier_row
+from gym.harmony import Harmony
+from gym.replay import Difference, ReplayReport, _short
+from gym.replay import _diff as _compare  # the episode replay's difference recorder, shared
+from gym.roles import ROLES, MetaVerdict, RolePrompts, Solution, Verdict, parse_role, role_messages, role_user_text
+from gym.run_dir import write_atomic
+from gym.tokenizer import TokenizerError, load_tokenizer
+from gym.trajectory import TrajectoryBuilder, TrajectoryError, assert_token_exact
+from tasks.grader import TaskResult
+from tasks.math.grader import MathGrader, MathGraderConfig
+
+KIND = "selfplay_chain"
+
+
+class ChainBundle(BaseModel):
+    """One self-play chain, replayable offline (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["selfplay_chain"] = Field(KIND, description="Tells a chain bundle from an episode bundle.")
+    format_version: Literal[1] = Field(1, description="Bumped when the layout changes.")
+    environment: str = Field(description="Environment the problem came from.")
+    tokenizer: str = Field(description="Tokenizer spec the trajectories' ids belong to.")
+    prompts: RolePrompts = Field(description="Role prompts and parser bounds the chain ran with.")
+    math: MathGraderConfig = Field(description="Bounds of the math check.")
+    chain: Chain = Field(description="The roles, the check and the decision.")
+    row: dict | None = Field(description="The verifier row the chain gave (gym.chain.verifier_row), or None.")
+
+
+def write_chain_bundle(path: Path, bundle: ChainBundle) -> Path:
+    return write_atomic(path, bundle.model_dump_json(indent=1))
+
+
+def is_chain_bundle(path: Path) -> bool:
+    """Whether ``path`` holds a JSON object of kind ``selfplay_chain`` (anything unreadable: False, so the
+    episode-bundle reader reports it)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("kind") == KIND
+
+
+def read_chain_bundle(path: Path) -> ChainBundle:
+    try:
+        return ChainBundle.model_validate_json(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{path}: cannot read: {exc}") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise BundleError(f"{path}: not a chain bundle: {where}: {first['msg']} ({exc.error_count()} errors)") from None
+
+
+def _check_key(grading: TaskResult | None) -> object:
+    if grading is None:
+        return None
+    return grading.passed, grading.infra_error, tuple(str(t.verdict) for t in grading.tests)
+
+
+def _fraction(grading: TaskResult | None) -> float | None:
+    return None if grading is None or grading.infra_error else grading.fraction
+
+
+def replay_roles(bundle: ChainBundle, harmony: Harmony, out: list[Difference], notes: list[str]) -> list:
+    """Checks 1-3 of the module docstring; returns the replayed outputs (None where a role failed)."""
+    chain, prompts = bundle.chain, bundle.prompts
+    _compare(out, "role order", [r.role for r in chain.roles], list(ROLES[: len(chain.roles)]))
+    solution: Solution | None = None
+    verdict: Verdict | None = None
+    outputs: list = []
+    for record in chain.roles:
+        role, recorded = record.role, record.trajectory
+        try:
+            user = role_user_text(role, chain.task.problem, solution, verdict)
+        except ValueError as exc:  # a role recorded after one whose output did not replay
+            out.append(Difference(what=f"{role} prompt", recorded="rendered", replayed=str(exc)))
+            outputs.append(None)
+            continue
+        messages = role_messages(prompts, role, user)
+        builder = TrajectoryBuilder.from_messages(harmony, messages, task_id=recorded.task_id, seeds=recorded.seeds)
+        _compare(out, f"{role} prompt messages", list(recorded.messages[: len(messages)]), messages)
+        _compare(out, f"{role} prompt ids", list(recorded.prompt_ids), builder.context())
+        completion = list(recorded.completion_ids)
+        if record.failure is not None and record.failure.kind == "context_full":
+            _compare(out, f"{role} sampled ids", completion, [])
+            replayed = record.failure
+        else:
+            sampled = [lp for lp in recorded.logprobs[len(recorded.prompt_ids) :] if lp is not None]
+            turn = builder.add_sampled(completion, sampled) if len(sampled) == len(completion) else None
+            if turn is None:
+                out.append(Difference(what=f"{role} logprobs", recorded="one per sampled id", replayed="misaligned"))
+                outputs.append(None)
+                continue
+            replayed = parse_role(role, turn, prompts, solution)
+            rebuilt = builder.build()
+            for name in ("ids", "sampled", "messages", "events", "failures"):
+                _compare(out, f"{role} trajectory {name}", getattr(recorded, name), getattr(rebuilt, name))
+        output = replayed if isinstance(replayed, Solution | Verdict | MetaVerdict) else None
+        _compare(out, f"{role} parsed output", record.output, output)
+        _compare(out, f"{role} failure", record.failure, None if output is not None else replayed)
+        calls = [e.kind for e in recorded.events if e.kind in ("call", "result")]
+        _compare(out, f"{role} tool calls and results", [], calls)
+        if record.failure is None and output is not None:
+            try:
+                assert_token_exact(recorded, recorded.messages, harmony.tokenizer)
+            except TrajectoryError as exc:
+                out.append(Difference(what=f"{role} token exactness", recorded="exact", replayed=_short(str(exc))))
+        solution = output if isinstance(output, Solution) else solution
+        verdict = output if isinstance(output, Verdict) else verdict
+        outputs.append(output)
+    return outputs
+
+
+async def replay_chain(bundle: ChainBundle, *, path: str = "") -> ReplayReport:
+    """Every check of the module docstring, as differences (empty: identical)."""
+    out: list[Difference] = []
+    notes: list[str] = []
+    chain = bundle.chain
+    outputs: list = []
+    try:
+        harmony = Harmony(load_tokenizer(bundle.tokenizer))
+    except TokenizerError as exc:
+        notes.append(f"prompts and parsing not checked: {exc}")
+    else:
+        fingerprints = {r.trajectory.tokenizer for r in chain.roles}
+        _compare(out, "tokenizer fingerprint", fingerprints, {harmony.tokenizer.fingerprint})
+        outputs = replay_roles(bundle, harmony, out, notes)
+    replayed = {role: output for role, output in zip(ROLES, outputs)}
+    solution = replayed.get("generator")
+    grading = None
+    if isinstance(solution, Solution):
+        grading = await MathGrader(bundle.math).grade(chain.task, solution.answer)
+    elif not outputs:  # the tokenizer is missing: check the recorded answer
+        recorded = chain.output("generator")
+        if isinstance(recorded, Solution):
+            grading = await MathGrader(bundle.math).grade(chain.task, recorded.answer)
+    _compare(out, "math check (passed, infra_error, verdicts)", _check_key(chain.grading), _check_key(grading))
+    if outputs:
+        verdict, meta = replayed.get("verifier"), replayed.get("meta_verifier")
+        decision = decide(
+            solution if isinstance(solution, Solution) else None,
+            grading,
+            verdict if isinstance(verdict, Verdict) else None,
+            meta if isinstance(meta, MetaVerdict) else None,
+        )
+        _compare(out, "decision", chain.decision, decision)
+        again = chain.model_copy(update={"grading": grading, "decision": decision})
+        _compare(out, "verifier row", bundle.row, verifier_row(again))
+    return ReplayReport(
+        bundle=path,
+        task_id=chain.task.task_id,
+        tool_calls=0,
+        reward_recorded=_fraction(chain.grading),
+        reward_replayed=_fraction(grading),
+        differences=tuple(out),
+        notes=tuple(notes),
+    )
+
+
+def replay_chain_files(paths: Sequence[Path]) -> list[ReplayReport]:
+    """Replay chain bundle files one after another (each check is a child process at most)."""
+    bundles = [read_chain_bundle(path) for path in paths]
+
+    async def main() -> list[ReplayReport]:
+        return [await replay_chain(bundle, path=str(path)) for path, bundle in zip(paths, bundles)]
+
+    return trio.run(main)
