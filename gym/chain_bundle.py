@@ -149,8 +149,10 @@ def replay_roles(bundle: ChainBundle, harmony: Harmony, out: list[Difference], n
     return outputs
 
 
-async def replay_chain(bundle: ChainBundle, *, path: str = "") -> ReplayReport:
-    """Every check of the module docstring, as differences (empty: identical)."""
+async def replay_chain(bundle: ChainBundle, *, path: str = "", grader: MathGrader | None = None) -> ReplayReport:
+    """Every check of the module docstring, as differences (empty: identical); ``grader``: the math check
+    (default: a `MathGrader` with the bundle's configuration)."""
+    grader = grader or MathGrader(bundle.math)
     out: list[Difference] = []
     notes: list[str] = []
     chain = bundle.chain
@@ -167,11 +169,11 @@ async def replay_chain(bundle: ChainBundle, *, path: str = "") -> ReplayReport:
     solution = replayed.get("generator")
     grading = None
     if isinstance(solution, Solution):
-        grading = await MathGrader(bundle.math).grade(chain.task, solution.answer)
+        grading = await grader.grade(chain.task, solution.answer)
     elif not outputs:  # the tokenizer is missing: check the recorded answer
         recorded = chain.output("generator")
         if isinstance(recorded, Solution):
-            grading = await MathGrader(bundle.math).grade(chain.task, recorded.answer)
+            grading = await grader.grade(chain.task, recorded.answer)
     _compare(out, "math check (passed, infra_error, verdicts)", _check_key(chain.grading), _check_key(grading))
     if outputs:
         verdict, meta = replayed.get("verifier"), replayed.get("meta_verifier")

@@ -98,10 +98,19 @@ class SelfplayConfigError(ValueError):
     """A self-play config that cannot be used; the message names the file and the field."""
 
 
-def load_config(path: Path) -> SelfplayConfig:
-    from sandbox.config_file import load_config as load
+def load_config(path: Path, options: dict[str, Any] | None = None) -> SelfplayConfig:
+    """The config in ``path`` with ``options`` (command-line values, None: not given) laid over its top-level
+    keys; `SelfplayConfigError` names the file and every invalid field."""
+    from sandbox.config_file import read_config, validate_config
 
-    return load(path, SelfplayConfig, SelfplayConfigError)
+    data = read_config(path, SelfplayConfigError)
+    given = {key: value for key, value in (options or {}).items() if value is not None}
+    if given and isinstance(data, dict):
+        flags = ", ".join("--" + key.replace("_", "-") for key in given)
+        data, source = {**data, **given}, f"{path} (with {flags})"
+    else:
+        source = str(path)
+    return validate_config(SelfplayConfig, data, source, SelfplayConfigError)
 
 
 def role_seed(seed: int, position: int, role: Role) -> int:

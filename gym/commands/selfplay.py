@@ -65,13 +65,11 @@ def run(args: argparse.Namespace) -> int:
             ExitCode.USAGE,
         )
     try:
-        config = load_config(args.config)
-        updates = {"policy": args.policy, "seed": args.seed, "replay_rate": args.replay_rate}
-        config = config.model_validate({**config.model_dump(), **{k: v for k, v in updates.items() if v is not None}})
-    except (SelfplayConfigError, ValueError) as exc:
-        raise CommandError(
-            str(exc).splitlines()[0], "fix the file or the option (every key: gym/selfplay.py)", ExitCode.USAGE
-        ) from None
+        options = {"policy": args.policy, "seed": args.seed, "replay_rate": args.replay_rate}
+        config = load_config(args.config, options)
+    except SelfplayConfigError as exc:
+        problem = "; ".join(str(exc).splitlines())
+        raise CommandError(problem, "fix the file or the option (every key: gym/selfplay.py)", ExitCode.USAGE) from None
     env = Environment(environment_config(config.environment))
     engine, context_length = load_selfplay_engine(config.policy, env, config.prompts)
     writable(out)
