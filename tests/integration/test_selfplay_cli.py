@@ -147,3 +147,13 @@ def test_the_tiny_policy_runs_end_to_end_and_its_failures_are_counted(tmp_path):
     assert sum(summary["rejected"].values()) + summary["accepted"] == 2
     chains = lines(tmp_path / "tiny" / "chains.jsonl")
     assert len(chains) == 2 and all(set(c["roles"]) <= {"generator", "verifier", "meta_verifier"} for c in chains)
+
+
+def test_an_unreachable_policy_server_is_an_infrastructure_exit(tmp_path):
+    """Every problem's engine call fails: no chain, no role failure counted, exit 3 (the infrastructure class)."""
+    out = tmp_path / "down"
+    done = gym("selfplay", CONFIG, "--max-problems", "2", "--policy", "http://127.0.0.1:9", "--out", str(out))
+    assert done.returncode == 3 and "the engine failed on every problem" in done.stderr, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["engine_errors"], summary["chains"], summary["parse_failures"]) == (2, 0, 0)
+    assert [set(c) for c in lines(out / "chains.jsonl")] == [{"chain_id", "task_id", "engine_error"}] * 2
