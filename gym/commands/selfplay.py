@@ -28,6 +28,11 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+SPECS = (
+    "local:SERVE_YAML (a policy built in this process), http://HOST:PORT, checkpoint:DIR, "
+    "scripted:selfplay, scripted:selfplay-gullible or scripted:selfplay-contrarian"
+)
+
 
 def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     del argv
@@ -37,8 +42,7 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     parser.add_argument(
         "--policy",
         default=None,
-        help="local:SERVE_YAML (default local:configs/policy_tiny.yaml, in process), http://HOST:PORT, "
-        "checkpoint:DIR, scripted:selfplay, scripted:selfplay-gullible or scripted:selfplay-contrarian",
+        help=f"{SPECS} (default: the config's, local:configs/policy_tiny.yaml in the shipped one)",
     )
     parser.add_argument("--seed", type=int, default=None, help="sampling and bundle seed (default: the config's)")
     parser.add_argument(
@@ -49,6 +53,7 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 def run(args: argparse.Namespace) -> int:
     from gym.environment import Environment
     from gym.fault import CommandError, ExitCode
+    from gym.policy_client import PolicySpecError
     from gym.registry import environment_config
     from gym.run_dir import writable
     from gym.selfplay import ChainRunner, SelfplayConfigError, load_config, load_selfplay_engine
@@ -71,7 +76,10 @@ def run(args: argparse.Namespace) -> int:
         problem = "; ".join(str(exc).splitlines())
         raise CommandError(problem, "fix the file or the option (every key: gym/selfplay.py)", ExitCode.USAGE) from None
     env = Environment(environment_config(config.environment))
-    engine, context_length = load_selfplay_engine(config.policy, env, config.prompts)
+    try:
+        engine, context_length = load_selfplay_engine(config.policy, env, config.prompts)
+    except PolicySpecError as exc:  # gym.fault's fix for it lists rollout's specs, not these
+        raise CommandError(str(exc), f"selfplay --policy takes {SPECS}", ExitCode.USAGE) from None
     writable(out)
     (out / "config.json").write_text(json.dumps(config.model_dump(mode="json"), indent=2) + "\n")
     return _Run(args, config, env, ChainRunner(config, env, engine, context_length)).main()

@@ -90,6 +90,7 @@ def test_an_existing_output_directory_is_refused(tmp_path):
     [
         (["--policy", "scripted:reference"], "scripted:reference"),
         (["--policy", "nonsense"], "nonsense"),
+        (["--policy", "local:"], "local:"),
         (["--replay-rate", "2"], "replay_rate"),
         (["--max-problems", "0"], "--max-problems"),
     ],
@@ -100,13 +101,27 @@ def test_bad_arguments_are_one_line_errors(tmp_path, args, named):
     assert not (tmp_path / "x").exists()
 
 
+def test_a_local_policy_must_cover_the_tokenizer(tmp_path):
+    serve = tmp_path / "small.yaml"
+    serve.write_text(
+        "policy: {type: rdep_moe, seed: 0, model: {vocab_size: 256, hidden_size: 16, num_hidden_layers: 1, "
+        "num_dense_layers: 1, num_attention_heads: 2, num_key_value_heads: 1, head_dim: 8, intermediate_size: 32, "
+        "moe_intermediate_size: 8, num_experts: 2, num_experts_per_tok: 1, num_shared_experts: 0, "
+        "max_position_embeddings: 512}}\n"
+    )
+    argv = ["selfplay", CONFIG, "--max-problems", "1", "--out", str(tmp_path / "x"), "--policy", f"local:{serve}"]
+    one_line(gym(*argv), 2, "256 token ids", "selfplay --policy takes")
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_bad_config_file_is_a_one_line_error(tmp_path):
     config = tmp_path / "bad.yaml"
     config.write_text("environment: configs/math_smoke.yaml\nreplay_rat: 0.5\n")
     one_line(gym("selfplay", str(config), "--max-problems", "1", "--out", str(tmp_path / "x")), 2, "replay_rat")
 
 
-def test_interrupting_leaves_whole_lines_and_a_summary(tmp_path):
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupting_leaves_whole_lines_and_a_summary(tmp_path, signum, code):
     out = tmp_path / "int"
     process = subprocess.Popen(
         [sys.executable, "-m", "gym", "selfplay", CONFIG, "--max-problems", "36", "--policy", "scripted:selfplay"]
@@ -122,10 +137,10 @@ def test_interrupting_leaves_whole_lines_and_a_summary(tmp_path):
         (out / "chains.jsonl").exists() and (out / "chains.jsonl").read_text().count("\n") >= 2
     ):
         time.sleep(0.2)
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr[-3000:]
-    assert "Traceback" not in stderr and "interrupted by SIGINT" in stderr
+    assert process.returncode == code, stderr[-3000:]
+    assert "Traceback" not in stderr and f"interrupted by {signal.Signals(signum).name}" in stderr
     summary = json.loads((out / "summary.json").read_text())
     chains = lines(out / "chains.jsonl")
     assert summary["interrupted"] is True and 2 <= summary["chains"] == len(chains) < 36
