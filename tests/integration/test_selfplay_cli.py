@@ -101,6 +101,7 @@ def test_bad_arguments_are_one_line_errors(tmp_path, args, named):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_a_local_policy_must_cover_the_tokenizer(tmp_path):
     serve = tmp_path / "small.yaml"
     serve.write_text(
