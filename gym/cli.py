@@ -71,6 +71,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "trainer.train_cli",
         "train a policy with GRPO on an environment (async rollouts, checkpoints, --resume)",
     ),
+    "verifier": (
+        "trainer.verifier_cli",
+        "train a process (step-level) verifier; held-out accuracy and AUC vs baselines",
+    ),
 }
 
 
@@ -108,6 +112,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "configs/cp_grpo_tiny.yaml --resume",
         "my_run.toml --steps 3 --set optimizer.lr=1e-3",
     ),
+    "verifier": ("configs/verifier_tiny.yaml", "configs/verifier_tiny.yaml --steps 50 --out runs/v50"),
 }
 
 HELP_FORMATTER = argparse.RawDescriptionHelpFormatter

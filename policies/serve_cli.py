@@ -55,7 +55,15 @@ def run(args: argparse.Namespace) -> int:
             f"{args.config}: tokenizer {config.tokenizer} has {tokenizer.vocab_size} tokens but the policy's "
             f"vocabulary is {engine.vocab_size}: ids past it could not be embedded"
         )
-    server = PolicyServer(engine, config.server, tokenizer)
+    scorer = None
+    if config.verifier is not None:
+        from policies.scorer import StepScorer
+
+        try:
+            scorer = StepScorer.load(config.verifier, device=config.engine.device)
+        except FileNotFoundError as exc:
+            raise ServeConfigError(f"{args.config}: verifier: {exc}") from None
+    server = PolicyServer(engine, config.server, tokenizer, scorer=scorer)
     try:
         asyncio.run(serve(server, sock))
     except KeyboardInterrupt:

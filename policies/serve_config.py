@@ -100,6 +100,9 @@ class ServeConfig(BaseModel):
     server: ServerOptions = ServerOptions()
     tokenizer: Path | None = None
     """A `tokenizers` JSON file for text prompts and chat; token-id requests work without one."""
+    verifier: Path | None = None
+    """A process-verifier checkpoint (`python -m gym verifier` writes OUT/checkpoint) served on
+    `POST /v1/score`; without one that route answers 400."""
 
     @classmethod
     def load(cls, path: str | Path) -> ServeConfig:

@@ -6,6 +6,8 @@ Routes:
   GET  /v1/models, GET /health
   POST /update_weights               {"path": ..., "version": ...}: load a checkpoint
   POST /update_weights_from_tensors  body = safetensors bytes, ?version=N
+  POST /v1/score                     token ids -> p(correct) per step slot, from a process verifier
+                                     checkpoint (`verifier:` in the serve config; policies/scorer.py)
 
 Requests wait in a bounded queue; one worker drains it into engine batches of up to
 `max_batch_size` sequences (run in a thread, so the event loop keeps answering). A full queue
@@ -44,6 +46,7 @@ from policies.protocol import (
     Usage,
 )
 from policies.sampling import Completion, EngineError, SamplingParams, ServingEngine
+from policies.scorer import ScoreError, ScoreRequest, ScoreResponse, StepScorer
 from policies.serve_config import ServerOptions
 from policies.tokenizer import TextTokenizer
 
@@ -85,8 +88,15 @@ async def _json_errors(request: web.Request, handler) -> web.StreamResponse:
 
 
 class PolicyServer:
-    def __init__(self, engine: ServingEngine, options: ServerOptions, tokenizer: TextTokenizer | None = None) -> None:
+    def __init__(
+        self,
+        engine: ServingEngine,
+        options: ServerOptions,
+        tokenizer: TextTokenizer | None = None,
+        scorer: StepScorer | None = None,
+    ) -> None:
         self.engine = engine
+        self.scorer = scorer
         self.options = options
         self.tokenizer = tokenizer
         self.max_batch = getattr(engine, "max_batch_size", 32)
@@ -104,6 +114,7 @@ class PolicyServer:
         app.router.add_get("/health", self.health)
         app.router.add_post("/update_weights", self.update_weights)
         app.router.add_post("/update_weights_from_tensors", self.update_weights_from_tensors)
+        app.router.add_post("/v1/score", self.score)
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
@@ -372,6 +383,21 @@ class PolicyServer:
         except (KeyError, ValueError, SafetensorError) as exc:
             return _error(400, f"cannot load the uploaded tensors: {exc}", "invalid_request_error")
         return web.json_response({"weights_version": version})
+
+    async def score(self, request: web.Request) -> web.Response:
+        """p(correct) per step slot of each sequence (policies/scorer.py), off the event loop."""
+        try:
+            if self.scorer is None:
+                raise BadRequest("this server has no process verifier; set `verifier: CHECKPOINT_DIR` in its config")
+            req = await self._parse(request, ScoreRequest)
+            positions = self.scorer.resolve(req, self.options.max_sequences_per_request)
+        except (BadRequest, ScoreError) as exc:
+            return _error(400, str(exc), "invalid_request_error")
+        scores = await asyncio.to_thread(self.scorer.score, req.input_ids, positions)
+        body = ScoreResponse(
+            model=self.scorer.name, positions=positions, scores=scores, label_ids=list(self.scorer.label_ids)
+        )
+        return web.json_response(body.model_dump())
 
 
 class _TooLarge(Exception):
