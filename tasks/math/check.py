@@ -12,11 +12,19 @@ asks. What fails (``wrong_answer``, with the reason in ``detail``):
 
 * an empty answer, or one longer than ``max_chars`` (never parsed);
 * several answers: the reply is cut into candidates at newlines, ``;``, sentence ends, the words
-  ``or``/``and`` and commas outside brackets that are not thousands separators; candidates that
-  parse to different values are a hedge, so a reply that lists guesses never passes on one of them;
+  ``or``/``and``, prose words (``6 wait 5``) and commas outside brackets that are not thousands
+  separators; candidates that parse to different values are a hedge, so a reply that lists guesses
+  never passes on one of them. A candidate that is a chain of relations (``=``, ``\\implies``,
+  ``\\to``, ...) is a hedge when two of its constant sides differ (``6 = 5``; ``x = 5`` and
+  ``x^2+y^2=25`` are one answer). Before the cut the reply is normalised (`normal`) so that no
+  spelling hides a separator: Unicode compatibility forms (full-width ``，；５``), LaTeX line breaks
+  and spacing (``\\\\``, ``~``, ``\\quad``), ``\\text{...}`` around separators and nested
+  ``\\boxed{}`` (each box becomes brackets, so ``\\boxed{\\boxed{5}, 6}`` is the pair it states);
 * an answer ``math_verify`` cannot parse.
 
-``gold_error`` means the gold itself did not parse (the task's fault, never the candidate's).
+``gold_error`` means the gold itself did not parse or raised (the task's fault, never the candidate's).
+The gold is read first and ``GOLD_READ`` written to stderr after it, so the grader can tell a check
+that died or hung on the gold (the task's fault) from one the answer killed (the candidate's).
 """
 
 from __future__ import annotations
@@ -24,23 +32,98 @@ from __future__ import annotations
 import json
 import re
 import sys
+import unicodedata
 
 _SENTENCE = re.compile(r"\.\s+")
-_WORDS = re.compile(r"\s+(?:or|and)\s+", re.IGNORECASE)
+_WORDS = re.compile(r"(?<![\\a-zA-Z])(?:or|and)(?![a-zA-Z])", re.IGNORECASE)
 _THOUSANDS = re.compile(r"\d,\d{3}(?!\d)")
 _NUMBERS_APART = re.compile(r"(?<=\d)\s+(?=[-+]?\d)")  # "5 6 7": three answers, not the product LaTeX reads
 _WORD = re.compile(r"(?<![\\a-zA-Z])[a-zA-Z]{3,}")  # prose, not a LaTeX command or a variable
 
 
+_FUNCTIONS = {"sin", "cos", "tan", "cot", "sec", "csc", "log", "exp", "sqrt", "arcsin", "arccos", "arctan", "sinh"}
+_FUNCTIONS |= {"cosh", "tanh", "gcd", "lcm", "max", "min", "mod", "det", "frac", "dfrac", "tfrac", "cdot", "times"}
+_LINE_BREAK = re.compile(r"\\\\(?:\[[^\]]*\])?|\\(?:newline|cr)(?![a-zA-Z])|[\u3002\u2028\u2029\x0b\x0c\x1c-\x1e\x85]")
+_SPACE = re.compile(
+    r"~|\\[,;:! ]|\\(?:q?quad|enspace|thinspace|medspace|thickspace|hfill)(?![a-zA-Z])|\\[hv]space\*?\{[^{}]*\}"
+)
+_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\\,|\{,\})(?=\d{3}(?!\d))")  # 1\,000 and 1{,}000 are 1,000
+_BOX = re.compile(r"\\(?:boxed|fbox|framebox)\s*\{")
+_TEXT = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox|operatorname)\s*\{([^{}]*)\}")
+_RELATION = re.compile(
+    r":?=|\\(?:implies|impliedby|iff|to|rightarrow|Rightarrow|longrightarrow|Longrightarrow|leftrightarrow"
+    r"|Leftrightarrow|approx|equiv|sim|simeq|cong|therefore)(?![a-zA-Z])|[\u21d2\u2192\u2234\u2248]"
+)
+
+
+_INVISIBLE = ("Cc", "Cf", "Cs")  # controls, zero-width and format characters, lone surrogates: "42\u200b43" is two
+
+
+def normal(answer: str) -> str:
+    """``answer`` with no separator hidden in another spelling (see the module docstring).
+
+    Unicode NFKC (full-width digits and punctuation become ASCII), the ideographic full stop and other
+    line separators a newline, invisible characters (zero-width, controls, lone surrogates) a space, LaTeX line breaks a newline and LaTeX spacing a space, and every
+    ``\\boxed{X}`` (nested ones too) ``X``, or ``(X)`` when X is a list: math-verify would otherwise grade
+    the last box alone.
+    """
+    text = _LINE_BREAK.sub("\n", unicodedata.normalize("NFKC", answer).replace("\u3001", ","))
+    text = "".join(" " if char not in "\n\t" and unicodedata.category(char) in _INVISIBLE else char for char in text)
+    text = _SPACE.sub(" ", _LATEX_THOUSANDS.sub(",", text))
+    while match := _BOX.search(text):
+        close = _closing_brace(text, match.end() - 1)
+        if close < 0:
+            break  # unbalanced: left for math-verify to refuse
+        inside = text[match.end() : close]
+        inside = f"({inside})" if len(_top_level_commas(inside)) > 1 else f" {inside} "  # a box of a pair is a pair
+        text = f"{text[: match.start()]}{inside}{text[close + 1 :]}"
+    return text
+
+
+def _closing_brace(text: str, opening: int) -> int:
+    depth = 0
+    for i in range(opening, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    return -1
+
+
 def candidates(answer: str) -> list[str]:
     """The separate answers a reply states (see the module docstring); one for a single answer."""
     pieces: list[str] = []
-    for line in re.split(r"[\n;]", answer):
+    unwrapped = _TEXT.sub(lambda match: f" {match[1]} ", normal(answer))
+    for line in re.split(r"[\n;]", unwrapped):
         for sentence in _SENTENCE.split(line):
             for part in _WORDS.split(sentence):
-                for piece in _top_level_commas(part):
-                    pieces += _NUMBERS_APART.split(piece)
+                for words in _prose_split(part):
+                    for piece in _top_level_commas(words):
+                        pieces += _NUMBERS_APART.split(piece)
     return [piece.strip().strip(".") for piece in pieces if piece.strip().strip(".")]
+
+
+def _prose_split(text: str) -> list[str]:
+    """``text`` cut at prose words (``6 wait 5``), the words dropped; function names stay."""
+    parts, start = [], 0
+    for match in _WORD.finditer(text):
+        if match[0].lower() not in _FUNCTIONS:
+            parts.append(text[start : match.start()])
+            start = match.end()
+    return [*parts, text[start:]]
+
+
+def _values(piece: str) -> list[object]:
+    """What one candidate states: its parse, or the constant sides of a chain of relations (``6 = 5``)."""
+    sides = _RELATION.split(piece)
+    if len(sides) == 1:
+        value = parsed(piece)
+        return [value] if value else []
+    constants = [value for value in (parsed(side) for side in sides if side.strip()) if value and _constant(value)]
+    return constants or ([value] if (value := parsed(piece)) else [])
+
+
+def _constant(value: list[object]) -> bool:
+    return not getattr(value[0], "free_symbols", {None})
 
 
 def _top_level_commas(text: str) -> list[str]:
@@ -72,14 +155,39 @@ def parsed(text: str) -> list[object]:
     return parse(f"${text}$", parsing_timeout=None) or parse(text, parsing_timeout=None)
 
 
-def judge(gold: str, answer: str, max_chars: int = 512, max_answers: int = 8) -> tuple[str, str]:
-    """``(verdict, detail)`` of ``answer`` against ``gold`` (see the module docstring)."""
+GOLD_READ = "gold read"  # written to stderr once the gold parsed: from then on a death is the answer's doing
+
+
+def read_gold(gold: str) -> tuple[list[object], str]:
+    """``(parsed gold, "")``, or ``([], why)`` when the gold cannot be read: it does not parse, raises, or is not
+    equal to itself. Comparing it with itself and with 0 here, before ``GOLD_READ``, puts a gold that hangs
+    sympy (``9^{9^{9^9}}``) on the task, not on the answer checked after it."""
     from math_verify import verify
 
-    gold_parsed = parsed(gold)
+    try:
+        gold_parsed = parsed(gold)
+        itself = bool(gold_parsed) and verify(gold_parsed, gold_parsed, timeout_seconds=None)
+        verify(gold_parsed, parsed("0"), timeout_seconds=None)  # a probe: a gold sympy cannot compare hangs here
+    except Exception as exc:  # sympy on a malformed gold: the row's fault, never the candidate's
+        return [], f"the gold {gold[:80]!r} does not parse ({type(exc).__name__})"
     if not gold_parsed:
-        return "gold_error", f"the gold {gold[:80]!r} does not parse"
-    text = answer.strip().replace("{,}", "").replace("\\$", "")  # 1{,}000 is LaTeX's 1,000; \\$ a dollar sign
+        return [], f"the gold {gold[:80]!r} does not parse"
+    return (gold_parsed, "") if itself else ([], f"the gold {gold[:80]!r} is not equal to itself")
+
+
+def judge(gold: str, answer: str, max_chars: int = 512, max_answers: int = 8) -> tuple[str, str]:
+    """``(verdict, detail)`` of ``answer`` against ``gold`` (see the module docstring)."""
+    gold_parsed, why = read_gold(gold)
+    if not gold_parsed:
+        return "gold_error", why
+    return judge_read(gold_parsed, gold, answer, max_chars, max_answers)
+
+
+def judge_read(gold_parsed: list[object], gold: str, answer: str, max_chars: int, max_answers: int) -> tuple[str, str]:
+    """``judge`` with the gold already read."""
+    from math_verify import verify
+
+    text = normal(answer).strip().replace("\\$", "")  # \\$: a dollar sign
     if not text:
         return "wrong_answer", "empty answer"
     if len(text) > max_chars:
@@ -87,7 +195,7 @@ def judge(gold: str, answer: str, max_chars: int = 512, max_answers: int = 8) ->
     pieces = candidates(text)
     if len(pieces) > max_answers:
         return "wrong_answer", f"{len(pieces)} separate answers (one answer is graded)"
-    values = [value for value in (parsed(piece) for piece in pieces) if value]
+    values = [value for piece in pieces for value in _values(piece)]
     for first, other in zip(values, values[1:]):
         if not verify(first, other, timeout_seconds=None):
             return "wrong_answer", f"several different answers: {', '.join(str(v[-1])[:40] for v in values[:4])}"
@@ -105,8 +213,16 @@ def judge(gold: str, answer: str, max_chars: int = 512, max_answers: int = 8) ->
 
 def main() -> None:
     request = json.loads(sys.stdin.read())
+    gold_parsed, why = read_gold(request["gold"])
+    if not gold_parsed:
+        sys.stdout.write(json.dumps({"verdict": "gold_error", "detail": why}))
+        return
+    sys.stderr.write(f"{GOLD_READ}\n")
+    sys.stderr.flush()
     try:
-        verdict, detail = judge(request["gold"], request["answer"], request["max_chars"], request["max_answers"])
+        verdict, detail = judge_read(
+            gold_parsed, request["gold"], request["answer"], request["max_chars"], request["max_answers"]
+        )
     except Exception as exc:  # whatever sympy raises on the candidate's expression: its failure, classified
         verdict, detail = "wrong_answer", f"the checker could not read the answer: {type(exc).__name__}"
     sys.stdout.write(json.dumps({"verdict": verdict, "detail": detail}))

@@ -7,16 +7,20 @@ minutes or grow without bound, so the check runs in a child process with an addr
 and is killed at ``timeout_s``: a ``time_limit`` or ``memory_limit`` verdict, the candidate's failure,
 scored 0. An answer longer than ``max_chars`` is refused without starting the check.
 
-One ``TaskResult`` with one test: ``passed`` when the answer is equivalent to the gold. A gold the
-checker cannot read, or a checker that cannot start, is ``infra_error`` (masked): neither is
-anything the candidate did.
+One ``TaskResult`` with one test: ``passed`` when the answer is equivalent to the gold. Blame rests
+on how far the check got, not on what it printed: the check writes ``GOLD_READ`` once the gold
+parsed, so a check that cannot start, or that fails, dies or hangs before that line (a gold it
+cannot read, a broken host), is ``infra_error`` (masked); after it, a hang is ``time_limit``, a kill
+or ``MemoryError`` ``memory_limit`` and any other death ``runtime_error``: the answer's doing, scored 0.
 """
 
 from __future__ import annotations
 
 import json
 import resource
+import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -26,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandbox.failure import Verdict
 from tasks.grader import TaskResult
 from tasks.judge import TestResult
+from tasks.math.check import GOLD_READ
 from tasks.math.problem import MathTask
 
 CHECK = Path(__file__).with_name("check.py")
@@ -80,31 +85,49 @@ class MathGrader:
         ).encode("utf-8", errors="replace")
         limit = config.memory_mb << 20
         async with self._limiter:
-            with trio.move_on_after(config.timeout_s) as scope:
-                try:
-                    done = await trio.run_process(
-                        [sys.executable, "-I", str(CHECK)],
-                        stdin=request,
-                        capture_stdout=True,
-                        capture_stderr=True,
-                        check=False,
-                        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
-                    )
-                except OSError as exc:
-                    return "infra_error", f"the math check could not start: {exc}"
+            with tempfile.TemporaryFile() as stderr:  # a file, not a pipe: what it holds survives the kill
+                with trio.move_on_after(config.timeout_s) as scope:
+                    try:
+                        done = await trio.run_process(
+                            [sys.executable, "-I", str(CHECK)],
+                            stdin=request,
+                            capture_stdout=True,
+                            stderr=stderr,
+                            check=False,
+                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+                        )
+                    except OSError as exc:
+                        return "infra_error", f"the math check could not start: {exc}"
+                stderr.seek(0)
+                lines = stderr.read().decode("utf-8", errors="replace").strip().splitlines()
+        if GOLD_READ not in lines:  # it never got past the gold: the task's or the host's failure, not the answer's
+            why = f"ran past {config.timeout_s:g} s" if scope.cancelled_caught else f"failed (exit {done.returncode})"
+            reply = {} if scope.cancelled_caught else _reply(done.stdout)
+            if reply.get("verdict") == "gold_error":
+                return "infra_error", _printable(str(reply.get("detail")))
+            return "infra_error", f"the math check {why} before reading the gold: {(lines or [''])[-1][:300]}"
         if scope.cancelled_caught:
             return "time_limit", f"the check of this answer ran past {config.timeout_s:g} s"
-        try:
-            reply = json.loads(done.stdout)
-            verdict, detail = str(reply["verdict"]), str(reply["detail"])
-        except (ValueError, KeyError, TypeError):
-            tail = done.stderr.decode("utf-8", errors="replace").strip().splitlines()[-1:] or [""]
-            if done.returncode != 0 and "MemoryError" in tail[0]:
-                return "memory_limit", f"the check of this answer ran out of its {config.memory_mb} MB"
-            return "infra_error", f"the math check failed (exit {done.returncode}): {tail[0][:300]}"
-        if verdict == "gold_error":
-            return "infra_error", detail
-        return verdict, detail
+        reply = _reply(done.stdout)
+        if "verdict" in reply and "detail" in reply:
+            return str(reply["verdict"]), _printable(str(reply["detail"]))
+        if "MemoryError" in lines[-1] or done.returncode == -signal.SIGKILL:
+            return "memory_limit", f"the check of this answer ran out of its {config.memory_mb} MB"
+        return "runtime_error", f"the check died on this answer (exit {done.returncode}): {lines[-1][:300]}"
+
+
+def _reply(stdout: bytes) -> dict:
+    """The check's JSON reply, or ``{}`` when it wrote none."""
+    try:
+        reply = json.loads(stdout)
+    except ValueError:
+        return {}
+    return reply if isinstance(reply, dict) else {}
+
+
+def _printable(text: str) -> str:
+    """``text`` with lone surrogates replaced: the detail echoes the answer, and a surrogate cannot be written as JSON."""
+    return text.encode("utf-8", errors="replace").decode("utf-8")
 
 
 def grade_sync(grader: MathGrader, task: MathTask, answer: str) -> TaskResult:

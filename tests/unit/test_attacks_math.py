@@ -1,0 +1,177 @@
+"""Attacks on the math answer check as an adversarial policy would make them: a wrong answer must never pass,
+an honest one must still pass, and blame must follow how far the check got (the answer's failure scored 0,
+only the gold's or the host's masked).
+
+Each table row was tried against the check; the rows marked in the comments passed before the fix (holes)."""
+
+from __future__ import annotations
+
+import pytest
+
+import tasks.math.grader as math_grader
+from sandbox.failure import Verdict
+from tasks.math import check
+from tasks.math.check import judge, normal
+from tasks.math.grader import MathGrader, MathGraderConfig, grade_sync
+from tasks.math.problem import MathTask
+
+# Hedges: two values stated, the gold among them, with the separator spelled so the candidate cut missed it.
+HIDDEN_HEDGES = [
+    ("5", "\\boxed{\\boxed{5}, 6}"),  # hole: math-verify graded the inner box alone
+    ("5", "\\boxed{6}\\boxed{5}"),
+    ("5", "5~6"),  # hole: LaTeX non-breaking space
+    ("5", "5\\\\6"),  # hole: LaTeX line break
+    ("5", "x=6\\\\x=5"),  # hole
+    ("5", "5 \\quad 6"),
+    ("5", "6 \\quad\\text{Final}: 5"),  # hole: spacing and \text around prose
+    ("5", "6 \\text{ wait } 5"),  # hole: prose word between values
+    ("5", "The answer is 71 wait no 5"),
+    ("5", "5 \\text{ (or 6)}"),  # hole: "or" inside brackets
+    ("5", "5\\text{,}6"),  # hole: comma inside \text
+    ("5", "5\\text{ either }6"),  # hole
+    ("5", "x=6 \\implies x=5"),  # hole: a chain of relations
+    ("5", "6=5"),  # hole: math-verify reads an equation's right side
+    ("5", "6 \\approx 5"),
+    ("5", "6 \\Rightarrow 5"),  # hole
+    ("5", "5\u30026"),  # hole: ideographic full stop
+    ("5", "5\uff1b6"),  # hole: full-width semicolon
+    ("5", "5\uff0c6"),  # hole: full-width comma
+    ("42", "42\u200b43"),  # hole: zero-width space
+    ("42", "42\u206043"),  # hole: word joiner
+    ("42", "42\x0b43"),  # vertical tab
+    ("42", "42\u202843"),  # line separator
+    ("5", "5 or 6"),
+    ("5", "x = 5 or x = 6"),
+    ("5", "\\{5, 6\\}"),
+    ("5", "[4, 6]"),
+    ("5", "(4,6)"),
+    ("5", "x \\in \\{5, 6\\}"),
+    ("5", "5 \\lor 6"),
+    ("5", "5 \\pm 1"),
+    ("5", "\\begin{cases}5\\\\6\\end{cases}"),
+    ("5", "$5$ or $6$"),
+    ("5", "$6$ is wrong, it's $5$"),
+    ("\\frac{1}{2}", "\\frac{1}{2}\\text{ or }\\frac{1}{3}"),
+]
+
+# Wrong values dressed up: near misses, lookalikes, sets and bounds that contain the gold.
+WRONG_VALUES = [
+    ("5", "5.0000000001"),
+    ("5", "4.99999999"),
+    ("5", "5+10^{-20}"),
+    ("42", "41.999999999999999999999"),
+    ("42", "41.\\overline{9}"),
+    ("5", "x \\geq 5"),
+    ("5", "5 \\le x \\le 6"),
+    ("5", "\\mathbb{R}"),
+    ("5", "(-\\infty, \\infty)"),
+    ("5", "x"),
+    ("42", "4\u200b2"),
+    ("5", "\\text{6}5"),
+]
+
+HONEST = [
+    ("5", "\\boxed{5}"),
+    ("5", "x = 5"),
+    ("5", "\\approx 5"),
+    ("5", "5 \\text{ cm}"),
+    ("5", "5\\,\\mathrm{cm}"),
+    ("5", "\uff15"),  # a full-width five is five
+    ("1000", "1\\,000"),
+    ("5000", "5{,}000"),
+    ("1000", "1,000"),
+    ("(1, 2)", "\\boxed{(1, 2)}"),
+    ("(1, 2)", "\\boxed{1, 2}"),
+    ("x^2+y^2=25", "x^2+y^2=25"),
+    ("y=2x+3", "y = 2x+3"),
+    ("2x+3", "y=2x+3"),
+    ("5", "2+3=5"),
+    ("72", "The answer is \\boxed{72}."),
+    ("\\frac{1}{2}", "\\dfrac{1}{2}"),
+]
+
+
+@pytest.mark.parametrize(("gold", "answer"), HIDDEN_HEDGES + WRONG_VALUES)
+def test_a_wrong_or_hedged_answer_never_passes(gold, answer):
+    verdict, detail = judge(gold, answer)
+    assert verdict == "wrong_answer" and detail
+
+
+@pytest.mark.parametrize(("gold", "answer"), HONEST)
+def test_an_honest_answer_still_passes(gold, answer):
+    assert judge(gold, answer) == ("passed", "")
+
+
+def test_normal_form_leaves_no_separator_hidden():
+    assert normal("\\boxed{\\boxed{5}, 6}") == "( 5 , 6)" and normal("\\boxed{72}") == " 72 "
+    assert normal("5~6\\\\7\\quad 8") == "5 6\n7  8"
+    assert normal("42\u200b43\uff0c44") == "42 43,44"
+    assert normal("1\\,000 and 1{,}000") == "1,000 and 1,000"
+    assert normal("\\boxed{5") == "\\boxed{5"  # unbalanced: left for math-verify to refuse
+
+
+TASK = MathTask(task_id="t", source_format="plain", problem="What is 6 times 7?", gold="42")
+
+
+@pytest.mark.parametrize("answer", ["\x00", "\ud800", "42\udcff43", "\\begin{matrix}" * 30, "-" * 500 + "42"])
+def test_hostile_bytes_are_scored_never_raised_or_masked(answer):
+    result = grade_sync(MathGrader(), TASK, answer)
+    assert not result.passed and not result.infra_error and result.tests[0].verdict == Verdict.WRONG_ANSWER
+    result.model_dump_json()  # a lone surrogate echoed in the detail must not break writing the trajectory
+
+
+def test_a_gold_that_raises_is_the_tasks_fault_not_a_wrong_answer(monkeypatch):
+    def parse_raising(text):
+        raise RecursionError("sympy")
+
+    assert judge("\\text{Evelyn}", "Evelyn")[0] == "gold_error"
+    monkeypatch.setattr(check, "parsed", parse_raising)
+    assert judge("42", "42") == ("gold_error", "the gold '42' does not parse (RecursionError)")
+
+
+@pytest.mark.slow
+def test_a_gold_that_hangs_the_check_is_masked_and_an_answer_that_does_is_scored():
+    grader = MathGrader(MathGraderConfig(timeout_s=4))
+    hanging_gold = grade_sync(grader, TASK.model_copy(update={"gold": "9^{9^{9^{9}}}"}), "1")
+    assert hanging_gold.infra_error and "before reading the gold" in hanging_gold.detail
+    hanging_answer = grade_sync(grader, TASK, "9^{9^{9^{9}}}")
+    assert hanging_answer.tests[0].verdict == Verdict.TIME_LIMIT and not hanging_answer.infra_error
+
+
+def _fake_check(tmp_path, body: str):
+    script = tmp_path / "check.py"
+    script.write_text(f"import os, signal, sys\nsys.stdin.read()\n{body}\n")
+    return script
+
+
+@pytest.mark.parametrize(
+    ("body", "verdict", "infra"),
+    [
+        # the answer killed the check after the gold was read: the candidate's failure, scored
+        ("print('gold read', file=sys.stderr, flush=True); os._exit(3)", Verdict.RUNTIME_ERROR, False),
+        ("print('gold read', file=sys.stderr, flush=True); os.kill(os.getpid(), signal.SIGKILL)", "memory_limit", 0),
+        ("print('gold read', file=sys.stderr, flush=True); raise MemoryError", Verdict.MEMORY_LIMIT, False),
+        ("print('gold read', file=sys.stderr, flush=True); print('not json')", Verdict.RUNTIME_ERROR, False),
+        # it died before the gold was read: the task's or the host's failure, masked
+        ("os._exit(3)", Verdict.INFRA_ERROR, True),
+        ("raise MemoryError", Verdict.INFRA_ERROR, True),
+        ('print(\'{"verdict": "gold_error", "detail": "no gold"}\')', Verdict.INFRA_ERROR, True),
+    ],
+)
+def test_blame_follows_how_far_the_check_got(tmp_path, monkeypatch, body, verdict, infra):
+    monkeypatch.setattr(math_grader, "CHECK", _fake_check(tmp_path, body))
+    result = grade_sync(MathGrader(MathGraderConfig(timeout_s=20)), TASK, "42")
+    assert result.tests[0].verdict == Verdict(verdict) and result.infra_error == bool(infra) and not result.passed
+
+
+def test_a_check_that_hangs_before_the_gold_is_masked(tmp_path, monkeypatch):
+    monkeypatch.setattr(math_grader, "CHECK", _fake_check(tmp_path, "import time; time.sleep(30)"))
+    result = grade_sync(MathGrader(MathGraderConfig(timeout_s=1)), TASK, "42")
+    assert result.infra_error and "ran past 1 s before reading the gold" in result.detail
+
+
+def test_a_check_that_hangs_after_the_gold_is_the_answers_time_limit(tmp_path, monkeypatch):
+    body = "print('gold read', file=sys.stderr, flush=True); import time; time.sleep(30)"
+    monkeypatch.setattr(math_grader, "CHECK", _fake_check(tmp_path, body))
+    result = grade_sync(MathGrader(MathGraderConfig(timeout_s=1)), TASK, "42")
+    assert result.tests[0].verdict == Verdict.TIME_LIMIT and not result.infra_error
