@@ -9,6 +9,9 @@ row it gave. It is not an episode bundle (`gym.bundle.Bundle`): three roles, no 
 
 `replay_chain` checks, without Docker and without the policy:
 
+A bundle whose tokenizer cannot be loaded here is a difference, not a note: without it no role's prompt,
+parsing or output can be re-derived, so an edited decision or row would otherwise replay as identical.
+
 1. **prompts**: each role's prompt, rendered again from the bundle's prompts and the chain's own inputs
    (the problem; the verifier's user message from the re-parsed solution; the meta-verifier's from the
    re-parsed verdict), has the recorded messages and token ids;
@@ -159,33 +162,28 @@ async def replay_chain(bundle: ChainBundle, *, path: str = "", grader: MathGrade
     outputs: list = []
     try:
         harmony = Harmony(load_tokenizer(bundle.tokenizer))
-    except TokenizerError as exc:
-        notes.append(f"prompts and parsing not checked: {exc}")
+    except TokenizerError as exc:  # nothing of the roles can be re-derived: an edited chain must not pass unseen
+        out.append(Difference(what="tokenizer", recorded=bundle.tokenizer, replayed=_short(f"cannot load: {exc}")))
     else:
         fingerprints = {r.trajectory.tokenizer for r in chain.roles}
         _compare(out, "tokenizer fingerprint", fingerprints, {harmony.tokenizer.fingerprint})
         outputs = replay_roles(bundle, harmony, out, notes)
+    if not outputs:  # the tokenizer is missing: the rule and the row are still re-applied to what was recorded
+        outputs = [chain.output(role) for role in ROLES[: len(chain.roles)]]
     replayed = {role: output for role, output in zip(ROLES, outputs)}
     solution = replayed.get("generator")
-    grading = None
-    if isinstance(solution, Solution):
-        grading = await grader.grade(chain.task, solution.answer)
-    elif not outputs:  # the tokenizer is missing: check the recorded answer
-        recorded = chain.output("generator")
-        if isinstance(recorded, Solution):
-            grading = await grader.grade(chain.task, recorded.answer)
+    grading = await grader.grade(chain.task, solution.answer) if isinstance(solution, Solution) else None
     _compare(out, "math check (passed, infra_error, verdicts)", _check_key(chain.grading), _check_key(grading))
-    if outputs:
-        verdict, meta = replayed.get("verifier"), replayed.get("meta_verifier")
-        decision = decide(
-            solution if isinstance(solution, Solution) else None,
-            grading,
-            verdict if isinstance(verdict, Verdict) else None,
-            meta if isinstance(meta, MetaVerdict) else None,
-        )
-        _compare(out, "decision", chain.decision, decision)
-        again = chain.model_copy(update={"grading": grading, "decision": decision})
-        _compare(out, "verifier row", bundle.row, verifier_row(again))
+    verdict, meta = replayed.get("verifier"), replayed.get("meta_verifier")
+    decision = decide(
+        solution if isinstance(solution, Solution) else None,
+        grading,
+        verdict if isinstance(verdict, Verdict) else None,
+        meta if isinstance(meta, MetaVerdict) else None,
+    )
+    _compare(out, "decision", chain.decision, decision)
+    again = chain.model_copy(update={"grading": grading, "decision": decision})
+    _compare(out, "verifier row", bundle.row, verifier_row(again))
     return ReplayReport(
         bundle=path,
         task_id=chain.task.task_id,
