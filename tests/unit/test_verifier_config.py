@@ -1,0 +1,65 @@
+"""`python -m gym verifier CONFIG`: the shipped config validates, typos and bad files are one-line errors
+with their exit code (docs/cli.md), all before the run directory is touched."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tests.cli_support import ROOT, gym, one_line
+from trainer.errors import ConfigError
+from trainer.verifier_train import ArithmeticRows, VerifierConfig
+
+SHIPPED = ROOT / "configs" / "verifier_tiny.yaml"
+
+
+def test_the_shipped_config_validates():
+    config = VerifierConfig.load(SHIPPED)
+    assert isinstance(config.train, ArithmeticRows) and config.heldout is None
+    assert config.policy.type == "rdep_moe" and config.label_texts.correct == " +"
+
+
+def _write(tmp_path, **changes) -> str:
+    data = yaml.safe_load(SHIPPED.read_text())
+    data.update(changes)
+    data["out"] = str(tmp_path / "run")
+    path = tmp_path / "v.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"stpes": 3}, "stpes: Extra inputs are not permitted"),
+        ({"lr": -1}, "lr: Input should be greater than 0"),
+        ({"train": {"type": "jsonl", "pth": "x.jsonl"}}, "train.pth"),
+        ({"train": {"type": "csv", "path": "x"}}, "train"),
+        ({"labels": {"scheme": "prm800"}}, "labels.scheme"),
+        ({"heldout_fraction": 1.5}, "heldout_fraction"),
+    ],
+)
+def test_typos_are_one_line_errors(tmp_path, changes, words):
+    """One line per problem, each naming the file and the field's dotted path."""
+    path = _write(tmp_path, **changes)
+    with pytest.raises(ConfigError) as caught:
+        VerifierConfig.load(path)
+    message = str(caught.value)
+    assert words in message and all(line.startswith(f"{path}: ") for line in message.splitlines()), message
+    assert "Traceback" not in message
+
+
+def test_cli_typo_exits_2_before_the_run_directory(tmp_path):
+    done = gym("verifier", _write(tmp_path, batchsize=3))
+    one_line(done, 2, "batchsize")
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_missing_rows_file_exits_5(tmp_path):
+    done = gym("verifier", _write(tmp_path, train={"type": "jsonl", "path": str(tmp_path / "none.jsonl")}))
+    one_line(done, 5, "none.jsonl")
+
+
+def test_cli_label_of_several_tokens_exits_2(tmp_path):
+    done = gym("verifier", _write(tmp_path, label_texts={"correct": " definitely right", "wrong": " -"}))
+    one_line(done, 2, "exactly one token")
