@@ -56,6 +56,8 @@ _RELATION = re.compile(
 )
 
 
+_ENVIRONMENT = re.compile(r"\\begin\{([a-zA-Z]+\*?)\}.*?\\end\{\1\}", re.DOTALL)
+_PROSE = re.compile(r"(?<![\\a-zA-Z{])[a-zA-Z]{3,}")  # a word of prose; {pmatrix} names an environment
 _INVISIBLE = ("Cc", "Cf", "Cs")  # controls, zero-width and format characters, lone surrogates: "42\u200b43" is two
 
 
@@ -63,13 +65,19 @@ def normal(answer: str) -> str:
     """``answer`` with no separator hidden in another spelling (see the module docstring).
 
     Unicode NFKC (full-width digits and punctuation become ASCII), the ideographic full stop and other
-    line separators a newline, invisible characters (zero-width, controls, lone surrogates) a space, LaTeX line breaks a newline and LaTeX spacing a space, and every
+    line separators a newline, invisible characters (zero-width, controls, lone surrogates) a space, LaTeX line breaks
+    outside ``\\begin{...}...\\end{...}`` (a matrix's rows are one answer) a newline and LaTeX spacing a space, and every
     ``\\boxed{X}`` (nested ones too) ``X``, or ``(X)`` when X is a list: math-verify would otherwise grade
     the last box alone.
     """
-    text = _LINE_BREAK.sub("\n", unicodedata.normalize("NFKC", answer).replace("\u3001", ","))
+    text = _LATEX_THOUSANDS.sub(",", unicodedata.normalize("NFKC", answer).replace("\u3001", ","))
+    kept = [match.span() for match in _ENVIRONMENT.finditer(text)]  # a matrix's rows are one answer
+    edges = [0, *(i for span in kept for i in span), len(text)]
+    text = "".join(
+        text[a:b] if k % 2 else _SPACE.sub(" ", _LINE_BREAK.sub("\n", text[a:b]))
+        for k, (a, b) in enumerate(zip(edges, edges[1:]))
+    )
     text = "".join(" " if char not in "\n\t" and unicodedata.category(char) in _INVISIBLE else char for char in text)
-    text = _SPACE.sub(" ", _LATEX_THOUSANDS.sub(",", text))
     while match := _BOX.search(text):
         close = _closing_brace(text, match.end() - 1)
         if close < 0:
@@ -105,7 +113,7 @@ def candidates(answer: str) -> list[str]:
 def _prose_split(text: str) -> list[str]:
     """``text`` cut at prose words (``6 wait 5``), the words dropped; function names stay."""
     parts, start = [], 0
-    for match in _WORD.finditer(text):
+    for match in _PROSE.finditer(text):
         if match[0].lower() not in _FUNCTIONS:
             parts.append(text[start : match.start()])
             start = match.end()
@@ -123,7 +131,7 @@ def _values(piece: str) -> list[object]:
 
 
 def _constant(value: list[object]) -> bool:
-    return not getattr(value[0], "free_symbols", {None})
+    return bool(getattr(value[0], "is_number", False))  # 4, not x nor f(2)
 
 
 def _top_level_commas(text: str) -> list[str]:

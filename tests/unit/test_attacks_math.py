@@ -52,6 +52,10 @@ HIDDEN_HEDGES = [
     ("5", "$5$ or $6$"),
     ("5", "$6$ is wrong, it's $5$"),
     ("\\frac{1}{2}", "\\frac{1}{2}\\text{ or }\\frac{1}{3}"),
+    ("5", "\\begin{matrix}5\\\\6\\end{matrix}"),  # an environment's rows stay whole: never one of them alone
+    ("5", "\\begin{aligned}x&=6\\\\x&=5\\end{aligned}"),
+    ("5", "\\begin{array}{c}6\\\\5\\end{array}"),
+    ("5", "\\begin{gathered}6\\\\5\\end{gathered}"),
 ]
 
 # Wrong values dressed up: near misses, lookalikes, sets and bounds that contain the gold.
@@ -88,6 +92,15 @@ HONEST = [
     ("5", "2+3=5"),
     ("72", "The answer is \\boxed{72}."),
     ("\\frac{1}{2}", "\\dfrac{1}{2}"),
+    ("4", "f(2) = 4"),  # a function's value is not a second answer
+    ("13", "x_1 = 13"),
+    ("1.5", "1\\frac{1}{2}"),
+    ("5", "5 \\; \\text{units}"),
+    ("5", "\\textbf{5}"),
+    ("18", "18 \\text{ miles per hour}"),
+    ("-2", "\\left( -2 \\right)"),
+    ("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"),  # rows are not hedges
+    ("\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}", "\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}"),
 ]
 
 
