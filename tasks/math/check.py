@@ -17,7 +17,7 @@ asks. What fails (``wrong_answer``, with the reason in ``detail``):
   never passes on one of them. A candidate that is a chain of relations (``=``, ``\\implies``,
   ``\\to``, ...) is a hedge when two of its constant sides differ (``6 = 5``; ``x = 5`` and
   ``x^2+y^2=25`` are one answer). Before the cut the reply is normalised (`normal`) so that no
-  spelling hides a separator: Unicode compatibility forms (full-width ``，；５``), LaTeX line breaks
+  spelling hides a separator: full-width and font forms (``，；５𝟓``, never ``²``), LaTeX line breaks
   and spacing (``\\\\``, ``~``, ``\\quad``), ``\\text{...}`` around separators and nested
   ``\\boxed{}`` (each box becomes brackets, so ``\\boxed{\\boxed{5}, 6}`` is the pair it states);
 * an answer ``math_verify`` cannot parse.
@@ -58,19 +58,20 @@ _RELATION = re.compile(
 
 _ENVIRONMENT = re.compile(r"\\begin\{([a-zA-Z]+\*?)\}.*?\\end\{\1\}", re.DOTALL)
 _PROSE = re.compile(r"(?<![\\a-zA-Z{])[a-zA-Z]{3,}")  # a word of prose; {pmatrix} names an environment
+_SAME_VALUE = ("<wide>", "<narrow>", "<font>", "<noBreak>")  # compatibility forms that only restyle a character
 _INVISIBLE = ("Cc", "Cf", "Cs")  # controls, zero-width and format characters, lone surrogates: "42\u200b43" is two
 
 
 def normal(answer: str) -> str:
     """``answer`` with no separator hidden in another spelling (see the module docstring).
 
-    Unicode NFKC (full-width digits and punctuation become ASCII), the ideographic full stop and other
+    Full-width, narrow and mathematical-font characters become ASCII (`_plain`), the ideographic full stop and other
     line separators a newline, invisible characters (zero-width, controls, lone surrogates) a space, LaTeX line breaks
     outside ``\\begin{...}...\\end{...}`` (a matrix's rows are one answer) a newline and LaTeX spacing a space, and every
     ``\\boxed{X}`` (nested ones too) ``X``, or ``(X)`` when X is a list: math-verify would otherwise grade
     the last box alone.
     """
-    text = _LATEX_THOUSANDS.sub(",", unicodedata.normalize("NFKC", answer).replace("\u3001", ","))
+    text = _LATEX_THOUSANDS.sub(",", "".join(map(_plain, answer)).replace("\u3001", ","))
     kept = [match.span() for match in _ENVIRONMENT.finditer(text)]  # a matrix's rows are one answer
     edges = [0, *(i for span in kept for i in span), len(text)]
     text = "".join(
@@ -86,6 +87,14 @@ def normal(answer: str) -> str:
         inside = f"({inside})" if len(_top_level_commas(inside)) > 1 else f" {inside} "  # a box of a pair is a pair
         text = f"{text[: match.start()]}{inside}{text[close + 1 :]}"
     return text
+
+
+def _plain(char: str) -> str:
+    """``char``'s compatibility form when it is only another width or font of it (``５``, ``𝟓``, ``，``); never
+    a superscript or a fraction, whose compatibility form changes the value (``5²`` is not ``52``)."""
+    if unicodedata.decomposition(char).startswith(_SAME_VALUE):
+        return unicodedata.normalize("NFKC", char)
+    return char
 
 
 def _closing_brace(text: str, opening: int) -> int:

@@ -72,6 +72,8 @@ WRONG_VALUES = [
     ("5", "x"),
     ("42", "4\u200b2"),
     ("5", "\\text{6}5"),
+    ("52", "5\u00b2"),  # hole while the check read every compatibility form: 5 squared read as 52
+    ("12", "\u00bd2"),
 ]
 
 HONEST = [
