@@ -49,13 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from policies.tokenizer import TextTokenizer
 
     tokenizer = TextTokenizer(config.tokenizer) if config.tokenizer else None
-    engine = build_engine(config)
-    if tokenizer is not None and tokenizer.vocab_size > engine.vocab_size:
-        raise ServeConfigError(
-            f"{args.config}: tokenizer {config.tokenizer} has {tokenizer.vocab_size} tokens but the policy's "
-            f"vocabulary is {engine.vocab_size}: ids past it could not be embedded"
-        )
-    scorer = None
+    scorer = None  # loaded first: a bad checkpoint fails before the policy is built
     if config.verifier is not None:
         from policies.scorer import StepScorer
 
@@ -63,6 +57,12 @@ def run(args: argparse.Namespace) -> int:
             scorer = StepScorer.load(config.verifier, device=config.engine.device)
         except FileNotFoundError as exc:
             raise ServeConfigError(f"{args.config}: verifier: {exc}") from None
+    engine = build_engine(config)
+    if tokenizer is not None and tokenizer.vocab_size > engine.vocab_size:
+        raise ServeConfigError(
+            f"{args.config}: tokenizer {config.tokenizer} has {tokenizer.vocab_size} tokens but the policy's "
+            f"vocabulary is {engine.vocab_size}: ids past it could not be embedded"
+        )
     server = PolicyServer(engine, config.server, tokenizer, scorer=scorer)
     try:
         asyncio.run(serve(server, sock))

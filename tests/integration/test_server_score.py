@@ -6,16 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import subprocess
+import sys
 
 import aiohttp
 import pytest
+import requests
 import torch
+import yaml
 from aiohttp.test_utils import TestServer
 
 from policies.fake_engine import ScriptedEngine
 from policies.scorer import StepScorer
 from policies.serve_config import ServerOptions
 from policies.server import PolicyServer
+from tests.cli_support import ROOT, gym, one_line
 from tests.policy_support import small_model
 from trainer.verifier_train import save_checkpoint
 
@@ -110,3 +117,34 @@ def test_loading_a_directory_that_is_no_verifier_names_the_file(tmp_path):
     (tmp_path / "verifier.json").write_text('{"label_ids": [1, 2]}')
     with pytest.raises(FileNotFoundError, match="step_prefix"):
         StepScorer.load(tmp_path)
+
+
+def test_gym_serve_loads_the_verifier_named_in_its_config(checkpoint, tmp_path):
+    """The real `python -m gym serve` process: `verifier: DIR` is served on /v1/score; a directory that
+    is no verifier checkpoint is a one-line config error (exit 2) before the server listens."""
+    config = {"policy": {"type": "rdep_moe", "checkpoint": str(checkpoint[0])}, "verifier": str(checkpoint[0])}
+    (tmp_path / "serve.yaml").write_text(yaml.safe_dump(config))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gym", "serve", str(tmp_path / "serve.yaml"), "--port", "0"],
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = None
+        for line in proc.stderr:  # type: ignore[union-attr]
+            found = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+            if found:
+                url = found.group(1)
+                break
+        assert url, "the server never listened"
+        answer = requests.post(f"{url}/v1/score", json={"input_ids": [SEQ]}, timeout=60)
+        assert answer.status_code == 200 and answer.json()["positions"] == [SLOTS]
+        assert requests.post(f"{url}/v1/score", json={"input_ids": [[70]]}, timeout=60).status_code == 400
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump({**config, "verifier": str(tmp_path)}))
+    one_line(gym("--log-level", "ERROR", "serve", str(tmp_path / "bad.yaml"), "--port", "0"), 2, "verifier.json")
