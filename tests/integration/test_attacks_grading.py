@@ -1,8 +1,8 @@
-"""Attacks on CP grading (and on the tools) by real programs in the real sandbox, as a policy would submit them: output tricks,
-float-tolerance abuse, exit codes and stderr, a child that answers after its parent exits or after the time
-limit, and sabotage of the grading container for the tests that follow. Each attack must score 0 on the
-tests it affects and never be masked as ``infra_error`` (only the engine or the host may mask a sample);
-the honest programs beside them pass, so the check can pass."""
+"""Attacks on CP grading and on the tools by real programs in the real sandbox, as a policy would submit them:
+output tricks, float-tolerance abuse, exit codes and stderr, a child that answers after its parent exits or after
+the time limit, values the host cannot read back, sabotage of the grading container for the tests that follow, and
+hostile tool calls. Each attack must score 0 on the tests it affects and never be masked as ``infra_error`` (only
+the engine or the host may mask a sample); the honest programs beside them pass, so the check can pass."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from sandbox.config import SandboxConfig
 from sandbox.failure import FailureKind, Verdict
 from tasks.grader import GraderConfig, TaskResult, grade_pairs
 from tasks.submission import Submission
-from tasks.task import StdinTest, Task
+from tasks.task import CallTest, StdinTest, Task
 from tests.sandbox_support import in_workspace, small_config
 
 pytestmark = pytest.mark.docker
@@ -29,6 +29,14 @@ def stdin_task(task_id: str, tests: list[tuple[str, str]]) -> Task:
     return Task(task_id=task_id, source_format="nemotron", kind="stdin", prompt="p", tests=tests)
 
 
+DOUBLE = Task(
+    task_id="double",
+    source_format="lcb",
+    kind="call",
+    prompt="p",
+    fn_name="solve",
+    tests=(CallTest(args=[2], expected=4), CallTest(args=[5], expected=10)),
+)
 SUM = stdin_task("sum", [("1 2\n", "3\n"), ("5 5\n", "10\n"), ("-1 1\n", "0\n")])
 RATIO = stdin_task("ratio", [("1 3\n", "0.333333333\n"), ("2 3\n", "0.666666667\n"), ("7 2\n", "3.5\n")])
 
@@ -69,15 +77,28 @@ SABOTAGE = {
     "leave a process holding stdout": READ + "print(a + b, flush=True)\nif a == 1 and os.fork() == 0:\n"
     "    time.sleep(30)\n",
 }
+# Functions for DOUBLE that must score 0: values the host cannot read back must be the candidate's failure.
+WRONG_VALUES = {
+    "an int past the host's digit limit": "import sys\nsys.set_int_max_str_digits(0)\n"
+    "def solve(x):\n    return 10 ** 5000\n",
+    "a float past the host's digit limit": "def solve(x):\n    return float('1' + '0' * 400)\n",
+    "a list nested past the decoder's depth": "def solve(x):\n    v = []\n    for _ in range(300):\n"
+    "        v = [v]\n    return v\n",
+    "a set for a list": "def solve(x):\n    return {2 * x}\n",
+    "a bool for an int": "def solve(x):\n    return True\n",
+    "the right value as a string": "def solve(x):\n    return str(2 * x)\n",
+}
 HONEST = {
     SUM.task_id: READ + "print(a + b)\n",
     RATIO.task_id: READ + "print(f'{a / b:.9f}')\n",
+    DOUBLE.task_id: "def solve(x):\n    return 2 * x\n",
 }
 
 
 @pytest.fixture(scope="module")
 def graded() -> dict[str, TaskResult]:
-    named = [(f"honest {t.task_id}", t, HONEST[t.task_id]) for t in (SUM, RATIO)]
+    named = [(f"honest {t.task_id}", t, HONEST[t.task_id]) for t in (SUM, RATIO, DOUBLE)]
+    named += [(name, DOUBLE, code) for name, code in WRONG_VALUES.items()]
     named += [(name, SUM, code) for name, code in {**WRONG_EVERYWHERE, **SABOTAGE}.items()]
     named += [(name, RATIO, code) for name, code in WRONG_FLOATS.items()]
     pairs = [(task, Submission(task_id=task.task_id, completion=code)) for _, task, code in named]
@@ -85,12 +106,12 @@ def graded() -> dict[str, TaskResult]:
 
 
 def test_honest_programs_pass(graded):
-    for task in (SUM, RATIO):
+    for task in (SUM, RATIO, DOUBLE):
         result = graded[f"honest {task.task_id}"]
         assert result.passed and result.fraction == 1.0 and not result.infra_error, result
 
 
-@pytest.mark.parametrize("name", [*WRONG_EVERYWHERE, *WRONG_FLOATS])
+@pytest.mark.parametrize("name", [*WRONG_EVERYWHERE, *WRONG_FLOATS, *WRONG_VALUES])
 def test_an_output_trick_scores_zero_and_is_never_masked(graded, name):
     result = graded[name]
     assert not result.infra_error, result
