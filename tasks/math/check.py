@@ -65,11 +65,11 @@ _INVISIBLE = ("Cc", "Cf", "Cs")  # controls, zero-width and format characters, l
 def normal(answer: str) -> str:
     """``answer`` with no separator hidden in another spelling (see the module docstring).
 
-    Full-width, narrow and mathematical-font characters become ASCII (`_plain`), the ideographic full stop and other
-    line separators a newline, invisible characters (zero-width, controls, lone surrogates) a space, LaTeX line breaks
-    outside ``\\begin{...}...\\end{...}`` (a matrix's rows are one answer) a newline and LaTeX spacing a space, and every
-    ``\\boxed{X}`` (nested ones too) ``X``, or ``(X)`` when X is a list: math-verify would otherwise grade
-    the last box alone.
+    Full-width, narrow and mathematical-font characters become ASCII (`_plain`); the ideographic full stop
+    and other line separators become a newline, invisible characters (zero-width, controls, lone surrogates)
+    a space; outside ``\\begin{...}...\\end{...}`` (a matrix's rows are one answer) LaTeX line breaks become
+    a newline and LaTeX spacing a space; every ``\\boxed{X}`` (nested ones too) becomes ``X``, or ``(X)``
+    when X is a list: math-verify would otherwise grade the last box alone.
     """
     text = _LATEX_THOUSANDS.sub(",", "".join(map(_plain, answer)).replace("\u3001", ","))
     kept = [match.span() for match in _ENVIRONMENT.finditer(text)]  # a matrix's rows are one answer

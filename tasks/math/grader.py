@@ -126,7 +126,7 @@ def _reply(stdout: bytes) -> dict:
 
 
 def _printable(text: str) -> str:
-    """``text`` with lone surrogates replaced: the detail echoes the answer, and a surrogate cannot be written as JSON."""
+    """``text`` with lone surrogates replaced: the detail echoes the answer, and JSON cannot hold a surrogate."""
     return text.encode("utf-8", errors="replace").decode("utf-8")
 
 
