@@ -3,6 +3,8 @@ with their exit code (docs/cli.md), all before the run directory is touched."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 
@@ -63,3 +65,20 @@ def test_cli_missing_rows_file_exits_5(tmp_path):
 def test_cli_label_of_several_tokens_exits_2(tmp_path):
     done = gym("verifier", _write(tmp_path, label_texts={"correct": " definitely right", "wrong": " -"}))
     one_line(done, 2, "exactly one token")
+
+
+@pytest.mark.slow  # two runs of the command: 36 s on the loaded 2-core VM
+def test_cli_run_writes_its_files_prints_the_table_and_sets_an_earlier_run_aside(tmp_path):
+    path = _write(tmp_path, train={"type": "arithmetic", "count": 100, "seed": 0}, eval_every=1)
+    for _ in range(2):
+        done = gym("verifier", path, "--steps", "2")
+        assert done.returncode == 0, done.stderr[-3000:]
+    run = tmp_path / "run"
+    for name in ("config.json", "metrics.json", "checkpoint/model.safetensors", "checkpoint/verifier.json"):
+        assert (run / name).is_file(), name
+    assert "verifier " in done.stdout and "constant (majority label)" in done.stdout and "AUC" in done.stdout
+    assert "Traceback" not in done.stderr
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["steps"] == 2 and [point["step"] for point in metrics["curve"]] == [1, 2]
+    assert json.loads((run / "config.json").read_text())["steps"] == 2
+    assert len(list(tmp_path.glob("run.*"))) == 1  # the first run, moved aside whole
