@@ -1,5 +1,6 @@
 """`python -m gym verifier CONFIG`: the shipped config validates, typos and bad files are one-line errors
-with their exit code (docs/cli.md), all before the run directory is touched."""
+with their exit code (docs/cli.md), all before the run directory is touched; the held-out side never shares
+a problem with the training side; unscored steps carry no loss."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import json
 import pytest
 import yaml
 
+from gym.tokenizer import load_tokenizer
+from gym.verifier_format import VerifierFormat
+from tasks.step_labels import LabelScheme, read_step_rows
+from tasks.step_samples import generate_rows, write_rows
 from tests.cli_support import ROOT, gym, one_line
 from trainer.errors import ConfigError
-from trainer.verifier_train import ArithmeticRows, VerifierConfig
+from trainer.verifier_train import ArithmeticRows, VerifierConfig, collate, render_all, splits
 
 SHIPPED = ROOT / "configs" / "verifier_tiny.yaml"
 
@@ -82,3 +87,37 @@ def test_cli_run_writes_its_files_prints_the_table_and_sets_an_earlier_run_aside
     assert metrics["steps"] == 2 and [point["step"] for point in metrics["curve"]] == [1, 2]
     assert json.loads((run / "config.json").read_text())["steps"] == 2
     assert len(list(tmp_path.glob("run.*"))) == 1  # the first run, moved aside whole
+
+
+def test_a_heldout_file_loses_the_rows_whose_problem_is_trained_on(tmp_path):
+    rows = generate_rows(200, seed=0)
+    write_rows(rows[:150], tmp_path / "train.jsonl")
+    write_rows(rows[100:], tmp_path / "held.jsonl")
+    config = VerifierConfig.model_validate(
+        {
+            **yaml.safe_load(SHIPPED.read_text()),
+            "out": str(tmp_path / "run"),
+            "train": {"type": "jsonl", "path": str(tmp_path / "train.jsonl")},
+            "heldout": {"type": "jsonl", "path": str(tmp_path / "held.jsonl")},
+        }
+    )
+    train, held, report = splits(config)
+    trained = {row.problem for row in train}
+    overlap = sum(1 for row in rows[100:] if row["problem"] in trained)
+    assert len(train) == 150 and overlap >= 50  # rows 100..149 are in both files
+    assert report["heldout_overlap_dropped"] == overlap and len(held) == 100 - overlap
+    assert not trained & {row.problem for row in held}
+
+
+def test_unscored_steps_stay_in_the_input_but_carry_no_loss():
+    rows = read_step_rows(
+        [json.dumps({"id": "p", "problem": "q", "steps": ["a", "b", "c"], "labels": [0, -1, 1]})],
+        LabelScheme(scheme="prm800k", neutral="unscored"),
+    ).rows
+    fmt = VerifierFormat(load_tokenizer("bpe"))
+    kept, dropped = render_all(fmt, rows, 1024)
+    batch = collate(kept, "cpu")
+    assert dropped == 0 and batch["mask"].tolist() == [[False, True, True]]
+    assert batch["labels"].tolist()[0][1:] == [0, 1] and batch["positions"].tolist() == [kept[0].positions]
+    all_unscored = rows[0].model_copy(update={"labels": (None, None, None)})
+    assert render_all(fmt, [all_unscored], 1024) == ([], 1)
