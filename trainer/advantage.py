@@ -6,6 +6,12 @@ baseline from its group, optionally divided by the group's reward std:
 * ``mean``:          A_i = r_i - mean_j r_j
 * ``leave_one_out``: A_i = r_i - mean_{j != i} r_j  = G / (G - 1) * (r_i - mean_j r_j)   (RLOO)
 * ``std_normalize``: A_i /= (std_j r_j + eps), std with Bessel's correction (GRPO; off = Dr. GRPO)
+* ``negative_weight`` w in (0, 1]: A_i *= w where A_i < 0 (1 = the symmetric estimator). The gradient of a
+  group splits into positive-sample reinforcement (PSR: raise the logprob of samples above the baseline) and
+  negative-sample reinforcement (NSR: lower it for samples below); NSR spreads the freed probability over every
+  other token and so raises the entropy, PSR sharpens (Zhu et al. 2025, "The Surprising Effectiveness of
+  Negative Reinforcement in LLM Reasoning"). At a low pass rate a group has one success and several
+  failures, so NSR dominates; w < 1 rebalances it. A group's advantages then no longer sum to zero.
 
 Masked samples (``infra_error``) take no part: callers pass only the unmasked rewards.
 """
@@ -25,6 +31,7 @@ def group_advantages(
     baseline: Baseline = "mean",
     std_normalize: bool = True,
     eps: float = 1e-6,
+    negative_weight: float = 1.0,
 ) -> torch.Tensor:  # (G,)
     """Advantage of each sample of one group (see the module docstring for the formulas)."""
     if rewards.dim() != 1:
@@ -40,6 +47,9 @@ def group_advantages(
         raise ValueError(f"unknown baseline {baseline!r}")
     if std_normalize:
         centred = centred / (rewards.std(unbiased=True) + eps)
+    if not 0.0 < negative_weight <= 1.0:
+        raise ValueError(f"negative_weight must be in (0, 1], got {negative_weight}")
+    centred = torch.where(centred < 0, centred * negative_weight, centred)
     return centred.float()
 
 

@@ -34,6 +34,9 @@ class AdvantageConfig(BaseModel):
     """Divide by the group's reward std (GRPO); false gives Dr. GRPO's unnormalised advantages."""
     eps: float = Field(1e-6, gt=0)
     """Added to the std before dividing."""
+    negative_weight: float = Field(1.0, gt=0, le=1)
+    """Scale of negative advantages (samples below their group's baseline); 1 = the symmetric estimator.
+    Below 1 the update leans on the group's successes (trainer/advantage.py)."""
 
 
 class KLConfig(BaseModel):

@@ -104,6 +104,7 @@ def select_group(
         algorithm.advantage.baseline,
         algorithm.advantage.std_normalize,
         algorithm.advantage.eps,
+        algorithm.advantage.negative_weight,
     ).tolist()
     scored = []
     for (sample, weight, reward), advantage in zip(kept, advantages):

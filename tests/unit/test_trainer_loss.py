@@ -43,6 +43,22 @@ def test_leave_one_out_baseline():
     assert not torch.allclose(got, group_advantages(rewards, "mean", False))  # the two baselines differ
 
 
+def test_negative_weight_scales_only_samples_below_the_baseline():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])  # one success: mean 0.25 -> +0.75, -0.25 x 3
+    got = group_advantages(rewards, "mean", False, negative_weight=0.2)
+    assert torch.allclose(got, torch.tensor([0.75, -0.05, -0.05, -0.05]))
+    # with std normalisation the scale applies after dividing: unbiased std 0.5 -> +1.5, -0.5 * 0.2
+    got = group_advantages(rewards, "mean", True, eps=0.0, negative_weight=0.2)
+    assert torch.allclose(got, torch.tensor([1.5, -0.1, -0.1, -0.1]))
+    assert torch.equal(group_advantages(rewards, "mean", False, negative_weight=1.0), rewards - 0.25)
+
+
+@pytest.mark.parametrize("weight", [0.0, -0.5, 1.5])
+def test_negative_weight_outside_its_range_is_refused(weight):
+    with pytest.raises(ValueError, match="negative_weight"):
+        group_advantages(torch.tensor([1.0, 0.0]), negative_weight=weight)
+
+
 def test_single_sample_has_no_advantage():
     assert group_advantages(torch.tensor([5.0]), "mean", True).tolist() == [0.0]
 
