@@ -282,22 +282,8 @@ def save_checkpoint(model, fmt: VerifierFormat, directory: Path) -> Path:
     return directory
 
 
-def train_verifier(config: VerifierConfig) -> dict:
-    """Run the whole training; returns the metrics written to ``out/metrics.json``."""
-    started = time.monotonic()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    fmt = VerifierFormat(load_tokenizer(config.tokenizer), config.label_texts.correct, config.label_texts.wrong)
-    train_rows, held_rows, data = splits(config)
-    train, dropped_train = render_all(fmt, train_rows, config.max_tokens)
-    held, dropped_held = render_all(fmt, held_rows, config.max_tokens)
-    if not train or not held:
-        raise ConfigError(f"{len(train)} training and {len(held)} held-out rows left after rendering; need both")
-    data.update(train_rows=len(train), heldout_rows=len(held), too_long_or_unscored=dropped_train + dropped_held)
-    model = build_model(config.policy, config.dtype, config.device).train()
-    vocab = int(model.config.vocab_size)
-    if fmt.tokenizer.vocab_size > vocab:
-        raise ConfigError(f"tokenizer {config.tokenizer} has {fmt.tokenizer.vocab_size} ids, the policy embeds {vocab}")
+def fit(model, fmt: VerifierFormat, train: list[RenderedRow], held: list[RenderedRow], config: VerifierConfig) -> list:
+    """``config.steps`` AdamW steps of the label loss on random training batches; the held-out curve."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / max(1, config.warmup_steps)))
     rng = random.Random(config.seed)
@@ -315,14 +301,45 @@ def train_verifier(config: VerifierConfig) -> dict:
             bar.set_postfix(loss=f"{loss.item():.3f}")
             if step % config.eval_every == 0 or step == config.steps:
                 held_report = report(predict(model, held, fmt.label_ids, config.eval_batch_size, config.device))
-                point = {
-                    "step": step,
-                    "loss": loss.item(),
-                    "accuracy": held_report["accuracy"],
-                    "auc": held_report["auc"],
-                }
-                curve.append(point)
-                log.info("step %d: loss %.4f, held-out accuracy %.4f, AUC %.4f", step, *list(point.values())[1:])
+                curve.append(
+                    {"step": step, "loss": loss.item(), "accuracy": held_report["accuracy"], "auc": held_report["auc"]}
+                )
+                auc = "n/a" if held_report["auc"] is None else f"{held_report['auc']:.4f}"
+                log.info(
+                    "step %d: loss %.4f, held-out accuracy %.4f, AUC %s",
+                    step,
+                    loss.item(),
+                    held_report["accuracy"],
+                    auc,
+                )
+    return curve
+
+
+def train_verifier(config: VerifierConfig) -> dict:
+    """Run the whole training with ``config.threads`` torch threads (the caller's count is restored after);
+    returns the metrics written to ``out/metrics.json``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(config.threads or before)
+    try:
+        return _train(config)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train(config: VerifierConfig) -> dict:
+    started = time.monotonic()
+    fmt = VerifierFormat(load_tokenizer(config.tokenizer), config.label_texts.correct, config.label_texts.wrong)
+    train_rows, held_rows, data = splits(config)
+    train, dropped_train = render_all(fmt, train_rows, config.max_tokens)
+    held, dropped_held = render_all(fmt, held_rows, config.max_tokens)
+    if not train or not held:
+        raise ConfigError(f"{len(train)} training and {len(held)} held-out rows left after rendering; need both")
+    data.update(train_rows=len(train), heldout_rows=len(held), too_long_or_unscored=dropped_train + dropped_held)
+    model = build_model(config.policy, config.dtype, config.device).train()
+    vocab = int(model.config.vocab_size)
+    if fmt.tokenizer.vocab_size > vocab:
+        raise ConfigError(f"tokenizer {config.tokenizer} has {fmt.tokenizer.vocab_size} ids, the policy embeds {vocab}")
+    curve = fit(model, fmt, train, held, config)
     slots = predict(model, held, fmt.label_ids, config.eval_batch_size, config.device)
     checkpoint = save_checkpoint(model, fmt, config.out / "checkpoint")
     metrics = {
