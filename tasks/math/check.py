@@ -20,7 +20,14 @@ asks. What fails (``wrong_answer``, with the reason in ``detail``):
   spelling hides a separator: full-width and font forms (``，；５𝟓``, never ``²``), LaTeX line breaks
   and spacing (``\\\\``, ``~``, ``\\quad``), ``\\text{...}`` around separators and nested
   ``\\boxed{}`` (each box becomes brackets, so ``\\boxed{\\boxed{5}, 6}`` is the pair it states);
+* a number math-verify did not read (`unread_number`: deleting it leaves the parse unchanged, as in
+  ``6 \\hskip1em 5`` or ``\\cancel{6} 5``, read as 5): a second answer the checker skipped, whatever
+  LaTeX sits between the two; more than ``MAX_NUMBERS`` numbers are refused rather than left unprobed;
 * an answer ``math_verify`` cannot parse.
+
+Matrices (``\\begin{pmatrix}``, ``bmatrix``, ...) are read as tuples on both sides (math-verify alone reads
+their last entry). A gold with a number the checker does not read is ``gold_error``, as the last entry
+alone would pass for it.
 
 ``gold_error`` means the gold itself did not parse or raised (the task's fault, never the candidate's).
 The gold is read first and ``GOLD_READ`` written to stderr after it, so the grader can tell a check
@@ -59,6 +66,9 @@ _RELATION = re.compile(
 _ENVIRONMENT = re.compile(r"\\begin\{([a-zA-Z]+\*?)\}.*?\\end\{\1\}", re.DOTALL)
 _PROSE = re.compile(r"(?<![\\a-zA-Z{])[a-zA-Z]{3,}")  # a word of prose; {pmatrix} names an environment
 _SAME_VALUE = ("<wide>", "<narrow>", "<font>", "<noBreak>")  # compatibility forms that only restyle a character
+_MATRIX = re.compile(r"\\begin\{([pbB]?matrix|smallmatrix)\}(.*?)\\end\{\1\}", re.DOTALL)
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+MAX_NUMBERS = 64  # numbers probed per answer (one parse each); more is refused, not skipped
 _INVISIBLE = ("Cc", "Cf", "Cs")  # controls, zero-width and format characters, lone surrogates: "42\u200b43" is two
 
 
@@ -167,9 +177,42 @@ def parsed(text: str) -> list[object]:
     """
     from math_verify import parse
 
+    text = _MATRIX.sub(_tuple_of, text)
     if "$" in text or _WORD.search(text):
         return parse(text, parsing_timeout=None)
     return parse(f"${text}$", parsing_timeout=None) or parse(text, parsing_timeout=None)
+
+
+def _tuple_of(matrix: re.Match) -> str:
+    """A matrix as the tuple math-verify reads (it reads only the last entry of ``\\begin{pmatrix}``): a column or
+    a row is a flat tuple, a matrix a tuple of rows."""
+    rows = [[cell.strip() for cell in row.split("&")] for row in re.split(r"\\\\", matrix[2]) if row.strip()]
+    if all(len(row) == 1 for row in rows) or len(rows) == 1:
+        return _tuple([cell for row in rows for cell in row])
+    return _tuple([_tuple(row) for row in rows])
+
+
+def _tuple(items: list[str]) -> str:
+    return "(" + ", ".join(items) + ")"
+
+
+def unread_number(text: str) -> str | None:
+    """A number of ``text`` whose deletion leaves what math-verify reads unchanged, or None.
+
+    math-verify reads the last value of what it cannot parse whole (``6 \\hskip1em 5``, ``\\cancel{6} 5``,
+    ``6 | 5`` read as 5): whatever LaTeX sits between two values, a number the checker skipped is a second
+    answer it did not see. Each side of a relation is tested on its own (``x_1 = 13``). Checks what was
+    read, not how it was spelled, so it needs no list of separators.
+    """
+    for side in _RELATION.split(text):
+        value = parsed(side) if side.strip() else []
+        if not value:
+            continue
+        for match in _NUMBER.finditer(side):
+            again = parsed(f"{side[: match.start()]} {side[match.end() :]}")
+            if again and str(again[0]) == str(value[0]):
+                return match[0]
+    return None
 
 
 GOLD_READ = "gold read"  # written to stderr once the gold parsed: from then on a death is the answer's doing
@@ -189,6 +232,8 @@ def read_gold(gold: str) -> tuple[list[object], str]:
         return [], f"the gold {gold[:80]!r} does not parse ({type(exc).__name__})"
     if not gold_parsed:
         return [], f"the gold {gold[:80]!r} does not parse"
+    if (skipped := unread_number(gold)) is not None:  # the last entry alone would pass for it
+        return [], f"the checker does not read the number {skipped} of the gold {gold[:80]!r}"
     return (gold_parsed, "") if itself else ([], f"the gold {gold[:80]!r} is not equal to itself")
 
 
@@ -212,6 +257,11 @@ def judge_read(gold_parsed: list[object], gold: str, answer: str, max_chars: int
     pieces = candidates(text)
     if len(pieces) > max_answers:
         return "wrong_answer", f"{len(pieces)} separate answers (one answer is graded)"
+    if len(_NUMBER.findall(text)) > MAX_NUMBERS:
+        return "wrong_answer", f"more than {MAX_NUMBERS} numbers in one answer"
+    for piece in pieces:
+        if (skipped := unread_number(piece)) is not None:
+            return "wrong_answer", f"the checker does not read the number {skipped} in {piece[:60]!r} (several answers)"
     values = [value for piece in pieces for value in _values(piece)]
     for first, other in zip(values, values[1:]):
         if not verify(first, other, timeout_seconds=None):

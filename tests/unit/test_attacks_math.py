@@ -58,6 +58,39 @@ HIDDEN_HEDGES = [
     ("5", "\\begin{gathered}6\\\\5\\end{gathered}"),
 ]
 
+# Two values with LaTeX between them that math-verify reads past (it keeps the last value): no list of
+# separators closes this class, so the check asks which numbers were read (`unread_number`).
+UNREAD_NUMBERS = [
+    "6 \\boxed 5",  # hole
+    "\\boxed 6 \\boxed 5",  # hole
+    "\\[ 6 \\] \\[ 5 \\]",  # hole
+    "$6$$5$",  # hole
+    "6 \\hskip1em 5",  # hole
+    "6 \\kern1em 5",  # hole
+    "6 \\enskip 5",  # hole
+    "6 \\mkern9mu 5",  # hole
+    "\\cancel{6} 5",  # hole
+    "\\sout{6} 5",  # hole
+    "6 \\hphantom{0} 5",  # hole
+    "6 \\big 5",  # hole
+    "6 | 5",  # hole
+    "6 \\| 5",  # hole
+    "6 \\colon 5",  # hole
+    "6 \\lor 5",  # hole
+    "6 \\hbox{ } 5",  # hole
+    "6 \\dots 5",  # hole
+    "6\\tag{1} 5",  # hole
+    "{6 \\atop 5}",  # hole
+    "6 \\mapsto 5",  # hole
+    "6\\hookrightarrow 5",  # hole
+    "5^{6}_{}",  # hole
+    "6\u3164 5",  # hole: Hangul filler, a letter, not a space
+    "6\u2800 5",  # hole: braille blank
+    "6 \\phantom{x} 5",
+    "6 \\not 5",
+]
+PMATRIX = "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"
+
 # Wrong values dressed up: near misses, lookalikes, sets and bounds that contain the gold.
 WRONG_VALUES = [
     ("5", "5.0000000001"),
@@ -72,6 +105,8 @@ WRONG_VALUES = [
     ("5", "x"),
     ("42", "4\u200b2"),
     ("5", "\\text{6}5"),
+    (PMATRIX, "2"),  # hole: math-verify read a vector as its last entry, so the last entry alone passed
+    (PMATRIX, "\\begin{pmatrix} 2 \\\\ 2 \\end{pmatrix}"),  # hole, the same way
     ("52", "5\u00b2"),  # hole while the check read every compatibility form: 5 squared read as 52
     ("12", "\u00bd2"),
 ]
@@ -95,6 +130,8 @@ HONEST = [
     ("72", "The answer is \\boxed{72}."),
     ("\\frac{1}{2}", "\\dfrac{1}{2}"),
     ("4", "f(2) = 4"),  # a function's value is not a second answer
+    (PMATRIX, "\\begin{bmatrix}1\\\\2\\end{bmatrix}"),  # a vector is read whole, as a tuple
+    ("\\begin{pmatrix} -1 \\\\ 2 \\\\ 5 \\end{pmatrix}", "\\begin{pmatrix}-1\\\\2\\\\5\\end{pmatrix}"),
     ("13", "x_1 = 13"),
     ("1.5", "1\\frac{1}{2}"),
     ("5", "5 \\; \\text{units}"),
@@ -106,7 +143,7 @@ HONEST = [
 ]
 
 
-@pytest.mark.parametrize(("gold", "answer"), HIDDEN_HEDGES + WRONG_VALUES)
+@pytest.mark.parametrize(("gold", "answer"), [*HIDDEN_HEDGES, *WRONG_VALUES, *(("5", a) for a in UNREAD_NUMBERS)])
 def test_a_wrong_or_hedged_answer_never_passes(gold, answer):
     verdict, detail = judge(gold, answer)
     assert verdict == "wrong_answer" and detail
@@ -115,6 +152,12 @@ def test_a_wrong_or_hedged_answer_never_passes(gold, answer):
 @pytest.mark.parametrize(("gold", "answer"), HONEST)
 def test_an_honest_answer_still_passes(gold, answer):
     assert judge(gold, answer) == ("passed", "")
+
+
+def test_an_answer_with_more_numbers_than_are_probed_is_refused_not_skipped():
+    verdict, detail = judge("65", "+".join(["1"] * 65))
+    assert verdict == "wrong_answer" and "more than 64 numbers" in detail
+    assert judge("10", "+".join(["1"] * 10)) == ("passed", "")
 
 
 def test_normal_form_leaves_no_separator_hidden():
@@ -140,6 +183,7 @@ def test_a_gold_that_raises_is_the_tasks_fault_not_a_wrong_answer(monkeypatch):
         raise RecursionError("sympy")
 
     assert judge("\\text{Evelyn}", "Evelyn")[0] == "gold_error"
+    assert judge("6 | 5", "5")[0] == "gold_error"  # a gold whose first number the checker skips
     monkeypatch.setattr(check, "parsed", parse_raising)
     assert judge("42", "42") == ("gold_error", "the gold '42' does not parse (RecursionError)")
 
