@@ -52,7 +52,7 @@ def single_token(tokenizer: Tokenizer, text: str) -> int:
     if len(ids) != 1:
         raise VerifierFormatError(
             f"label text {text!r} is {len(ids)} tokens {ids} in tokenizer {tokenizer.name}; "
-            "a label must be exactly one token (choose another `correct_text`/`wrong_text`)"
+            "a label must be exactly one token (set other `label_texts` in the verifier config)"
         )
     return ids[0]
 

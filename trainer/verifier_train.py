@@ -160,12 +160,12 @@ def splits(config: VerifierConfig) -> tuple[list[StepRow], list[StepRow], dict]:
     """(train, held-out, data report): the held-out side shares no problem with the training side."""
     train = read_source(config.train, config.labels)
     report: dict = {"train_file": train.summary(), "train_skipped": dict(train.skipped)}
-    log.info("training rows: %s", train.summary())
+    _log_rows("training", train)
     if config.heldout is None:
         train_rows, held_rows = split_by_problem(train.rows, config.heldout_fraction, config.split_seed)
         return train_rows, held_rows, report
     held = read_source(config.heldout, config.labels)
-    log.info("held-out rows: %s", held.summary())
+    _log_rows("held-out", held)
     problems = {row.problem for row in train.rows}
     held_rows = [row for row in held.rows if row.problem not in problems]
     report.update(
@@ -176,6 +176,12 @@ def splits(config: VerifierConfig) -> tuple[list[StepRow], list[StepRow], dict]:
     if not held_rows:
         raise ConfigError(f"every held-out row's problem is also a training problem ({len(held.rows)} rows)")
     return train.rows, held_rows, report
+
+
+def _log_rows(side: str, rows: StepRows) -> None:
+    log.info("%s rows: %s", side, rows.summary())
+    if rows.skipped:
+        log.warning("%s rows skipped, first ones: %s", side, "; ".join(rows.examples))
 
 
 def render_all(fmt: VerifierFormat, rows: Sequence[StepRow], max_tokens: int) -> tuple[list[RenderedRow], int]:
