@@ -64,7 +64,8 @@ _RELATION = re.compile(
 
 
 _ENVIRONMENT = re.compile(r"\\begin\{([a-zA-Z]+\*?)\}.*?\\end\{\1\}", re.DOTALL)
-_PROSE = re.compile(r"(?<![\\a-zA-Z{])[a-zA-Z]{3,}")  # a word of prose; {pmatrix} names an environment
+# a word of prose: {pmatrix} names an environment and ABC points, not prose (unread_number backs this up)
+_PROSE = re.compile(r"(?<![\\a-zA-Z{])(?=[A-Z]?[a-z])[a-zA-Z]{3,}")
 _SAME_VALUE = ("<wide>", "<narrow>", "<font>", "<noBreak>")  # compatibility forms that only restyle a character
 _MATRIX = re.compile(r"\\begin\{([pbB]?matrix|smallmatrix)\}(.*?)\\end\{\1\}", re.DOTALL)
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")

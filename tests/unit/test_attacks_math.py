@@ -88,6 +88,8 @@ UNREAD_NUMBERS = [
     "6\u2800 5",  # hole: braille blank
     "6 \\phantom{x} 5",
     "6 \\not 5",
+    "THE ANSWER IS 6 WAIT 5",
+    "6 ABC 5",
 ]
 PMATRIX = "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"
 
@@ -133,6 +135,7 @@ HONEST = [
     (PMATRIX, "\\begin{bmatrix}1\\\\2\\end{bmatrix}"),  # a vector is read whole, as a tuple
     ("\\begin{pmatrix} -1 \\\\ 2 \\\\ 5 \\end{pmatrix}", "\\begin{pmatrix}-1\\\\2\\\\5\\end{pmatrix}"),
     ("13", "x_1 = 13"),
+    ("30", "\\angle ABC = 30^\\circ"),  # point names are not prose
     ("1.5", "1\\frac{1}{2}"),
     ("5", "5 \\; \\text{units}"),
     ("5", "\\textbf{5}"),
