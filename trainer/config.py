@@ -207,7 +207,8 @@ class WarmStartConfig(BaseModel):
     tasks: int | None = Field(None, ge=1)
     """Demos to build: the first N distinct tasks of the environment's task stream (spread over its sources as
     training draws them), and RL then draws on from the stream position after them (its first steps are not
-    the demos' tasks); default: every task of the environment, in id order (RL starts at the stream's start)."""
+    the demos' tasks); default: every task of the environment, in id order (RL starts at the stream's start).
+    With ``steps: 0`` (a policy.checkpoint warm-started by an earlier run) RL still starts after these tasks."""
 
 
 class LoopConfig(BaseModel):

@@ -170,6 +170,11 @@ class Loop:
     async def session(self, env, pool) -> None:
         if not self.learner.resumed and self.config.warm_start.steps:
             await self.warm_start(env, pool)
+        elif not self.learner.resumed and self.config.warm_start.tasks is not None:
+            # warm-started elsewhere (policy.checkpoint) on these demo tasks: RL skips them all the same
+            from trainer.warmup import demo_draw
+
+            self.learner.state.data_cursor = demo_draw(env, self.config.warm_start.tasks)[1]
         self.command(FreezeReference())
         self.learner.freeze_reference()
         await self.start_engine()

@@ -111,11 +111,11 @@ def test_train_bad_override_exits_2_before_anything_starts(tmp_path):
         "--run-dir",
         str(tmp_path / "run"),
         "--set",
-        "environment.task_pool.sources.9.pool.limit=1",
+        "environment.task_pool.templates.9=linear",
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip() == (
-        "python -m gym train: error: argument --set: 'environment.task_pool.sources.9.pool.limit': "
-        "index 9 out of range (environment.task_pool.sources has 6 items)"
+        "python -m gym train: error: argument --set: 'environment.task_pool.templates.9': "
+        "index 9 out of range (environment.task_pool.templates has 8 items)"
     )
     assert not (tmp_path / "run").exists()

@@ -16,6 +16,7 @@ from trainer.config import ConfigError, TrainConfig
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = ROOT / "configs" / "cp_smoke.yaml"
 TINY = ROOT / "configs" / "cp_grpo_tiny.yaml"
+SAMPLES_JOB = ROOT / "configs" / "cp_grpo_samples.yaml"
 
 
 @pytest.mark.parametrize(
@@ -155,7 +156,7 @@ def test_environment_loader_validates_the_overridden_mapping():
 
 def test_training_loader_applies_overrides_inline_and_through_an_environment_file(tmp_path):
     config = TrainConfig.load(
-        TINY,
+        SAMPLES_JOB,
         overrides=[
             parse_override("optimizer.lr=1e-3"),
             parse_override("rollout.group_size=2"),
@@ -164,7 +165,9 @@ def test_training_loader_applies_overrides_inline_and_through_an_environment_fil
     )
     assert config.optimizer.lr == 0.001 and config.rollout.group_size == 2
     assert config.env.task_pool.sources[0].pool.limit == 3
-    assert TrainConfig.load(TINY).optimizer.lr == 0.0001
+    assert TrainConfig.load(SAMPLES_JOB).optimizer.lr == 0.0001
+    main_job = TrainConfig.load(TINY, overrides=[parse_override("environment.task_pool.templates.0=linear")])
+    assert main_job.optimizer.lr == 0.0007 and main_job.env.task_pool.templates[0] == "linear"
 
     by_path = tmp_path / "train.yaml"
     by_path.write_text(
