@@ -168,24 +168,24 @@ class Loop:
         log.warning("%s held an earlier run (not resumed): moved to %s", self.run_dir, aside)
 
     async def session(self, env, pool) -> None:
-        if not self.learner.resumed and self.config.warm_start.steps:
-            await self.warm_start(env, pool)
-        elif not self.learner.resumed and self.config.warm_start.tasks is not None:
-            # warm-started elsewhere (policy.checkpoint) on these demo tasks: RL skips them all the same
-            from trainer.warmup import demo_draw
+        if not self.learner.resumed:
+            if self.config.warm_start.tasks is not None:
+                # RL draws on from where the demos stopped, whether the warm start runs here or ran before
+                # (policy.checkpoint); a fresh run's cursor is 0 otherwise
+                from trainer.warmup import demo_draw
 
-            self.learner.state.data_cursor = demo_draw(env, self.config.warm_start.tasks)[1]
+                self.learner.state.data_cursor = demo_draw(env, self.config.warm_start.tasks)[1]
+            if self.config.warm_start.steps:
+                await self.warm_start(env, pool)
         self.command(FreezeReference())
         self.learner.freeze_reference()
         await self.start_engine()
         await self.loop(env, pool)
 
     async def warm_start(self, env, pool) -> None:
-        from trainer.warmup import demo_draw, final_answer_demos, reference_demos, warm_start
+        from trainer.warmup import final_answer_demos, reference_demos, warm_start
 
         started = time.monotonic()
-        # RL draws on from where the demos stopped (a fresh run's cursor is 0)
-        self.learner.state.data_cursor = demo_draw(env, self.config.warm_start.tasks)[1]
         if self.config.warm_start.demos == "final_answers":
             demos = final_answer_demos(env, self.config.warm_start.tasks)
         else:

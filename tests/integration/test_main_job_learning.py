@@ -9,11 +9,12 @@ short, sharing one warm start:
    ``warm_start.tasks`` still makes RL skip the demo tasks, so both runs draw the same task stream), then the
    same held-out evaluation (same tasks, same seeds).
 
-The check is held-out pass@1 (32 tasks x 4 samples at the training temperature): after - before (the control's
-before: the same weights) must reach HELDOUT_RISE for the learning run, and stay under CONTROL_BOUND for the
-control. The training pass rate is reported, not asserted here: with one task per template a step it swings 0.1-0.2
-from step to step (docs/generated_tasks.md), so a short run cannot assert the main job's +0.2; `make run` does
-the whole job.
+The checks: held-out pass@1 (32 tasks x 4 samples at the training temperature) after - before (the control's
+before: the same weights) must reach HELDOUT_RISE for the learning run and stay under CONTROL_BOUND for the
+control; the training pass rate over the second half must exceed the control's over the same steps (same tasks,
+same seeds) by PAIRED_RISE. First-3 against last-3 steps is reported, not asserted: with one task per template a
+step it swings 0.1-0.2 from step to step (docs/generated_tasks.md), so a short run cannot assert the main job's
++0.2; `make run` does the whole job.
 
 Measured on the 2-core VM (2026-11-24, this test alone, load average about 10 from its own container churn;
 14:22): held-out pass@1 control 0.0859 -> 0.0859 (its weights never move), learning run -> 0.1953 (+0.109);
