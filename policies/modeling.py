@@ -125,10 +125,13 @@ class RdepMoeModel(RdepMoePreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,  # (B, T, H)
         use_cache: bool | None = None,
         routed_experts: torch.Tensor | None = None,  # (L_moe, B, T, K)
+        cache: DynamicCache | None = None,  # transformers >= 5.24 names the cache so (generate() passes it)
         **_ignored: object,  # generate() passes cache_position, return_dict, ...
     ) -> MoEModelOutput:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        if past_key_values is None:
+            past_key_values = cache
         x = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds
         batch, length, _ = x.shape
         if use_cache and past_key_values is None:
@@ -199,13 +202,14 @@ class RdepMoeForCausalLM(RdepMoePreTrainedModel, GenerationMixin):
         use_cache: bool | None = None,
         routed_experts: torch.Tensor | None = None,
         logits_to_keep: int = 0,
+        cache: DynamicCache | None = None,  # transformers >= 5.24 names the cache so (generate() passes it)
         **kwargs: object,
     ) -> MoECausalLMOutput:
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values,
+            past_key_values=past_key_values if past_key_values is not None else cache,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             routed_experts=routed_experts,
