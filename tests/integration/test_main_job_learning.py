@@ -17,14 +17,15 @@ same steps by PAIRED_RISE. First-3 against last-3 steps is reported, not asserte
 step it swings 0.1-0.2 from step to step (docs/generated_tasks.md), so a short run cannot assert the main job's
 +0.2; `make run` does the whole job.
 
-Measured on the 2-core VM (2026-11-25, the two runs side by side with two more GRPO runs beside them, load average
-18-30: 21:23; in sequence alone, 2026-11-24: 14:22): held-out pass@1 0.0859 before in both (the same warm start),
-control -> 0.0859 (its weights never move), learning run -> 0.1953 (+0.109); training pass rate over steps 9-16,
-learning - control on the same tasks and seeds: +0.156 (learning 0.20, control 0.045; the per-step spread within a
-window is 0.04 (control) to 0.08 (learning), so 0.025 for a mean of 8 steps). The runs are deterministic on this
-machine: they reproduced, step for step, the pass rates of the 24-step runs R1 and R0 in docs/generated_tasks.md.
-Margins: HELDOUT_RISE 0.05 is half the measured rise (the binomial spread of 128 held-out episodes at 0.1-0.2 is
-0.03); PAIRED_RISE 0.08 sits 3 spreads under the measured +0.156; CONTROL_BOUND 0.03 against a measured 0.0.
+Measured on the 2-core VM from a fresh clone in CI (2026-11-25, 1f936cb: a balanced pool, two optimizer steps a
+batch; 13:35 for the two runs side by side): held-out pass@1 0.0859 before in both (the same warm start), control ->
+0.0859 (its weights never move), learning run -> 0.2344 (+0.148); training pass rate over steps 9-16, learning -
+control on the same tasks and seeds: +0.236 (learning 0.305, control 0.069; the per-step spread within a window is
+0.05 in both, so 0.02 for a mean of 8 steps). The previous config (2026-11-24): held-out 0.0859 -> 0.1953, paired
++0.156. The runs are deterministic on this machine: the learning run's 16 steps are, step for step, those of `make
+run` (docs/generated_tasks.md, run V3). Margins: HELDOUT_RISE 0.05 is a third of the measured rise (the binomial
+spread of 128 held-out episodes at 0.1-0.25 is 0.03-0.04); PAIRED_RISE 0.08 sits 7 spreads under the measured
++0.236; CONTROL_BOUND 0.03 against a measured 0.0.
 """
 
 from __future__ import annotations
