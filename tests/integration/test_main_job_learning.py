@@ -18,7 +18,7 @@ step it swings 0.1-0.2 from step to step (docs/generated_tasks.md), so a short r
 +0.2; `make run` does the whole job.
 
 Measured on the 2-core VM from a fresh clone in CI (2026-11-25, 1f936cb: a balanced pool, two optimizer steps a
-batch; 13:35 for the two runs side by side): held-out pass@1 0.0859 before in both (the same warm start), control ->
+batch; 13:49 for the two runs side by side): held-out pass@1 0.0859 before in both (the same warm start), control ->
 0.0859 (its weights never move), learning run -> 0.2344 (+0.148); training pass rate over steps 9-16, learning -
 control on the same tasks and seeds: +0.236 (learning 0.305, control 0.069; the per-step spread within a window is
 0.05 in both, so 0.02 for a mean of 8 steps). The previous config (2026-11-24): held-out 0.0859 -> 0.1953, paired
