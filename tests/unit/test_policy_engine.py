@@ -248,6 +248,8 @@ def test_a_dropped_or_closed_engine_stops_its_worker(policy) -> None:
     for _ in range(50):  # the worker drops its reference within a second of idling; then a collection frees it
         gc.collect()
         thread.join(timeout=0.2)
+        if not thread.is_alive():
+            break
     assert not thread.is_alive()
     closed = GenerationEngine(policy)
     closed._batcher.close()
