@@ -202,17 +202,18 @@ class RdepMoeForCausalLM(RdepMoePreTrainedModel, GenerationMixin):
         use_cache: bool | None = None,
         routed_experts: torch.Tensor | None = None,
         logits_to_keep: int = 0,
-        cache: DynamicCache | None = None,  # transformers >= 5.24 names the cache so (generate() passes it)
+        cache: DynamicCache | None = None,  # transformers >= 5.24's name; RdepMoeModel reads either
         **kwargs: object,
     ) -> MoECausalLMOutput:
         out = self.model(
             input_ids=input_ids,
             attention_mask=attention_mask,
             position_ids=position_ids,
-            past_key_values=past_key_values if past_key_values is not None else cache,
+            past_key_values=past_key_values,
             inputs_embeds=inputs_embeds,
             use_cache=use_cache,
             routed_experts=routed_experts,
+            cache=cache,
         )
         hidden = out.last_hidden_state
         logits = self.lm_head(hidden[:, -logits_to_keep:] if logits_to_keep else hidden)
