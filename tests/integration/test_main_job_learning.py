@@ -60,8 +60,8 @@ def start(run_dir: Path, *overrides: str) -> subprocess.Popen:
     command = [sys.executable, "-m", "gym", "train", str(CONFIG), "--run-dir", str(run_dir)]
     for text in sets:
         command += ["--set", text]
-    log = (run_dir.parent / f"{run_dir.name}.log").open("w")
-    return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    with (run_dir.parent / f"{run_dir.name}.log").open("w") as log:  # the child keeps its own copy of the handle
+        return subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def finish(process: subprocess.Popen, run_dir: Path) -> tuple[dict, list[float], list[dict]]:
