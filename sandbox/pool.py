@@ -179,7 +179,7 @@ class WorkspacePool:
             self.cold_starts += 1
             ws = await self._start_cold()
             self._streams.pop(ws.id, None)
-        ws.owner = owner or ws.owner
+        ws.claim(owner)
         self._wakeup.set()
         try:
             yield ws

@@ -197,6 +197,12 @@ class Workspace:
 
     # ------------------------------------------------------------ budgets
 
+    def claim(self, owner: str) -> None:
+        """Hand the workspace to ``owner``: its episode's wall clock starts now, not when the pool warmed it
+        (a workspace that waited in the pool longer than ``episode.wall_s`` would refuse every call)."""
+        self.owner = owner or self.owner
+        self._started = time.monotonic()
+
     def _budget_refusal(self) -> tuple[FailureKind, str] | None:
         episode = self.config.episode
         if self.calls >= episode.max_calls:

@@ -11,7 +11,8 @@ workers, bundles and the rubric go through this seam only.
 Three families:
 
 * ``CodeFamily`` (``cp``): competitive-programming ``Task``s. The workspace
-  comes from one warm pool of the runner image, the answer is the program
+  comes from one warm pool of the runner image at the episode's first tool
+  call (``sandbox.on_demand``), the answer is the program
   handed to ``submit`` (or the final answer's code block), graded by
   ``tasks.grader.Grader``.
 * ``tasks.swe.family.SweFamily`` (``swe``): SWE-bench/SWE-Gym instances. The
@@ -34,6 +35,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import Any, Protocol, runtime_checkable
 
+from sandbox.on_demand import on_demand
 from tasks.grader import TaskResult
 from tasks.submission import Submission, extract_code
 from tasks.task import Task
@@ -114,13 +116,15 @@ def code_task_text(task: Task) -> str:
 
 class PooledFamily:
     """What families whose workspaces come from one shared warm pool have in common (CP, math): a workspace
-    from the pool, the handed-in text as the answer, nothing to open."""
+    from the pool, started at the episode's first tool call, the handed-in text as the answer, nothing to open."""
 
     def __init__(self, pool: WorkspaceSource) -> None:
         self.pool = pool
 
     def workspace(self, task: Any, owner: str) -> AbstractAsyncContextManager[Any]:
-        return self.pool.acquire(owner=owner)
+        # Started at the first tool call: the answer is the handed-in text, so an episode that calls no tool
+        # needs no container (sandbox/on_demand.py).
+        return on_demand(self.pool, owner=owner)
 
     def pool_for(self, task: Any) -> WorkspaceSource:
         return self.pool

@@ -5,8 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
+import trio
 
 from sandbox.failure import FailureKind
+from sandbox.on_demand import on_demand
+from sandbox.pool import WorkspacePool
 from sandbox.protocol import ExecRequest
 from tests.sandbox_support import in_workspace, py, run_one, sh, small_config
 
@@ -90,6 +93,42 @@ def test_episode_call_budget_and_wall_clock():
     capped, after = in_workspace(slow, small_config(episode={"wall_s": 1.0}))
     assert capped.failure == FailureKind.TIMEOUT and capped.wall_s < 2.5  # capped by the episode's wall clock
     assert after.failure == FailureKind.TIMEOUT and "wall clock" in after.detail
+
+
+def test_the_wall_clock_starts_when_the_workspace_is_handed_out_not_when_it_was_warmed():
+    config = small_config(pool={"size": 1}, episode={"wall_s": 2.0})
+
+    async def main():
+        async with WorkspacePool(config) as pool:
+            await pool.wait_ready()
+            await trio.sleep(3.0)  # the warm workspace outlives the episode's wall clock in the pool
+            async with pool.acquire("pytest") as ws:
+                first = await ws.exec(sh("true"))
+                await trio.sleep(2.5)
+                late = await ws.exec(sh("true"))
+            return pool.warm_hits, first, late
+
+    warm_hits, first, late = trio.run(main)
+    assert warm_hits == 1 and first.failure == FailureKind.OK, first
+    assert late.failure == FailureKind.TIMEOUT and "wall clock" in late.detail  # the clock does run from the hand-out
+
+
+def test_an_on_demand_workspace_starts_a_container_only_at_its_first_operation():
+    async def main():
+        async with WorkspacePool(small_config()) as pool:
+            async with on_demand(pool, owner="pytest") as idle:
+                assert not idle.started
+            untouched = (pool.warm_hits + pool.cold_starts, len(pool.live))
+            async with on_demand(pool, owner="pytest") as ws:
+                wrote = await ws.write_file("a.txt", b"x")
+                listed = await ws.list_dir(".")
+                held = len(pool.live)
+            await trio.sleep(0.5)
+            return untouched, wrote, listed, held, pool.warm_hits + pool.cold_starts
+
+    untouched, wrote, listed, held, started = trio.run(main)
+    assert untouched == (0, 0) and held == 1 and started == 1
+    assert wrote.failure == FailureKind.OK and [e.name for e in listed.entries] == ["a.txt"]
 
 
 def test_cpu_quota_limits_a_multi_core_hog():

@@ -100,7 +100,7 @@ def test_a_hostile_call_is_scored_data_never_an_exception_or_a_mask(recipient, c
     trajectory = result.trajectory
     assert not trajectory.masked and trajectory.end_reason != "infra_error" and not result.infra
     assert trajectory.reward is not None and FailureKind.INFRA_ERROR not in trajectory.failures
-    assert pool.acquired == pool.released == 1
+    assert pool.acquired == pool.released <= 1  # a call the toolbox refuses starts no workspace
     json.loads(trajectory.model_dump_json())  # what the rollout writes: every observation encodes
     for record in result.tool_calls:
         assert record.outcome.failure != FailureKind.INFRA_ERROR

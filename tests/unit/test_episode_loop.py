@@ -73,7 +73,7 @@ def test_garbage_output_is_data_and_the_episode_continues_to_the_turn_budget():
     # each parse error span lies inside a sampled run, and the next turn reopens with <|start|>assistant
     for event in t.events:
         assert all(t.sampled[event.start : event.end])
-    assert pool.released == 1
+    assert pool.acquired == pool.released == 0  # no tool ran: no workspace was started
 
 
 def test_parse_error_can_end_the_episode():
@@ -103,6 +103,24 @@ def test_final_channel_answer_is_graded(env):
     assert_token_exact(result.trajectory, result.trajectory.messages, env.tokenizer)
 
 
+def test_a_workspace_is_started_at_the_first_tool_call_and_only_then(env):
+    task = next(iter(env.tasks.values()))
+    reference = env.reference_programs()[task.task_id]
+    final = [[Message.assistant("final", f"```python\n{reference}```")]]
+    _, pool, _ = episode(env, TurnsEngine(env, final), task_id=task.task_id)
+    assert pool.acquired == pool.released == 0
+    inline = [[Message.tool_call("submit", {"code": reference})]]  # an inline submit reads no file
+    result, pool, _ = episode(env, TurnsEngine(env, inline), task_id=task.task_id)
+    assert result.trajectory.reward == 1.0 and pool.acquired == pool.released == 0
+    two = [
+        [Message.tool_call("list_dir", {})],
+        [Message.tool_call("list_dir", {})],
+        [Message.tool_call("submit", {"code": reference})],
+    ]
+    result, pool, _ = episode(env, TurnsEngine(env, two), task_id=task.task_id)
+    assert len(result.tool_calls) == 3 and pool.acquired == pool.released == 1 and pool.max_held == 1
+
+
 def test_tool_errors_become_observations_and_cost_hygiene(env):
     task = next(iter(env.tasks.values()))
     reference = env.reference_programs()[task.task_id]
@@ -126,7 +144,7 @@ def test_engine_failure_masks_the_episode(env):
     result, pool, grader = episode(env, FailingEngine())
     t = result.trajectory
     assert t.masked and t.reward is None and t.end_reason == "infra_error" and t.failures == (FailureKind.INFRA_ERROR,)
-    assert grader.graded == [] and pool.released == 1
+    assert grader.graded == [] and pool.acquired == pool.released == 0
 
 
 def test_grader_infra_error_masks_never_zero(env):
@@ -157,11 +175,25 @@ class DeadEnginePool(FakePool):
         yield  # an async generator all the same
 
 
-def test_a_workspace_that_cannot_start_masks_the_episode_instead_of_raising(env):
-    result, pool, grader = episode(env, load_scripted("reference", env), pool=DeadEnginePool())
+class BrokenStartPool(FakePool):
+    """Every workspace start fails with an error that is not an ``InfraError`` (a bug below the pool)."""
+
+    @asynccontextmanager
+    async def acquire(self, owner: str = ""):
+        self.acquired += 1
+        raise RuntimeError("use the pool inside `async with WorkspacePool(...)`")
+        yield
+
+
+@pytest.mark.parametrize("pool_type", [DeadEnginePool, BrokenStartPool])
+def test_a_workspace_that_cannot_start_masks_the_episode_instead_of_raising(env, pool_type):
+    result, pool, grader = episode(env, load_scripted("reference", env), pool=pool_type())
     t = result.trajectory
     assert t.masked and t.reward is None and t.end_reason == "infra_error" and t.failures == (FailureKind.INFRA_ERROR,)
-    assert result.turns == 0 and result.tool_calls == () and grader.graded == [] and pool.acquired == 1
+    # the first tool call started it: its outcome is the infrastructure's, never the candidate's tool error
+    assert result.turns == 1 and [r.outcome.failure for r in result.tool_calls] == [FailureKind.INFRA_ERROR]
+    assert grader.graded == [] and pool.acquired == 1
+    assert ("could not be started" if pool_type is BrokenStartPool else "connection refused") in result.infra
 
 
 def test_policy_version_is_the_oldest_that_sampled(env):
