@@ -62,6 +62,11 @@ class DecoderLayer(GradientCheckpointingLayer):
         return x + moe.hidden, moe.expert_idx, moe.aux_loss
 
 
+# The output field that holds the KV cache: `cache` from transformers 5.24 (which warns on the old name, in the
+# constructor and on reading), `past_key_values` before.
+CACHE_FIELD = "cache" if "cache" in BaseModelOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+
 @dataclass
 class MoEModelOutput(BaseModelOutputWithPast):
     routed_experts: torch.LongTensor | None = None
@@ -161,9 +166,9 @@ class RdepMoeModel(RdepMoePreTrainedModel):
                 aux_total = aux if aux_total is None else aux_total + aux
         return MoEModelOutput(
             last_hidden_state=self.norm(x),
-            past_key_values=past_key_values if use_cache else None,
             routed_experts=torch.stack(routes_used) if routes_used else None,
             aux_loss=aux_total,
+            **{CACHE_FIELD: past_key_values if use_cache else None},
         )
 
     def moe_blocks(self) -> list[MoEBlock]:
@@ -226,9 +231,9 @@ class RdepMoeForCausalLM(RdepMoePreTrainedModel, GenerationMixin):
         return MoECausalLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=out.past_key_values,
             routed_experts=out.routed_experts,
             aux_loss=out.aux_loss,
+            **{CACHE_FIELD: getattr(out, CACHE_FIELD)},
         )
 
     def token_logprobs(
