@@ -59,7 +59,14 @@ class CallBudgets(_Config):
 class EpisodeBudgets(_Config):
     """Per-workspace (episode) limits enforced by the host."""
 
-    wall_s: float = Field(600.0, gt=0, description="wall clock of the whole episode; later calls are refused")
+    wall_s: float = Field(
+        600.0,
+        gt=0,
+        description=(
+            "wall clock of the episode's workspace from its hand-out (an on-demand workspace's first tool call); "
+            "later calls are refused"
+        ),
+    )
     max_calls: int = Field(64, ge=1, description="number of tool calls allowed in one episode")
 
 
