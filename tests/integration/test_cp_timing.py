@@ -157,7 +157,7 @@ def test_the_timing_bench_keeps_wrong_and_slow_submissions_out(tmp_path):
             "bench",
             "timing",
             "--problems",
-            "2",
+            "1",
             "--limit",
             "0.5",
             "--load",
