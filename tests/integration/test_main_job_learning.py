@@ -22,8 +22,10 @@ held-out pass@1 0.0859 before in both (the same warm start), control -> 0.0859 (
 run -> 0.2109 (+0.125); training pass rate over steps 7-12, learning - control on the same tasks and seeds: +0.182
 (learning 0.245, control 0.063; the per-step spread within a window is 0.05 in both, so 0.02 for a mean of 6
 steps). At 16 steps (1f936cb, a fresh-clone CI, 13:49 then, 6:38 with workspaces on demand): held-out 0.0859 ->
-0.2344, paired +0.234. The runs are deterministic on this machine: the learning run's 12 steps are, step for step,
-those of `make run` (docs/generated_tasks.md, run V3). Margins: HELDOUT_RISE 0.05 is 40% of the measured rise (the
+0.2344, paired +0.234. The learning run's 12 steps were, step for step, those of `make run` (docs/generated_tasks.md,
+run V3) alone, but not in a fresh-clone CI at a6eb3b7: there the learning run dropped one group, drew one more
+(held-out 0.0859 -> 0.2031, paired +0.182), and the exact stream check failed; it now allows MAX_EXTRA_GROUPS.
+Margins: HELDOUT_RISE 0.05 is 40% of the measured rise (the
 binomial spread of 128 held-out episodes at 0.1-0.2 is 0.03-0.04); PAIRED_RISE 0.08 sits 5 spreads under the
 measured +0.182; CONTROL_BOUND 0.03 against a measured 0.0. Across training seeds the job's rise varies (seed 2
 rises +0.156 / +0.086 over 24 steps, docs/generated_tasks.md "Three seeds"); this test pins seed 0.
@@ -47,6 +49,7 @@ HELDOUT_RISE = 0.05
 CONTROL_BOUND = 0.03
 PAIRED_RISE = 0.08
 TIMEOUT_S = 1800
+MAX_EXTRA_GROUPS = 2
 
 
 def start(run_dir: Path, *overrides: str) -> subprocess.Popen:
@@ -77,8 +80,18 @@ def finish(process: subprocess.Popen, run_dir: Path) -> tuple[dict, list[float],
     return summary, rates, trajectories
 
 
-def step_tasks(trajectories: list[dict]) -> list[tuple[int, str, str]]:
-    return sorted((t["policy_version"], t["task_id"], json.dumps(t["seeds"])) for t in trajectories)
+def drawn(trajectories: list[dict]) -> dict[tuple[int, int], tuple[str, int]]:
+    """Stream position and group member -> (task, episode seed): what the task stream handed out."""
+    return {(t["seeds"]["position"], t["seeds"]["member"]): (t["task_id"], t["seeds"]["episode"]) for t in trajectories}
+
+
+def same_stream(control: list[dict], learned: list[dict]) -> bool:
+    """Both runs drew the same tasks with the same seeds at every position both reached. A group the loop drops
+    (every sample over the token budget, `overlong: filter`) is replaced by the stream's next one, so a run may
+    reach a group further than the other: at most MAX_EXTRA_GROUPS (4 episodes each)."""
+    a, b = drawn(control), drawn(learned)
+    common = a.keys() & b.keys()
+    return all(a[k] == b[k] for k in common) and len(a.keys() ^ b.keys()) <= 4 * MAX_EXTRA_GROUPS
 
 
 def test_the_main_job_raises_heldout_pass1_and_its_lr0_control_does_not(tmp_path):
@@ -104,7 +117,7 @@ def test_the_main_job_raises_heldout_pass1_and_its_lr0_control_does_not(tmp_path
     print(report)
     # the same warm-started weights, tasks and sampling seeds: the runs differ only by the learning rate
     assert learned["heldout_pass1_before"] == before, report
-    assert step_tasks(control_trajectories) == step_tasks(learned_trajectories), report
+    assert same_stream(control_trajectories, learned_trajectories), report
     assert abs(control["heldout_pass1_after"] - before) < CONTROL_BOUND, report
     assert learned["heldout_pass1_after"] - before >= HELDOUT_RISE, report
     assert paired >= PAIRED_RISE, report
