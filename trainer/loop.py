@@ -339,11 +339,15 @@ class Loop:
             missing = filler.groups_per_step - filler.kept_groups
             if filler.done or missing <= 0:
                 continue
+            # groups granted but not received: waiting for a credit, running, or delivered and queued here
+            # (counting only the producer's side would refill while finished groups wait in the channel:
+            # extra groups on the current weights, stale at the next step)
+            pending = producer.outstanding + receive.statistics().current_buffer_used
             if config.loop.max_staleness == 0:
-                if producer.outstanding == 0:
+                if pending == 0:
                     producer.grant(missing)
-            elif producer.outstanding < missing:
-                producer.grant(missing - producer.outstanding)
+            elif pending < missing:
+                producer.grant(missing - pending)
         scored = sorted(
             filler.scored,
             key=lambda s: (s.sample.trajectory.seeds.position or 0, s.sample.trajectory.seeds.member or 0),
