@@ -167,7 +167,7 @@ def test_training_loader_applies_overrides_inline_and_through_an_environment_fil
     assert config.env.task_pool.sources[0].pool.limit == 3
     assert TrainConfig.load(SAMPLES_JOB).optimizer.lr == 0.0001
     main_job = TrainConfig.load(TINY, overrides=[parse_override("environment.task_pool.templates.0=linear")])
-    assert main_job.optimizer.lr == 0.0007 and main_job.env.task_pool.templates[0] == "linear"
+    assert main_job.optimizer.lr == 0.0005 and main_job.env.task_pool.templates[0] == "linear"
 
     by_path = tmp_path / "train.yaml"
     by_path.write_text(
