@@ -7,6 +7,12 @@ Figures (all in one run, on this machine):
 - warm_acquire_p50_ms: acquiring a workspace from the warm pool; cold_acquire_p50_ms: with no pool
   (create + start + runner hello);
 - idle_workspace_mb: memory of an idle workspace container (runner + init), as `docker stats` counts it.
+
+With ``--engine URL`` (repeatable), the runner round trip on each further engine beside the default one
+(``DOCKER_HOST``, else the unix socket), in interleaved blocks so that a load change hits both alike:
+base_engine / base_runner_p50_ms / base_runner_p90_ms, then per engine N: engineN (its URL and transport),
+engineN_runner_p50_ms, engineN_runner_p90_ms, engineN_p50_ratio (its p50 over the base p50). A tcp://
+engine's TLS comes from the environment as for the docker CLI (DOCKER_TLS_VERIFY, DOCKER_CERT_PATH).
 """
 
 from __future__ import annotations
@@ -16,10 +22,14 @@ import logging
 import statistics
 import subprocess
 import time
+from contextlib import AsyncExitStack
 
 import trio
+from pydantic import ValidationError
 
 from sandbox.config import SandboxConfig
+from sandbox.engine_url import EngineTarget, resolve_engine
+from sandbox.errors import SandboxConfigError
 from sandbox.pool import WorkspacePool
 from sandbox.protocol import ExecRequest
 
@@ -31,6 +41,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exec-calls", type=int, default=40, help="round trips measured through docker exec")
     parser.add_argument("--acquires", type=int, default=20, help="warm acquires measured")
     parser.add_argument("--cold", type=int, default=5, help="cold acquires measured")
+    parser.add_argument(
+        "--engine",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="also measure the runner round trip on this engine (unix:///PATH or tcp://HOST:PORT; TLS from "
+        "DOCKER_TLS_VERIFY/DOCKER_CERT_PATH as for the docker CLI), next to the default engine; repeatable",
+    )
+    parser.add_argument(
+        "--engine-blocks",
+        type=int,
+        default=10,
+        metavar="N",
+        help="interleaved blocks the --engine comparison splits --calls into",
+    )
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -128,5 +153,59 @@ async def measure(args: argparse.Namespace) -> dict[str, float]:
     return figures
 
 
-def run(args: argparse.Namespace) -> dict[str, float]:
-    return trio.run(measure, args)
+def transport(target: EngineTarget) -> str:
+    """An engine as the figures name it: URL, and over tcp:// whether and how TLS is spoken."""
+    if target.tls is None:
+        return f"{target.url} (plaintext)" if target.scheme == "tcp" else target.url
+    return f"{target.url} (TLS, {'verified' if target.tls.verify else 'not verified'}, {target.tls.source})"
+
+
+def engine_configs(urls: list[str]) -> list[SandboxConfig]:
+    """The default engine's config, then one per URL; each refused here, before any measurement, if unusable."""
+    data = {"episode": {"max_calls": 1_000_000}, "pool": {"size": 0}}
+    configs = [SandboxConfig.model_validate(data)]
+    for url in urls:
+        try:
+            config = SandboxConfig.model_validate({**data, "engine": {"base_url": url}})
+            resolve_engine(config.engine)  # plaintext tcp:// to a remote host, TLS files missing
+        except ValidationError as exc:
+            raise SandboxConfigError(f"--engine {url}: " + "; ".join(e["msg"] for e in exc.errors())) from None
+        except SandboxConfigError as exc:
+            raise SandboxConfigError(f"--engine {url}: {exc}") from None
+        configs.append(config)
+    return configs
+
+
+async def compare_engines(configs: list[SandboxConfig], calls: int, blocks: int) -> dict[str, float | str]:
+    """The runner round trip of one workspace per engine, measured in interleaved blocks."""
+    samples: list[list[float]] = [[] for _ in configs]
+    async with AsyncExitStack() as stack:
+        pools = [await stack.enter_async_context(WorkspacePool(c, gc_at_start=False)) for c in configs]
+        workspaces = [await stack.enter_async_context(pool.acquire("bench-engines")) for pool in pools]
+        for ws in workspaces:
+            await runner_roundtrips(ws, 10)  # warm-up: connections, caches
+        per_block = max(1, calls // blocks)
+        for block in range(blocks):
+            log.info("engine comparison: block %d/%d", block + 1, blocks)
+            for ws, kept in zip(workspaces, samples, strict=True):
+                kept += await runner_roundtrips(ws, per_block)
+        targets = [pool.engine.target for pool in pools]
+    figures: dict[str, float | str] = {
+        "base_engine": transport(targets[0]),
+        "base_runner_p50_ms": _ms(samples[0]),
+        "base_runner_p90_ms": percentile(samples[0], 0.90) * 1000,
+    }
+    for n, (target, kept) in enumerate(zip(targets[1:], samples[1:], strict=True), start=1):
+        figures[f"engine{n}"] = transport(target)
+        figures[f"engine{n}_runner_p50_ms"] = _ms(kept)
+        figures[f"engine{n}_runner_p90_ms"] = percentile(kept, 0.90) * 1000
+        figures[f"engine{n}_p50_ratio"] = _ms(kept) / _ms(samples[0])
+    return figures
+
+
+def run(args: argparse.Namespace) -> dict[str, float | str]:
+    configs = engine_configs(args.engine) if args.engine else []
+    figures: dict[str, float | str] = dict(trio.run(measure, args))
+    if configs:
+        figures.update(trio.run(compare_engines, configs, args.calls, args.engine_blocks))
+    return figures

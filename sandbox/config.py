@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from images.inputs import runner_image
 from sandbox.config_file import read_config, validate_config
+from sandbox.engine_url import parse_engine_url
 from sandbox.errors import SandboxConfigError
 
 
@@ -90,10 +91,47 @@ class PoolConfig(_Config):
     max_concurrent_starts: int = Field(4, ge=1, description="container starts in flight at once")
 
 
-class DockerEngineConfig(_Config):
-    """How the Docker engine is reached."""
+class EngineTLS(_Config):
+    """TLS of a tcp:// engine: the files `docker --tlsverify --tlscacert --tlscert --tlskey` take (PEM)."""
 
-    base_url: str | None = Field(None, description="engine URL; None = DOCKER_HOST or the default unix socket")
+    ca: Path | None = Field(
+        None, description="CA certificate the engine's certificate must chain to; None = the system trust store"
+    )
+    cert: Path | None = Field(None, description="client certificate presented to the engine (with key)")
+    key: Path | None = Field(None, description="private key of the client certificate (with cert)")
+    verify: bool = Field(
+        True,
+        description="verify the engine's certificate (against ca) and that it names the URL's host or IP; "
+        "false encrypts without authenticating the engine",
+    )
+
+    @model_validator(mode="after")
+    def _cert_with_key(self) -> EngineTLS:
+        if (self.cert is None) != (self.key is None):
+            raise ValueError(
+                "tls.cert and tls.key go together: give both (a client certificate and its key) or neither"
+            )
+        return self
+
+
+class DockerEngineConfig(_Config):
+    """How the Docker engine is reached (sandbox/engine_url.py resolves it, with DOCKER_HOST and the TLS env)."""
+
+    base_url: str | None = Field(
+        None,
+        description="engine URL: unix:///PATH, tcp://HOST:PORT (TLS: tls, or DOCKER_TLS_VERIFY/DOCKER_CERT_PATH) or "
+        "ssh://[USER@]HOST[:PORT] (SDK calls only: no runner stream); None = DOCKER_HOST or the default unix socket",
+    )
+    tls: EngineTLS | None = Field(
+        None,
+        description="TLS of a tcp:// engine; None = DOCKER_TLS_VERIFY, DOCKER_TLS and DOCKER_CERT_PATH as the docker "
+        "CLI reads them (plaintext when none is set)",
+    )
+    allow_insecure_tcp: bool = Field(
+        False,
+        description="allow plaintext tcp:// (no TLS) to a non-loopback address, refused otherwise: whoever is on "
+        "the path can run root containers on that engine; plaintext to loopback is always allowed",
+    )
     timeout_s: float = Field(30.0, gt=0, description="deadline of every engine API call")
     api_version: str = Field(
         "1.41", pattern=r"^1\.\d+$", description="engine API version spoken (1.41 = Docker 20.10+)"
@@ -106,6 +144,15 @@ class DockerEngineConfig(_Config):
         "restarting) before they fail as infra_error; counted once per outage, so a dead engine stalls a run this "
         "long, not this long per episode; 0 = fail at once",
     )
+
+    @model_validator(mode="after")
+    def _usable_url(self) -> DockerEngineConfig:
+        # The rest (TLS from the environment, plaintext to a remote host) needs the environment: checked when
+        # an Engine is made (sandbox.engine_url.resolve_engine), before any I/O.
+        if self.base_url is not None:
+            if parse_engine_url(self.base_url, "base_url").scheme != "tcp" and self.tls is not None:
+                raise ValueError(f"tls is set but base_url = {self.base_url!r} is not tcp://: remove one")
+        return self
 
 
 class SandboxConfig(_Config):

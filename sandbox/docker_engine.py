@@ -3,7 +3,9 @@
 Blocking docker-SDK calls run in worker threads under ``trio.fail_after``; an
 engine that is down, slow or restarted surfaces as ``InfraError`` naming the
 call, never as a hang. The runner's stream is a raw hijacked HTTP connection to
-the engine's unix socket, read and written natively by trio.
+the engine, read and written natively by trio: over its unix socket, or over
+TCP inside a ``trio.SSLStream`` (sandbox/engine_url.py says which and with what
+TLS); not over ssh://, which the SDK calls alone support.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ import logging
 import os
 import select
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
-from urllib.parse import urlparse
 
 import docker
 import requests
@@ -26,7 +28,8 @@ import trio
 from docker.types import LogConfig, Ulimit
 
 from sandbox.config import SandboxConfig
-from sandbox.errors import EngineUnreachable, ImageMissing, InfraError
+from sandbox.engine_url import DEFAULT_SOCKET, SSH_STREAMS, EngineTarget, parse_engine_url, resolve_engine
+from sandbox.errors import EngineUnreachable, ImageMissing, InfraError, SandboxConfigError
 from sandbox.labels import Labels
 from sandbox.seccomp import security_opt
 
@@ -35,7 +38,6 @@ T = TypeVar("T")
 SANDBOX_UID = 1000
 RUNNER_CAPS = ["KILL", "SETUID", "SETGID", "SETPCAP"]
 RUNNER_COMMAND = ["python3", "-I", "-S", "-B", "/opt/gym/runner.py"]
-DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 STREAM_HEADER = struct.Struct(">BxxxI")
 # Per-IPC-namespace limits (the kernel's defaults allow 32000 identifiers of each kind).
 IPC_SYSCTLS = {"kernel.shmmni": "256", "kernel.msgmni": "256", "kernel.sem": "250 32000 32 256"}
@@ -59,12 +61,18 @@ def engine_url(config: SandboxConfig) -> str:
 
 
 class Engine:
-    """A docker SDK client whose every call has a deadline and a clear failure."""
+    """A docker SDK client whose every call has a deadline and a clear failure.
+
+    Making one resolves the engine (URL, TLS) and refuses a config that cannot be used (SandboxConfigError),
+    before any I/O.
+    """
 
     def __init__(self, config: SandboxConfig):
         self.config = config
-        self.url = engine_url(config)
+        self.target: EngineTarget = resolve_engine(config.engine)
+        self.url = self.target.url
         self._client: docker.DockerClient | None = None
+        self._ssl_context: ssl.SSLContext | None = None
 
     @property
     def client(self) -> docker.DockerClient:
@@ -72,12 +80,26 @@ class Engine:
             try:
                 # A fixed API version: constructing the client does no I/O (no version probe that
                 # could block the event loop on a hung engine).
-                self._client = docker.DockerClient(
-                    base_url=self.url, timeout=int(self.config.engine.timeout_s), version=self.config.engine.api_version
+                self._client = self.target.docker_client(
+                    timeout=int(self.config.engine.timeout_s), version=self.config.engine.api_version
                 )
             except docker.errors.DockerException as exc:
+                if self.target.scheme == "ssh":  # the SDK's ssh transport imports paramiko, even to shell out
+                    raise SandboxConfigError(
+                        f"{self.url}: the docker SDK cannot speak ssh:// here ({exc}): `pip install paramiko`; "
+                        f"and {SSH_STREAMS}"
+                    ) from exc
                 raise EngineUnreachable(f"cannot reach the Docker engine at {self.url}: {exc}") from exc
         return self._client
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The TLS context of attached streams (built once: loading a CA and a key pair costs milliseconds)."""
+        if self._ssl_context is None:
+            try:
+                self._ssl_context = self.target.tls.ssl_context()
+            except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError: a file that is not PEM
+                raise SandboxConfigError(f"unusable TLS files ({self.target.tls.source}): {exc}") from exc
+        return self._ssl_context
 
     async def call(self, what: str, fn: Callable[..., T], *args: Any, timeout: float | None = None, **kwargs: Any) -> T:
         """Run a blocking engine call in a thread, under a deadline; failures become InfraError."""
@@ -89,6 +111,8 @@ class Engine:
             raise InfraError(f"Docker engine call {what!r} did not answer within {deadline:.0f}s") from None
         except docker.errors.NotFound:
             raise
+        except requests.exceptions.SSLError as exc:  # a ConnectionError, but the engine did answer
+            raise InfraError(f"{tls_failure(self, root_cause(exc))} (call {what!r})") from exc
         except requests.exceptions.ConnectionError as exc:  # no socket, refused: nothing listens (not a slow engine)
             raise EngineUnreachable(
                 f"the Docker engine at {self.url} does not answer: {root_cause(exc)} (call {what!r})"
@@ -193,47 +217,108 @@ class Engine:
             self._client = None
 
 
-class AttachedStream:
-    """The runner's stdin (raw bytes) and stdout (docker's multiplexed frames) over one socket."""
+async def connect_api(engine: Engine) -> tuple[trio.abc.Stream, trio.SocketStream]:
+    """A byte stream to the engine's API and the socket under it (the same object but over TLS).
 
-    def __init__(self, sock: trio.SocketStream):
-        self._sock = sock
+    unix: the socket. tcp: a TCP connection, inside a ``trio.SSLStream`` when the engine has TLS (handshake
+    done here, so a certificate refused on either side fails here, as an SSL error under trio's
+    BrokenResourceError). ``https_compatible``: dockerd closes hijacked connections without close_notify.
+    """
+    url = parse_engine_url(engine.url)
+    if url.scheme == "unix":
+        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            await sock.connect(url.host)
+        except BaseException:
+            sock.close()
+            raise
+        transport = trio.SocketStream(sock)
+        return transport, transport
+    context = engine.ssl_context() if engine.target.tls is not None else None  # unusable files: before connecting
+    transport = await trio.open_tcp_stream(url.host, url.port)
+    if context is None:
+        return transport, transport
+    stream = trio.SSLStream(transport, context, server_hostname=url.host, https_compatible=True)
+    try:
+        await stream.do_handshake()
+    except BaseException:
+        transport.socket.close()
+        raise
+    return stream, transport
+
+
+def tls_failure(engine: Engine, cause: BaseException) -> str:
+    """What went wrong with the TLS of an engine, and where its certificates came from."""
+    if cause.args and isinstance(cause.args[0], BaseException):  # urllib3 wraps the ssl error as an argument
+        cause = cause.args[0]
+    if isinstance(cause, ssl.SSLEOFError | ConnectionError | EOFError):
+        # An engine refusing our client certificate sends an alert and closes: the close can overtake the alert.
+        detail = f"the engine closed the connection ({cause}), as it does when it refuses the client certificate"
+    else:
+        detail = str(cause)
+    source = engine.target.tls.source
+    return f"TLS with the Docker engine at {engine.url} failed: {detail} — check its certificates ({source})"
+
+
+def _attach_failure(engine: Engine, container_id: str, exc: BaseException, answered: bool) -> InfraError:
+    if isinstance(exc, EOFError) and not engine.url.startswith("tcp://"):
+        return InfraError(f"engine closed the attach of {container_id[:12]}")
+    what = f"cannot attach to container {container_id[:12]}"
+    cause = root_cause(exc)
+    tls = engine.target.tls if engine.url.startswith("tcp://") else None
+    if tls is not None and (
+        isinstance(cause, ssl.SSLError)  # a certificate refused, by us or by the engine
+        or (not answered and isinstance(cause, ConnectionError | EOFError))  # closed before a word: refused too
+    ):
+        return InfraError(f"{what}: {tls_failure(engine, cause)}")
+    return InfraError(f"{what}: {exc!r}")
+
+
+class AttachedStream:
+    """The runner's stdin (raw bytes) and stdout (docker's multiplexed frames) over one connection."""
+
+    def __init__(self, stream: trio.abc.Stream, transport: trio.SocketStream):
+        self._stream = stream  # the runner's bytes: the socket itself, or TLS over it
+        self._transport = transport
         self._pending = bytearray()
 
     @classmethod
     async def open(cls, engine: Engine, container_id: str) -> AttachedStream:
-        url = urlparse(engine.url)
-        if url.scheme != "unix":
-            raise InfraError(f"attached runner streams need a unix-socket engine, not {engine.url!r}")
+        if engine.url.startswith("ssh://"):  # a config the pool cannot serve: not an engine outage
+            raise SandboxConfigError(f"{engine.url}: {SSH_STREAMS}")
         version = engine.client.api.api_version
         request = (
             f"POST /v{version}/containers/{container_id}/attach?stream=1&stdin=1&stdout=1&stderr=0 HTTP/1.1\r\n"
             "Host: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\nContent-Length: 0\r\n\r\n"
         ).encode()
-        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        transport: trio.SocketStream | None = None
+        head = bytearray()
         try:
             with trio.fail_after(engine.config.engine.timeout_s):
-                await sock.connect(url.path)
-                stream = trio.SocketStream(sock)
+                stream, transport = await connect_api(engine)
                 await stream.send_all(request)
-                head = bytearray()
                 while b"\r\n\r\n" not in head:
                     chunk = await stream.receive_some(4096)
                     if not chunk:
-                        raise InfraError(f"engine closed the attach of {container_id[:12]}")
+                        raise EOFError("the engine closed the connection")
                     head += chunk
-        except (OSError, trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, InfraError) as exc:
+        except (
+            OSError,
+            EOFError,
+            trio.TooSlowError,
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+        ) as exc:
             # The engine went away mid-handshake (a daemon killed at that moment resets the socket, which trio
             # raises as BrokenResourceError, not OSError): the engine's failure, never an exception past the pool.
-            sock.close()
-            if isinstance(exc, InfraError):
-                raise
-            raise InfraError(f"cannot attach to container {container_id[:12]}: {exc!r}") from exc
+            if transport is not None:
+                transport.socket.close()
+            raise _attach_failure(engine, container_id, exc, answered=bool(head)) from exc
         status_line, _, rest = bytes(head).partition(b"\r\n")
         if b" 101 " not in status_line and b" 200 " not in status_line:
-            sock.close()
+            transport.socket.close()
             raise InfraError(f"attach to {container_id[:12]} refused: {status_line.decode(errors='replace')}")
-        attached = cls(stream)
+        attached = cls(stream, transport)
         attached._pending += rest.partition(b"\r\n\r\n")[2]
         return attached
 
@@ -241,15 +326,24 @@ class AttachedStream:
         """Whether an idle stream has anything to read, without blocking.
 
         A ready runner sends nothing until asked, so anything readable on an idle stream is its end: the
-        runner, its container or the engine's attach connection (a daemon restart) is gone.
+        runner, its container or the engine's attach connection (a daemon restart) is gone. Looked at: our
+        frame buffer; over TLS, the bytes trio's SSL layer holds (decrypted, or read from the socket and not
+        yet decrypted); then the socket, where a runner's last frames, a TLS close_notify, a FIN or a reset
+        of the connection all read as readable. Not seen: a peer gone without a FIN or reset (a host
+        powered off mid-way); its next call meets the call deadline instead.
         """
         if self._pending:
             return True
-        readable, _, _ = select.select([self._sock.socket.fileno()], [], [], 0)
+        if isinstance(self._stream, trio.SSLStream):
+            # trio's incoming BIO is private; without it only a race (bytes read with the runner's hello) is missed.
+            incoming = getattr(self._stream, "_incoming", None)
+            if self._stream.pending() or (incoming is not None and incoming.pending):
+                return True
+        readable, _, _ = select.select([self._transport.socket.fileno()], [], [], 0)
         return bool(readable)
 
     async def send(self, data: bytes) -> None:
-        await self._sock.send_all(data)
+        await self._stream.send_all(data)
 
     async def receive(self) -> bytes:
         """Next chunk of the runner's stdout; b"" at end of stream."""
@@ -262,14 +356,14 @@ class AttachedStream:
                     if kind == 1 and payload:
                         return payload
                     continue
-            chunk = await self._sock.receive_some(1 << 16)
+            chunk = await self._stream.receive_some(1 << 16)
             if not chunk:
                 return b""
             self._pending += chunk
 
     async def aclose(self) -> None:
         with trio.CancelScope(shield=True):
-            await self._sock.aclose()
+            await self._stream.aclose()
 
 
 def container_name(labels: Labels) -> str:

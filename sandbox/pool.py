@@ -122,7 +122,7 @@ class WorkspacePool:
         waits briefly and looks again for creates that land late (the SIGTERM path).
         """
         try:
-            api = docker.APIClient(base_url=self.engine.url, timeout=10, version=self.config.engine.api_version)
+            api = self.engine.target.docker_client(timeout=10, version=self.config.engine.api_version).api  # TLS too
         except docker.errors.DockerException:
             return
         try:

@@ -19,7 +19,7 @@ BENCHES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "sandbox": (
         "sandbox.bench",
         "tool-call round trip (runner vs docker exec vs host) and workspace acquire",
-        ("", "--calls 100 --acquires 5 --json sandbox.json"),
+        ("", "--calls 100 --acquires 5 --json sandbox.json", "--calls 200 --engine tcp://127.0.0.1:2376"),
     ),
     "kernels": (
         "kernels.bench",
