@@ -16,8 +16,10 @@ the tests that must be refused. ``SecondDaemon.tls_config`` gives the ``sandbox.
 
 Use: ``from tests.second_daemon import second_tls_daemon`` in a test module (a module-scoped fixture).
 It skips with the reason when no daemon can be started here (not root, a binary missing); in CI that
-is a failure. Teardown stops the daemon and its containerd, removes anything still in its runc root,
-kills its shims, unmounts what is under its directory and removes the directory.
+is a failure. ``stop`` (any signal) then ``start`` restarts dockerd on the same listener and certificates.
+Teardown restarts a killed dockerd (its containers outlive it), stops the daemon and its containerd,
+removes anything still in its runc root, kills its shims, unmounts what is under its directory and
+removes the directory.
 """
 
 from __future__ import annotations
@@ -349,6 +351,13 @@ class SecondDaemon:
     def teardown(self) -> None:
         """Leave nothing: containers, daemons, shims, mounts, files; each step mops up what the one before missed."""
         try:
+            if (
+                self.dockerd is not None
+                and self.dockerd.poll() is not None
+                and self.containerd is not None
+                and self.containerd.poll() is None
+            ):
+                self.start(timeout=30)  # a killed daemon's containers still run: let a new one shut them down
             if self.dockerd is not None and self.dockerd.poll() is None:
                 client = self.client()
                 try:

@@ -1,251 +1,37 @@
 """Docker daemon faults under a real ``gym rollout``: a second dockerd of the test's own dies mid-run.
 
-The shared daemon is only read (``docker save`` of the runner image). The second daemon has its own
-socket, data root, exec root and pid file, no bridge and no iptables rules, its own network namespace
-(so nothing it does to network links reaches the host's `docker0`), and its own containerd,
-started here: dockerd would reuse a system containerd at /run/containerd/containerd.sock where one
-runs, instead of starting one under its exec root. The rollout is pointed at it by its config
-(``sandbox.engine.base_url``) and by ``DOCKER_HOST``.
+The daemon is tests/second_daemon.py's (its own socket, data root, exec root, pid file and containerd,
+no bridge and no iptables rules, in a network namespace of its own; the shared daemon is only read, by
+``docker save`` of the runner image). The rollout reaches it over its unix socket: by its config
+(``sandbox.engine.base_url``) and by ``DOCKER_HOST``; its TLS listener is not used here.
 
 Asserted, for a SIGKILL (the daemon stays dead until the run ends) and for a restart (SIGTERM, then
 a new dockerd): the run ends with exit 0 in bounded time; every episode the dead engine touched is
 ``infra_error``, masked, reward None (never a scored 0); episodes that finished are correct; after a
 restart later episodes succeed; after ``python -m gym gc`` against that daemon no gym container is
-left. Teardown (a fixture finalizer) stops both daemons, removes any container still in its runc
-root, kills its shims, unmounts everything under its directory and removes it.
+left; the host's network links (the shared daemon's ``docker0`` among them) outlive the module.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import pytest
 import yaml
 
-from images.inputs import runner_image
-from sandbox.labels import Labels
+from tests.second_daemon import SecondDaemon, second_tls_daemon  # noqa: F401 - the module's daemon (a fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-IN_CI = os.environ.get("CI", "").lower() == "true"
-BINARIES = ("dockerd", "containerd", "containerd-shim-runc-v2", "runc", "docker")
 EPISODES_BEFORE_FAULT = 3  # bundles written before the daemon is hit
-
-
-def _unusable() -> str | None:
-    if os.geteuid() != 0:
-        return "a second Docker daemon needs root"
-    missing = [name for name in BINARIES if shutil.which(name) is None]
-    return f"not installed: {', '.join(missing)}" if missing else None
-
-
-class SecondDaemon:
-    """A dockerd + containerd pair living entirely under ``root``."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.url = f"unix://{root}/docker.sock"
-        self.exec_root = root / "exec"
-        self.dockerd: subprocess.Popen | None = None
-        self.containerd: subprocess.Popen | None = None
-
-    # ------------------------------------------------------------ start / stop
-
-    def start_containerd(self) -> None:
-        state = self.root / "containerd"
-        state.mkdir(parents=True)
-        config = state / "config.toml"
-        config.write_text(
-            "version = 2\n"
-            f'root = "{state}/root"\nstate = "{state}/state"\n'
-            'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
-            f'[grpc]\n  address = "{self.containerd_socket}"\n'
-            f'[plugins."io.containerd.internal.v1.opt"]\n  path = "{state}/opt"\n'
-        )
-        self.containerd = self._spawn(["containerd", "--config", str(config), "--log-level", "warn"], "containerd.log")
-        self._wait(lambda: Path(self.containerd_socket).exists(), self.containerd, "containerd", 30)
-
-    @property
-    def containerd_socket(self) -> str:
-        return str(self.root / "containerd" / "containerd.sock")
-
-    def start(self, timeout: float = 60) -> float:
-        """Start dockerd; returns the seconds until it answered."""
-        assert self.dockerd is None or self.dockerd.poll() is not None, "dockerd is already running"
-        started = time.monotonic()
-        (self.root / "daemon.json").write_text("{}\n")  # not /etc/docker/daemon.json
-        # In a network namespace of its own: a dockerd started with `--bridge none` deletes the host's
-        # `docker0` at start (it "removes the default bridge"), which would take the shared daemon's bridge
-        # network away from every other suite. Its API and containerd are unix sockets: reachable anyway.
-        self.dockerd = self._spawn(
-            [
-                "unshare",
-                "--net",
-                "dockerd",
-                "--host",
-                self.url,
-                "--data-root",
-                str(self.root / "data"),
-                "--exec-root",
-                str(self.exec_root),
-                "--pidfile",
-                str(self.root / "dockerd.pid"),
-                "--containerd",
-                self.containerd_socket,
-                "--config-file",
-                str(self.root / "daemon.json"),
-                "--bridge",
-                "none",
-                "--iptables=false",
-                "--ip-masq=false",
-                "--userland-proxy=false",
-                "--log-level",
-                "warn",
-            ],
-            "dockerd.log",
-        )
-        self._wait(self.answers, self.dockerd, "dockerd", timeout)
-        return time.monotonic() - started
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> float:
-        """Signal dockerd and reap it (a zombie's pid in the pid file would refuse the next start)."""
-        started = time.monotonic()
-        if self.dockerd is not None and self.dockerd.poll() is None:
-            self.dockerd.send_signal(sig)
-            try:
-                self.dockerd.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.dockerd.kill()
-                self.dockerd.wait(30)
-        return time.monotonic() - started
-
-    def answers(self) -> bool:
-        try:
-            client = docker.DockerClient(base_url=self.url, version="1.41", timeout=5)
-        except docker.errors.DockerException:
-            return False
-        try:
-            return bool(client.ping())
-        except Exception:  # noqa: BLE001 - not up yet, whatever the reason
-            return False
-        finally:
-            client.close()
-
-    def _spawn(self, argv: list[str], log_name: str) -> subprocess.Popen:
-        with open(self.root / log_name, "ab") as log:
-            return subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
-
-    def _wait(self, ready, proc: subprocess.Popen, name: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = (self.root / f"{name}.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"{name} did not come up (exit {proc.poll()}):\n{tail}")
-            time.sleep(0.2)
-
-    # ------------------------------------------------------------ inspection
-
-    def client(self) -> docker.DockerClient:
-        return docker.DockerClient(base_url=self.url, version="1.41", timeout=60)
-
-    def gym_containers(self) -> list[dict]:
-        client = self.client()
-        try:
-            return client.api.containers(all=True, filters={"label": Labels.MARK})
-        finally:
-            client.close()
-
-    def load(self, image: str) -> float:
-        """``docker save`` from the shared daemon (a read) piped into this one."""
-        started = time.monotonic()
-        save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
-        load = subprocess.run(
-            ["docker", "-H", self.url, "load", "-q"], stdin=save.stdout, capture_output=True, text=True, timeout=300
-        )
-        save.stdout.close()
-        assert save.wait(60) == 0 and load.returncode == 0, load.stderr
-        return time.monotonic() - started
-
-    # ------------------------------------------------------------ teardown
-
-    def teardown(self) -> None:
-        """Leave nothing: containers, daemons, shims, mounts, files; each step mops up what the one before missed."""
-        try:
-            if (
-                self.dockerd is not None
-                and self.dockerd.poll() is not None
-                and self.containerd is not None
-                and self.containerd.poll() is None
-            ):
-                self.start(timeout=30)  # a killed daemon's containers still run: let a new one shut them down
-            if self.dockerd is not None and self.dockerd.poll() is None:
-                client = self.client()
-                try:
-                    for container in client.api.containers(all=True, quiet=True):
-                        client.api.remove_container(container["Id"], force=True, v=True)
-                finally:
-                    client.close()
-        except Exception:  # noqa: BLE001 - the steps below do it the hard way
-            pass
-        self.stop(signal.SIGTERM, timeout=60)
-        self._runc_delete_all()
-        if self.containerd is not None and self.containerd.poll() is None:
-            self.containerd.terminate()
-            try:
-                self.containerd.wait(30)
-            except subprocess.TimeoutExpired:
-                self.containerd.kill()
-                self.containerd.wait(30)
-        self._kill_processes_naming_root()
-        self._unmount_all()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    def _runc_delete_all(self) -> None:
-        runc_root = self.exec_root / "runtime-runc" / "moby"
-        if not runc_root.is_dir():
-            return
-        for state in runc_root.iterdir():
-            subprocess.run(
-                ["runc", "--root", str(runc_root), "delete", "--force", state.name], capture_output=True, timeout=30
-            )
-
-    def _kill_processes_naming_root(self) -> None:
-        """Shims (started by this containerd, ``-address`` under root) and anything else left of ours."""
-        mark = str(self.root).encode()
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if mark in cmdline:
-                try:
-                    os.kill(int(entry.name), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-
-    def _unmount_all(self) -> None:
-        prefix = str(self.root)
-        points = []
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            point = line.split()[4].encode().decode("unicode_escape")  # octal escapes such as \040
-            if point == prefix or point.startswith(prefix + "/"):
-                points.append(point)
-        for point in sorted(points, key=len, reverse=True):
-            subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)
 
 
 def lasting_links() -> set[str]:
@@ -255,33 +41,22 @@ def lasting_links() -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def second_daemon():
-    reason = _unusable()
-    if reason:
-        if IN_CI:
-            pytest.fail(reason)
-        pytest.skip(reason)
-    daemon = SecondDaemon(Path(tempfile.mkdtemp(prefix="gymd-", dir="/tmp")))
-    links = lasting_links()  # the host's network links: the shared daemon's docker0 among them
-    try:
-        daemon.start_containerd()
-        up_s = daemon.start()
-        load_s = daemon.load(runner_image())
-        print(f"\nsecond daemon up in {up_s:.1f}s, runner image loaded in {load_s:.1f}s")
-        yield daemon
-    finally:
-        daemon.teardown()
-    assert not daemon.root.exists(), f"{daemon.root} is left behind"
+def host_links_kept() -> Iterator[None]:
+    """Requested before ``second_tls_daemon``, so it is torn down after it: the check covers the daemon's whole life."""
+    links = lasting_links()
+    yield
     gone = links - lasting_links()
     assert not gone, f"the second daemon removed host network links {sorted(gone)} (the shared daemon's bridge)"
 
 
 @pytest.fixture
-def daemon(second_daemon: SecondDaemon) -> SecondDaemon:
-    if not second_daemon.answers():  # an earlier test failed with it down
-        second_daemon.stop(signal.SIGKILL)
-        second_daemon.start()
-    return second_daemon
+def daemon(host_links_kept: None, request: pytest.FixtureRequest) -> SecondDaemon:
+    """The module's daemon, answering (an earlier test may have failed with it down)."""
+    second: SecondDaemon = request.getfixturevalue("second_tls_daemon")
+    if not second.answers():
+        second.stop(signal.SIGKILL)
+        second.start()
+    return second
 
 
 SLOW_S = 2.0  # every run of a slow task's reference program takes this long: episodes are in flight for seconds
