@@ -64,7 +64,13 @@ def test_reference_rollout_resolves_every_instance_and_replays_identically(built
     assert "3/3 bundles replayed identically" in replayed.stdout
 
     # A bundle whose recorded diff was edited no longer matches what its tool calls produce.
-    first["answer"] = first["answer"].replace("initial", "initiall", 1)
+    # (Any bundle may sort first: edit the diff's first added line, which every reference diff has.)
+    lines = first["answer"].splitlines(keepends=True)
+    added = next(i for i, line in enumerate(lines) if line.startswith("+") and not line.startswith("+++"))
+    lines[added] = lines[added].rstrip("\n") + "  # tampered\n"
+    edited = "".join(lines)
+    assert edited != first["answer"]
+    first["answer"] = edited
     tampered = tmp_path / "tampered.json"
     tampered.write_text(json.dumps(first))
     differs = gym("replay", str(tampered))
