@@ -18,6 +18,7 @@ import pytest
 from sandbox.failure import Verdict
 from tasks.catalog import SAMPLE_SETS, load_sample_set
 from tasks.grader import GraderConfig, GradeReport, grade_pairs, pair_submissions
+from tasks.judge import NOT_RUN
 from tests.sandbox_support import sandbox_config
 
 pytestmark = pytest.mark.docker
@@ -56,7 +57,12 @@ def test_sample_solution_gets_expected_verdict(graded, name, n):
         assert result.passed and result.fraction == 1.0, verdicts
     else:
         assert not result.passed
-        assert {v for v in verdicts if v != Verdict.PASSED} == {Verdict(expect)}, [t.detail for t in result.tests]
+        failing = {v for v in verdicts if v != Verdict.PASSED}
+        if expect == "time_limit":
+            # A slow program that met the wall-clock backstop (the machine loaded: 2.3 s of CPU in 21 s of wall)
+            # ends its batch: the later tests are not_run by design (test_cp_timing), never another verdict.
+            failing.discard(NOT_RUN)
+        assert failing == {Verdict(expect)}, [t.detail for t in result.tests]
 
 
 def test_every_failing_verdict_is_exercised(graded):
