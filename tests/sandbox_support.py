@@ -53,3 +53,24 @@ def sandbox_config(**overrides) -> SandboxConfig:
     data = {"pool": {"size": 2}, "episode": {"wall_s": 3600.0}}
     data.update(overrides)
     return SandboxConfig.model_validate(data)
+
+
+def kill_the_warm_workspace(config: SandboxConfig, before_kill: Callable[[WorkspacePool, str], None] | None = None):
+    """Kill a one-workspace pool's warm container while it waits, then acquire and run ``echo ok``.
+
+    Returns (the killed id, the id handed out, the exec result, ``pool.hung_up``); ``before_kill(pool, id)``
+    may look at the warm workspace first.
+    """
+
+    async def main():
+        async with WorkspacePool(config) as pool:
+            await pool.wait_ready()
+            (victim,) = pool.live
+            if before_kill is not None:
+                before_kill(pool, victim)
+            await pool.engine.call("kill", pool.engine.client.api.kill, victim)
+            await trio.sleep(1.0)  # the attach connection ends as the container dies
+            async with pool.acquire("pytest") as ws:
+                return victim, ws.id, await ws.exec(sh("echo ok")), pool.hung_up
+
+    return trio.run(main)

@@ -27,7 +27,7 @@ from sandbox.errors import InfraError, SandboxConfigError
 from sandbox.failure import FailureKind
 from sandbox.labels import Labels
 from sandbox.pool import WorkspacePool
-from tests.sandbox_support import sh, small_config
+from tests.sandbox_support import kill_the_warm_workspace, sh, small_config
 from tests.second_daemon import SecondDaemon, second_tls_daemon  # noqa: F401 - the module's daemon (a fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -91,20 +91,13 @@ def test_a_workspace_over_tls_runs_commands_and_files_and_is_removed(daemon):
 
 def test_a_warm_workspace_whose_tls_stream_hung_up_is_not_handed_out(daemon):
     """hung_up() over TLS: the container dies while it waits in the pool; its stream must read as ended."""
+
+    def fresh_over_tls(pool, victim):
+        fresh = pool._streams[victim]
+        assert isinstance(fresh._stream, trio.SSLStream) and not fresh.hung_up()
+
     config = small_config(engine=daemon.tls_config(), pool={"size": 1})
-
-    async def main():
-        async with WorkspacePool(config) as pool:
-            await pool.wait_ready()
-            (victim,) = pool.live
-            fresh = pool._streams[victim]
-            assert isinstance(fresh._stream, trio.SSLStream) and not fresh.hung_up()
-            await pool.engine.call("kill", pool.engine.client.api.kill, victim)
-            await trio.sleep(1.0)  # the attach connection ends as the container dies
-            async with pool.acquire("pytest") as ws:
-                return victim, ws.id, await ws.exec(sh("echo ok")), pool.hung_up
-
-    victim, handed, result, hung_up = trio.run(main)
+    victim, handed, result, hung_up = kill_the_warm_workspace(config, fresh_over_tls)
     assert handed != victim and hung_up == 1
     assert result.failure == FailureKind.OK and result.stdout_text == "ok\n"
 

@@ -19,7 +19,7 @@ from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from sandbox.labels import Labels, current_owner
 from sandbox.pool import WorkspacePool
-from tests.sandbox_support import sh, small_config
+from tests.sandbox_support import kill_the_warm_workspace, sh, small_config
 
 pytestmark = pytest.mark.docker
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,16 +154,7 @@ def test_pool_start_collects_orphans_and_expired_containers():
 
 
 def test_a_warm_workspace_killed_while_it_waited_is_not_handed_out():
-    async def main():
-        async with WorkspacePool(small_config(pool={"size": 1})) as pool:
-            await pool.wait_ready()
-            (victim,) = pool.live
-            await pool.engine.call("kill", pool.engine.client.api.kill, victim)
-            await trio.sleep(1.0)  # the attach connection ends as the container dies
-            async with pool.acquire("pytest") as ws:
-                return victim, ws.id, await ws.exec(sh("echo ok")), pool.hung_up
-
-    victim, handed, result, hung_up = trio.run(main)
+    victim, handed, result, hung_up = kill_the_warm_workspace(small_config(pool={"size": 1}))
     assert handed != victim and hung_up == 1
     assert result.failure == FailureKind.OK and result.stdout_text == "ok\n"
 
