@@ -187,3 +187,19 @@ def test_the_exit_cleanup_reaches_the_tls_engine(daemon):
 
     before, after = trio.run(main)
     assert before and not after, (before, after)
+
+
+def test_bench_sandbox_compares_the_tls_engine_with_the_default_one(daemon, monkeypatch):
+    """`bench sandbox --engine URL`: round trips on both engines in one run, TLS read from the environment."""
+    from sandbox.bench import compare_engines, engine_configs
+
+    for name in ("DOCKER_TLS_VERIFY", "DOCKER_TLS", "DOCKER_CERT_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SandboxConfigError, match="--engine tcp://192.0.2.1:2375: .*allow_insecure_tcp"):
+        engine_configs(["tcp://192.0.2.1:2375"])  # plaintext to a remote host: refused before anything is measured
+    monkeypatch.setenv("DOCKER_TLS_VERIFY", "1")
+    monkeypatch.setenv("DOCKER_CERT_PATH", str(daemon.certs))
+    figures = trio.run(compare_engines, engine_configs([daemon.tls_url]), 20, 2)
+    assert figures["engine1"].startswith(f"{daemon.tls_url} (TLS, verified")
+    assert figures["base_runner_p50_ms"] > 0 and figures["engine1_runner_p50_ms"] > 0
+    assert figures["engine1_p50_ratio"] == figures["engine1_runner_p50_ms"] / figures["base_runner_p50_ms"]
