@@ -35,14 +35,14 @@ def run(args: argparse.Namespace) -> dict:
     from gym.registry import environment_config
     from gym.rollout import collect_async, summarize
     from gym.scripted import load_scripted
-    from sandbox.pool import WorkspacePool
+    from sandbox.fleet import open_pool
 
     env = Environment(environment_config(args.config))  # a file or a registered name
     engine = load_scripted("reference", env)
     concurrency = args.concurrency or env.config.concurrency
 
     async def main():
-        async with WorkspacePool(env.config.sandbox) as pool:
+        async with open_pool(env.config.sandbox) as pool:
             trajectories, _ = await collect_async(env, engine, pool, args.episodes, 1, 0, concurrency=concurrency)
             return trajectories
 

@@ -81,8 +81,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # name -> example command lines, shown under `python -m gym NAME --help`: each line is what follows
 # the command's own program name (`python -m gym NAME`, or `code-rl-gym NAME` installed), see epilog()
 EXAMPLES: dict[str, tuple[str, ...]] = {
-    "images": ("build", "build --swe tasks/swe/instances.jsonl --repos-dir tasks/swe/repos", "tag"),
-    "gc": ("--dry-run", ""),
+    "images": (
+        "build",
+        "build --swe tasks/swe/instances.jsonl --repos-dir tasks/swe/repos",
+        "build --config fleet.yaml",
+        "tag",
+    ),
+    "gc": ("--dry-run", "", "--config fleet.yaml", "--engine tcp://10.0.0.7:2376 --engine unix:///var/run/docker.sock"),
     "demo": ("", "--workspaces 2 -v"),
     "bench": ("sandbox", "grader --json grader.json", "rollout --episodes 8"),
     "grade": ("--tasks tasks/samples/taco.jsonl --solutions tasks/samples/taco.solutions.jsonl",),

@@ -225,6 +225,7 @@ async def run_episode(
         if ws is not None:
             await _play(run, engine, ws)
             await _take_answer(run, family, ws)
+        engine_url = getattr(ws, "engine_url", None)  # Docker workspaces: the engine that ran it (sandbox.fleet)
         releasing = time.monotonic()
     run.clock.spent["workspace"] += time.monotonic() - releasing
     grading = await _grade(run, family)
@@ -249,6 +250,7 @@ async def run_episode(
             "end_reason": "infra_error" if masked else run.end,
             # the oldest weights that sampled any token: what a staleness bound must look at
             "policy_version": min(run.versions, default=0),
+            "placement": {"engine": engine_url} if isinstance(engine_url, str) else {},
         }
     )
     # The graded answer was exact (an SWE diff may hold any bytes); what is kept must encode as UTF-8.

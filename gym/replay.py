@@ -34,6 +34,7 @@ from gym.tools import Toolbox, printable
 from gym.trajectory import TrajectoryError, assert_token_exact
 from sandbox.config import Hardening, SandboxConfig
 from sandbox.errors import InfraError
+from sandbox.fleet import FleetPool, open_pool
 from sandbox.pool import WorkspacePool
 from tasks.family import CodeFamily, TaskFamily
 from tasks.grader import Grader, TaskResult
@@ -256,7 +257,7 @@ def replay_files(paths: Sequence[Path], concurrency: int = 4, *, trust_sandbox: 
     reports: list[ReplayReport | None] = [None] * len(bundles)
     limiter = trio.CapacityLimiter(concurrency)
 
-    async def one(pool: WorkspacePool, i: int) -> None:
+    async def one(pool: WorkspacePool | FleetPool, i: int) -> None:
         async with limiter:
             bundle = bundles[i]
             task = bundle.task
@@ -279,7 +280,7 @@ def replay_files(paths: Sequence[Path], concurrency: int = 4, *, trust_sandbox: 
             config = sandbox.model_copy(
                 update={"pool": sandbox.pool.model_copy(update={"size": min(sandbox.pool.size, concurrency)})}
             )
-            async with WorkspacePool(config) as pool, trio.open_nursery() as nursery:
+            async with open_pool(config) as pool, trio.open_nursery() as nursery:
                 for i in indices:
                     nursery.start_soon(one, pool, i)
 

@@ -3,7 +3,7 @@
 The trainer's entry point::
 
     send, receive = trio.open_memory_channel(0)
-    async with WorkspacePool(env.config.sandbox) as pool:
+    async with open_pool(env.config.sandbox) as pool:
         workers = RolloutWorkers(env, engine, pool)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(functools.partial(workers.run, send, groups=8, group_size=4, seed=step))
@@ -41,6 +41,7 @@ from gym.episode import EpisodeResult, run_episode
 from gym.trajectory import Trajectory
 from policies.sampling import RolloutEngine
 from sandbox.errors import InfraError
+from sandbox.fleet import FleetPool, open_pool
 from sandbox.pool import WorkspacePool
 from tasks.family import Families, TaskGrader, WorkspaceSource
 from tasks.grader import Grader
@@ -52,6 +53,11 @@ def episode_seed(seed: int, position: int, member: int) -> int:
     """The sampling seed of one group member (a hash: distinct, reproducible, not correlated)."""
     digest = hashlib.sha256(f"{seed}:{position}:{member}".encode()).digest()
     return int.from_bytes(digest[:7], "big")
+
+
+def group_id(seed: int, position: int) -> str:
+    """The GRPO group of the task drawn at ``position`` by a rollout seeded ``seed`` (its trajectories share it)."""
+    return f"{seed}-{position}"
 
 
 class RolloutWorkers:
@@ -71,8 +77,8 @@ class RolloutWorkers:
     ) -> None:
         self.env, self.engine, self.pool = env, engine, pool
         if grader is None:
-            if not isinstance(pool, WorkspacePool):
-                raise TypeError("give a grader when the pool is not a sandbox WorkspacePool")
+            if not isinstance(pool, WorkspacePool | FleetPool):
+                raise TypeError("give a grader when the pool is not a sandbox pool (WorkspacePool, FleetPool)")
             grader = Grader(pool, env.config.grader)
         self.grader = grader
         self.families: Families = env.families(pool, grader)
@@ -89,12 +95,29 @@ class RolloutWorkers:
         """Run ``groups`` x ``group_size`` episodes, sending each trajectory when its episode ends."""
         if groups < 0 or group_size < 1:
             raise ValueError(f"need groups >= 0 and group_size >= 1, got {groups} and {group_size}")
+        await self.run_draws(send_channel, self.stream.take(groups), group_size=group_size, seed=seed)
+
+    async def run_draws(
+        self,
+        send_channel: trio.MemorySendChannel[Trajectory],
+        draws: list[tuple[int, object]],
+        *,
+        group_size: int,
+        seed: int,
+    ) -> None:
+        """Run ``group_size`` episodes of each (position, task) drawn elsewhere (`gym train --ray`: the trainer
+        draws, a node's workers run), sending each trajectory when its episode ends; closes ``send_channel``."""
+        if group_size < 1:
+            raise ValueError(f"need group_size >= 1, got {group_size}")
         async with send_channel, self.families.opened():
-            draws = self.stream.take(groups)
             async with trio.open_nursery() as nursery:
                 for position, task in draws:
                     for member in range(group_size):
                         nursery.start_soon(self._episode, send_channel, task, position, member, seed)
+
+    def opened(self):
+        """The task families' resources, held open for as long as the workers are used (an async context)."""
+        return self.families.opened()
 
     async def _episode(
         self, send: trio.MemorySendChannel[Trajectory], task: object, position: int, member: int, seed: int
@@ -106,7 +129,7 @@ class RolloutWorkers:
                 self.families.of(task),
                 task,
                 seed=episode_seed(seed, position, member),
-                group_id=f"{seed}-{position}",
+                group_id=group_id(seed, position),
             )
         seeds = result.trajectory.seeds.model_copy(update={"rollout": seed, "position": position, "member": member})
         result = result.model_copy(update={"trajectory": result.trajectory.model_copy(update={"seeds": seeds})})
@@ -194,7 +217,7 @@ def collect(
     """Synchronous: open a workspace pool, run ``n_groups`` groups of ``group_size`` episodes, return them."""
 
     async def main() -> list[Trajectory]:
-        async with WorkspacePool(env.config.sandbox) as pool:
+        async with open_pool(env.config.sandbox) as pool:
             trajectories, _ = await collect_async(env, engine, pool, n_groups, group_size, seed, **options)
             return trajectories
 

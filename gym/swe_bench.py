@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> dict:
     from gym.registry import environment_config
     from gym.rollout import RolloutWorkers, summarize
     from gym.scripted import load_scripted
-    from sandbox.pool import WorkspacePool
+    from sandbox.fleet import open_pool
     from tasks.swe.family import SweFamily
 
     env = Environment(environment_config(args.config))  # a file or a registered name
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> dict:
     concurrency = args.concurrency or env.config.concurrency
 
     async def main() -> tuple[list, float, list[float]]:
-        async with WorkspacePool(env.config.sandbox) as pool:
+        async with open_pool(env.config.sandbox) as pool:
             workers = RolloutWorkers(env, engine, pool, concurrency=concurrency)
             family = workers.families.named("swe")
             if not isinstance(family, SweFamily):

@@ -97,6 +97,11 @@ class Trajectory(BaseModel):
     end_reason: Literal["submit", "final", "max_turns", "max_tokens", "parse_error", "infra_error"] | None = Field(
         None, description="Why the episode stopped (gym.episode); None for trajectories built outside an episode."
     )
+    placement: dict[str, str] = Field(
+        default_factory=dict,
+        description="Where the episode ran: 'engine' = the Docker engine URL of its workspace, 'node' = the Ray "
+        "node of its rollout worker (gym train --ray); empty for trajectories built outside an episode.",
+    )
 
     @model_validator(mode="after")
     def _aligned(self) -> Trajectory:

@@ -145,6 +145,13 @@ class DockerEngineConfig(_Config):
         "long, not this long per episode; 0 = fail at once",
     )
 
+    health_interval_s: float = Field(
+        5.0,
+        gt=0,
+        description="how often a pool over several engines (sandbox.engines) pings each one: one that does not "
+        "answer is drained (its live workspaces end as infra_error), one that answers again takes work again",
+    )
+
     @model_validator(mode="after")
     def _usable_url(self) -> DockerEngineConfig:
         # The rest (TLS from the environment, plaintext to a remote host) needs the environment: checked when
@@ -152,6 +159,25 @@ class DockerEngineConfig(_Config):
         if self.base_url is not None:
             if parse_engine_url(self.base_url, "base_url").scheme != "tcp" and self.tls is not None:
                 raise ValueError(f"tls is set but base_url = {self.base_url!r} is not tcp://: remove one")
+        return self
+
+
+class EngineEntry(_Config):
+    """One engine of a pool spread over several (``sandbox.engines``); the rest of ``sandbox.engine`` applies to all."""
+
+    url: str = Field(description="engine URL, as sandbox.engine.base_url takes it (unix://, tcp:// with TLS, ssh://)")
+    capacity: int = Field(ge=1, le=4096, description="most workspaces live on this engine at once")
+    labels: list[str] = Field(
+        default_factory=list,
+        description="what the host offers (e.g. which instance images it holds); sandbox.require_labels picks by them",
+    )
+    tls: EngineTLS | None = Field(None, description="TLS of a tcp:// engine (as sandbox.engine.tls)")
+    allow_insecure_tcp: bool = Field(False, description="as sandbox.engine.allow_insecure_tcp, for this engine")
+
+    @model_validator(mode="after")
+    def _usable(self) -> EngineEntry:
+        if parse_engine_url(self.url, "url").scheme != "tcp" and self.tls is not None:
+            raise ValueError(f"tls is set but url = {self.url!r} is not tcp://: remove one")
         return self
 
 
@@ -174,6 +200,49 @@ class SandboxConfig(_Config):
     hardening: Hardening = Field(default_factory=Hardening)
     pool: PoolConfig = Field(default_factory=PoolConfig)
     engine: DockerEngineConfig = Field(default_factory=DockerEngineConfig)
+    engines: list[EngineEntry] = Field(
+        default_factory=list,
+        description="spread workspaces over these engines (sandbox/fleet.py: placement by free capacity, an engine "
+        "that stops answering is drained); empty = the one engine of sandbox.engine",
+    )
+    require_labels: list[str] = Field(
+        default_factory=list, description="place workspaces only on engines carrying every one of these labels"
+    )
+
+    @model_validator(mode="after")
+    def _distinct_engines(self) -> SandboxConfig:
+        urls = [entry.url for entry in self.engines]
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"engines: each engine once (repeated url in {urls})")
+        if self.engines and self.engine.base_url is not None:
+            raise ValueError("engine.base_url and engines both name engines: keep one (engines for several)")
+        if self.engines and self.engine.tls is not None:
+            raise ValueError("engine.tls applies to one engine: give each entry of engines its own tls")
+        if self.require_labels and not any(set(self.require_labels) <= set(e.labels) for e in self.engines):
+            raise ValueError(f"require_labels {self.require_labels}: no engine of engines carries all of them")
+        return self
+
+    def engine_configs(self) -> list[tuple[EngineEntry, SandboxConfig]]:
+        """Each engine of ``engines`` with the single-engine config that reaches it (``engines`` emptied)."""
+        return [
+            (
+                entry,
+                self.model_copy(
+                    update={
+                        "engine": self.engine.model_copy(
+                            update={
+                                "base_url": entry.url,
+                                "tls": entry.tls,
+                                "allow_insecure_tcp": entry.allow_insecure_tcp,
+                            }
+                        ),
+                        "engines": [],
+                        "require_labels": [],
+                    }
+                ),
+            )
+            for entry in self.engines
+        ]
 
     @model_validator(mode="after")
     def _absolute_allowlist(self) -> SandboxConfig:

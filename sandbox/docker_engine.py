@@ -120,10 +120,11 @@ class Engine:
         except (docker.errors.DockerException, OSError, ValueError) as exc:
             raise InfraError(f"Docker engine call {what!r} failed: {exc}") from exc
 
-    async def healthy(self) -> bool:
-        """Whether the engine answers a ping (within 5 s at most: a restarting daemon may accept and not answer)."""
+    async def healthy(self, timeout: float | None = None) -> bool:
+        """Whether the engine answers a ping within ``timeout`` (default 5 s at most: a restarting daemon may
+        accept and not answer)."""
         try:
-            await self.call("ping", self.client.api.ping, timeout=min(5.0, self.config.engine.timeout_s))
+            await self.call("ping", self.client.api.ping, timeout=timeout or min(5.0, self.config.engine.timeout_s))
         except InfraError:
             return False
         return True
@@ -321,6 +322,11 @@ class AttachedStream:
         attached = cls(stream, transport)
         attached._pending += rest.partition(b"\r\n\r\n")[2]
         return attached
+
+    def abort(self) -> None:
+        """Close the connection now, from synchronous code: a task waiting on it wakes with ClosedResourceError
+        (trio's socket close notifies its waiters), a later send or receive raises it."""
+        self._transport.socket.close()
 
     def hung_up(self) -> bool:
         """Whether an idle stream has anything to read, without blocking.

@@ -46,6 +46,11 @@ class OnDemandWorkspace:
         """Whether an operation has acquired the workspace."""
         return self._ws is not None
 
+    @property
+    def engine_url(self) -> str | None:
+        """The Docker engine of the workspace, once one was started (None before)."""
+        return getattr(self._ws, "engine_url", None)
+
     async def workspace(self) -> Any:
         """The workspace, acquired now if no operation has yet; ``InfraError`` when none can be started."""
         async with self._lock:

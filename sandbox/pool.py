@@ -21,7 +21,7 @@ import signal
 import threading
 import time
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
 import docker
@@ -37,7 +37,27 @@ from sandbox.workspace import Workspace
 log = logging.getLogger(__name__)
 
 
-class WorkspacePool:
+class PoolContext:
+    """``async with pool`` over the pool's ``_running()`` async context manager (this pool, sandbox.fleet's)."""
+
+    def _running(self) -> AbstractAsyncContextManager[None]:
+        raise NotImplementedError
+
+    async def __aenter__(self):
+        self._stack = AsyncExitStack()
+        await self._stack.__aenter__()
+        try:
+            await self._stack.enter_async_context(self._running())
+        except BaseException:
+            await self._stack.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info) -> bool | None:
+        return await self._stack.__aexit__(*exc_info)
+
+
+class WorkspacePool(PoolContext):
     """Per-image pool of ready workspaces. See the module docstring for the lifecycle."""
 
     def __init__(self, config: SandboxConfig | None = None, *, gc_at_start: bool = True):
@@ -54,25 +74,13 @@ class WorkspacePool:
         self._start_limit = trio.CapacityLimiter(self.config.pool.max_concurrent_starts)
         self._nursery: trio.Nursery | None = None
         self._closing = False
+        self._suspended = False
         self._previous_sigterm = None
         self.cold_starts = 0
         self.warm_hits = 0
         self.hung_up = 0  # warm workspaces destroyed because their stream hung up while they waited
 
     # ------------------------------------------------------------ lifecycle
-
-    async def __aenter__(self) -> WorkspacePool:
-        self._stack = AsyncExitStack()
-        await self._stack.__aenter__()
-        try:
-            await self._stack.enter_async_context(self._running())
-        except BaseException:
-            await self._stack.__aexit__(None, None, None)
-            raise
-        return self
-
-    async def __aexit__(self, *exc_info) -> bool | None:
-        return await self._stack.__aexit__(*exc_info)
 
     @asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:
@@ -254,9 +262,20 @@ class WorkspacePool:
                 return True
         return False
 
+    def suspend(self) -> None:
+        """Stop refilling the warm pool and removing containers (its engine was drained: sandbox.fleet; what
+        it leaves carries a dead owner's label once this process ends, for ``gym gc``); acquires still start
+        cold."""
+        self._suspended = True
+
+    def resume(self) -> None:
+        """Refill the warm pool again."""
+        self._suspended = False
+        self._wakeup.set()
+
     async def _refill(self) -> None:
         while True:
-            while len(self._ready) + self._starting < self.size:
+            while not self._suspended and len(self._ready) + self._starting < self.size:
                 self._starting += 1
                 self._nursery.start_soon(self._start_into_pool)
             self._wakeup = trio.Event()
@@ -313,6 +332,9 @@ class WorkspacePool:
         await self._remove(ws.id)
 
     async def _remove(self, container_id: str) -> None:
+        if self._suspended:  # its engine was drained (sandbox.fleet): each call would wait out its deadline
+            log.info("leaving %s to gc: its engine is drained", container_id[:12])
+            return
         # Shielded: a removal abandoned half-way (pool closing) would leave the engine busy removing
         # while the drain asks again ("removal already in progress").
         try:

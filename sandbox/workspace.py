@@ -74,6 +74,7 @@ class Workspace:
         self.id = container_id
         self._engine = engine  # to tell whose failure a lost runner is (see _blame)
         self._lost: tuple[FailureKind, str] | None = None
+        self._diagnosing: trio.CancelScope | None = None
         self.owner = owner
         self.config = config
         self._stream = stream
@@ -189,7 +190,11 @@ class Workspace:
             return kind, f"{why} (workspace lost earlier: {exc})"
         if not isinstance(exc, RunnerLost) or self._engine is None:
             return FailureKind.INFRA_ERROR, str(exc)
-        kind, why = await diagnose(self._engine, self.id, answered=exc.answered)
+        with trio.CancelScope() as self._diagnosing:  # abandon() cuts a diagnosis short: the engine is gone
+            kind, why = await diagnose(self._engine, self.id, answered=exc.answered)
+        self._diagnosing = None
+        if self._lost is not None:
+            return self._lost[0], f"{self._lost[1]} ({exc})"
         self._lost = (kind, f"{exc}; {why}")
         if kind != FailureKind.INFRA_ERROR:
             log.info("workspace %s lost by its own call: %s (%s)", self.id[:12], kind.value, why)
@@ -336,6 +341,21 @@ class Workspace:
             except (InfraError, ValueError) as exc:
                 (directory / "workspace.error").write_text(str(exc) + "\n")
 
+    def abandon(self, reason: str) -> None:
+        """Give the workspace up from outside (its engine was drained, sandbox.fleet): the call in flight and
+        every later one end as ``infra_error`` with ``reason``, at once instead of at their deadlines."""
+        if self._lost is None:
+            self._lost = (FailureKind.INFRA_ERROR, reason)
+        self.broken = self.broken or reason
+        if self._diagnosing is not None:
+            self._diagnosing.cancel()
+        self._stream.abort()
+
+    @property
+    def engine_url(self) -> str | None:
+        """The Docker engine the workspace runs on (trajectories record it)."""
+        return None if self._engine is None else self._engine.url
+
     async def aclose(self) -> None:
         """Close the stream (the pool destroys the container)."""
         if not self.closed:
@@ -352,7 +372,7 @@ async def diagnose(engine: Engine, container_id: str, *, answered: bool) -> tupl
         except docker.errors.NotFound:
             return FailureKind.INFRA_ERROR, "the container was removed from outside"
         except InfraError as exc:
-            return FailureKind.INFRA_ERROR, f"the engine is not healthy: {exc}"
+            return FailureKind.INFRA_ERROR, f"the Docker engine at {engine.url} is not healthy: {exc}"
         kind, why = classify_loss(info.get("State") or {}, answered=answered)
         if kind is not None:
             return kind, why

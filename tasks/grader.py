@@ -51,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sandbox.config import SandboxConfig
 from sandbox.failure import FailureKind, Verdict
+from sandbox.fleet import FleetPool, open_pool
 from sandbox.pool import WorkspacePool
 from sandbox.protocol import BatchExecRequest, ExecRequest, ExecResult
 from tasks.assertion import split as split_assert
@@ -283,7 +284,7 @@ class Grader:
     """Grades submissions through a `WorkspacePool` (one fresh container per task)."""
 
     def __init__(
-        self, pool: WorkspacePool | None, config: GraderConfig | None = None, program_path: str = PROGRAM_PATH
+        self, pool: WorkspacePool | FleetPool | None, config: GraderConfig | None = None, program_path: str = PROGRAM_PATH
     ):
         self.pool = pool  # None only for planning without a sandbox (the bench's bare-subprocess baseline)
         self.config = config or GraderConfig()
@@ -531,7 +532,7 @@ def grade_pairs(
     """Grade ``pairs`` with a pool of its own (synchronous entry point for the CLI and the bench)."""
 
     async def main() -> list[TaskResult]:
-        async with WorkspacePool(sandbox) as pool:
+        async with open_pool(sandbox) as pool:
             return await Grader(pool, config).grade_many(pairs, on_result)
 
     return trio.run(main)

@@ -126,7 +126,7 @@ class Loop:
 
     async def run(self) -> dict:
         from gym.environment import Environment
-        from sandbox.pool import WorkspacePool
+        from sandbox.fleet import open_pool
         from trainer.metrics import MetricsLogger
 
         if not self.learner.resumed:
@@ -147,7 +147,7 @@ class Loop:
             if self.workspaces is not None:
                 await self.session(env, self.workspaces)
             else:
-                async with WorkspacePool(env.config.sandbox) as pool:
+                async with open_pool(env.config.sandbox) as pool:
                     await self.session(env, pool)
         except MaskedShareError as err:
             stopped = err

@@ -149,7 +149,7 @@ class _Run:
         import trio
 
         from gym.rollout import RolloutWorkers, collect_into
-        from sandbox.pool import WorkspacePool
+        from sandbox.fleet import open_pool
 
         async def keep(trajectory) -> None:
             await trio.to_thread.run_sync(sink.append, trajectory)  # fsync off the event loop
@@ -157,7 +157,7 @@ class _Run:
             self._advance()
 
         args = self.args
-        async with WorkspacePool(self.env.config.sandbox) as pool:
+        async with open_pool(self.env.config.sandbox) as pool:
             self.workers = RolloutWorkers(
                 self.env, self.engine, pool, concurrency=args.concurrency, bundle_dir=self.out / "bundles"
             )

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandbox.config import SandboxConfig, WorkspaceBudgets
 from sandbox.errors import InfraError
 from sandbox.failure import Verdict
+from sandbox.fleet import FleetPool, open_pool
 from sandbox.pool import WorkspacePool
 from sandbox.workspace import Workspace
 from tasks.grader import TaskResult
@@ -117,8 +118,8 @@ class SweFamily:
         self.grader = SweGrader(config.grader)
         self.images: dict[str, str] = dict(images or {})  # instance id -> image tag (given ones are not built)
         self.build_errors: dict[str, str] = {}
-        self._pools: dict[str, WorkspacePool] = {}  # the agent's workspaces (the environment's episode budgets)
-        self._graders: dict[str, WorkspacePool] = {}  # fresh containers for the diff and the tests (grading budgets)
+        self._pools: dict[str, WorkspacePool | FleetPool] = {}  # the agent's workspaces (the environment's episode budgets)
+        self._graders: dict[str, WorkspacePool | FleetPool] = {}  # fresh containers for the diff and the tests (grading budgets)
 
     def owns(self, task: object) -> bool:
         return isinstance(task, SweInstance)
@@ -148,19 +149,19 @@ class SweFamily:
         grading = grading_budgets(self.sandbox)
         async with AsyncExitStack() as stack:
             for instance_id, tag in self.images.items():
-                agent = WorkspacePool(instance_sandbox(self.sandbox, tag), gc_at_start=False)
+                agent = open_pool(instance_sandbox(self.sandbox, tag), gc_at_start=False)
                 self._pools[instance_id] = await stack.enter_async_context(agent)
-                grader = WorkspacePool(instance_sandbox(grading, tag), gc_at_start=False)
+                grader = open_pool(instance_sandbox(grading, tag), gc_at_start=False)
                 self._graders[instance_id] = await stack.enter_async_context(grader)
             try:
                 yield
             finally:
                 self._pools, self._graders = {}, {}
 
-    def pool_for(self, task: SweInstance) -> WorkspacePool:
+    def pool_for(self, task: SweInstance) -> WorkspacePool | FleetPool:
         return self._pool(task)
 
-    def _pool(self, instance: SweInstance, grading: bool = False) -> WorkspacePool:
+    def _pool(self, instance: SweInstance, grading: bool = False) -> WorkspacePool | FleetPool:
         pool = (self._graders if grading else self._pools).get(instance.instance_id)
         if pool is None:
             why = self.build_errors.get(instance.instance_id) or "the family is not open (use Families.opened())"

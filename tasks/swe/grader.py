@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandbox.config import SandboxConfig
 from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
+from sandbox.fleet import FleetPool, open_pool
 from sandbox.pool import WorkspacePool
 from sandbox.protocol import ExecRequest, ExecResult
 from sandbox.workspace import Workspace
@@ -169,7 +170,7 @@ class SweGrader:
     def __init__(self, config: SweGraderConfig | None = None):
         self.config = config or SweGraderConfig()
 
-    async def grade(self, pool: WorkspacePool, instance: SweInstance, model_patch: str) -> InstanceResult:
+    async def grade(self, pool: WorkspacePool | FleetPool, instance: SweInstance, model_patch: str) -> InstanceResult:
         """Grade ``model_patch``; never raises for anything the candidate or the sandbox does."""
         started = time.monotonic()
         protected = set(instance.test_files()) | files_of_test_ids(instance.fail_to_pass + instance.pass_to_pass)
@@ -331,7 +332,7 @@ async def grade_predictions(
             if tag is None:
                 results[i] = SweGrader._outcome(instance, "infra_error", "no image for this instance")
                 return
-            async with WorkspacePool(instance_sandbox(sandbox, tag), gc_at_start=False) as pool:
+            async with open_pool(instance_sandbox(sandbox, tag), gc_at_start=False) as pool:
                 results[i] = await grader.grade(pool, instance, patch)
             done = sum(r is not None for r in results)
             log.info("graded %d/%d: %s %s", done, len(predictions), instance.instance_id, results[i].status)
