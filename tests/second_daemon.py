@@ -14,7 +14,8 @@ The certificates are generated here (the ``cryptography`` package, else the ``op
 127.0.0.1/localhost, a client certificate, and a second CA with a client certificate of its own for
 the tests that must be refused. ``SecondDaemon.tls_config`` gives the ``sandbox.engine`` keys that reach it.
 
-Use: ``from tests.second_daemon import second_tls_daemon`` in a test module (a module-scoped fixture).
+Use: the session fixture ``second_tls_daemon`` of tests/integration/conftest.py (one daemon for every module
+that asks; a test that stops it starts it again, or the next test's fixture does).
 It skips with the reason when no daemon can be started here (not root, a binary missing); in CI that
 is a failure. ``stop`` (any signal) then ``start`` restarts dockerd on the same listener and certificates.
 Teardown restarts a killed dockerd (its containers outlive it), stops the daemon and its containerd,
@@ -432,17 +433,33 @@ def started_daemon(root: Path | None = None, image: str | None = None) -> Second
     return daemon
 
 
-@pytest.fixture(scope="module")
-def second_tls_daemon() -> Iterator[SecondDaemon]:
-    """A second daemon with the runner image, over TLS; stopped and removed after the module."""
+def lasting_links() -> set[str]:
+    """The host's network links but containers' veth ends, which come and go with containers of other
+    suites sharing the daemon."""
+    return {name for name in os.listdir("/sys/class/net") if not name.startswith("veth")}
+
+
+def provide_second_daemon() -> Iterator[SecondDaemon]:
+    """A second daemon with the runner image, over TLS; stopped and removed afterwards, and then the host's
+    network links (the shared daemon's ``docker0`` among them) must all be there still. The body of the
+    session fixture ``second_tls_daemon`` (tests/integration/conftest.py): one daemon for every module."""
     reason = unusable()
     if reason:
         if IN_CI:
             pytest.fail(reason)
         pytest.skip(reason)
+    links = lasting_links()
     daemon = started_daemon()
     try:
         yield daemon
     finally:
         daemon.teardown()
     assert not daemon.root.exists(), f"{daemon.root} is left behind"
+    gone = links - lasting_links()
+    assert not gone, f"the second daemon removed host network links {sorted(gone)} (the shared daemon's bridge)"
+
+
+@pytest.fixture(scope="module")
+def second_tls_daemon() -> Iterator[SecondDaemon]:
+    """A module's own second daemon (modules under tests/integration share the session's, from its conftest)."""
+    yield from provide_second_daemon()

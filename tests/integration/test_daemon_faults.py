@@ -9,7 +9,8 @@ Asserted, for a SIGKILL (the daemon stays dead until the run ends) and for a res
 a new dockerd): the run ends with exit 0 in bounded time; every episode the dead engine touched is
 ``infra_error``, masked, reward None (never a scored 0); episodes that finished are correct; after a
 restart later episodes succeed; after ``python -m gym gc`` against that daemon no gym container is
-left; the host's network links (the shared daemon's ``docker0`` among them) outlive the module.
+left; the host's network links (the shared daemon's ``docker0`` among them) outlive the daemon (checked at its
+teardown, tests/second_daemon.py).
 """
 
 from __future__ import annotations
@@ -19,13 +20,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.fault_rollout import Rollout
-from tests.second_daemon import SecondDaemon, second_tls_daemon  # noqa: F401 - the module's daemon (a fixture)
+from tests.second_daemon import SecondDaemon
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -33,24 +33,9 @@ ROOT = Path(__file__).resolve().parents[2]
 EPISODES_BEFORE_FAULT = 3  # bundles written before the daemon is hit
 
 
-def lasting_links() -> set[str]:
-    """The host's network links but containers' veth ends, which come and go with containers of other
-    suites sharing the daemon (a suite beside this one removed two in the middle of this module once)."""
-    return {name for name in os.listdir("/sys/class/net") if not name.startswith("veth")}
-
-
-@pytest.fixture(scope="module")
-def host_links_kept() -> Iterator[None]:
-    """Requested before ``second_tls_daemon``, so it is torn down after it: the check covers the daemon's whole life."""
-    links = lasting_links()
-    yield
-    gone = links - lasting_links()
-    assert not gone, f"the second daemon removed host network links {sorted(gone)} (the shared daemon's bridge)"
-
-
 @pytest.fixture
-def daemon(host_links_kept: None, request: pytest.FixtureRequest) -> SecondDaemon:
-    """The module's daemon, answering (an earlier test may have failed with it down)."""
+def daemon(request: pytest.FixtureRequest) -> SecondDaemon:
+    """The session's second daemon, answering (an earlier test may have left it down)."""
     second: SecondDaemon = request.getfixturevalue("second_tls_daemon")
     if not second.answers():
         second.stop(signal.SIGKILL)

@@ -46,7 +46,7 @@ from sandbox.fleet import FleetPool, open_pool
 from sandbox.labels import Labels, current_owner
 from tests.fault_rollout import Rollout
 from tests.sandbox_support import sh
-from tests.second_daemon import SecondDaemon, second_tls_daemon  # noqa: F401 - the module's daemon (a fixture)
+from tests.second_daemon import SecondDaemon
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

@@ -28,7 +28,7 @@ from sandbox.failure import FailureKind
 from sandbox.labels import Labels
 from sandbox.pool import WorkspacePool
 from tests.sandbox_support import kill_the_warm_workspace, sh, small_config
-from tests.second_daemon import SecondDaemon, second_tls_daemon  # noqa: F401 - the module's daemon (a fixture)
+from tests.second_daemon import SecondDaemon
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
