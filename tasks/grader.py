@@ -284,7 +284,10 @@ class Grader:
     """Grades submissions through a `WorkspacePool` (one fresh container per task)."""
 
     def __init__(
-        self, pool: WorkspacePool | FleetPool | None, config: GraderConfig | None = None, program_path: str = PROGRAM_PATH
+        self,
+        pool: WorkspacePool | FleetPool | None,
+        config: GraderConfig | None = None,
+        program_path: str = PROGRAM_PATH,
     ):
         self.pool = pool  # None only for planning without a sandbox (the bench's bare-subprocess baseline)
         self.config = config or GraderConfig()

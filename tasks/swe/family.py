@@ -118,8 +118,12 @@ class SweFamily:
         self.grader = SweGrader(config.grader)
         self.images: dict[str, str] = dict(images or {})  # instance id -> image tag (given ones are not built)
         self.build_errors: dict[str, str] = {}
-        self._pools: dict[str, WorkspacePool | FleetPool] = {}  # the agent's workspaces (the environment's episode budgets)
-        self._graders: dict[str, WorkspacePool | FleetPool] = {}  # fresh containers for the diff and the tests (grading budgets)
+        self._pools: dict[
+            str, WorkspacePool | FleetPool
+        ] = {}  # the agent's workspaces (the environment's episode budgets)
+        self._graders: dict[
+            str, WorkspacePool | FleetPool
+        ] = {}  # fresh containers for the diff and the tests (grading budgets)
 
     def owns(self, task: object) -> bool:
         return isinstance(task, SweInstance)

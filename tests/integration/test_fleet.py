@@ -211,9 +211,9 @@ def test_a_hung_engine_is_drained_and_takes_work_again_when_it_answers(daemon):
 def test_rollout_over_two_engines_survives_killing_one(daemon, tmp_path):
     """The issue's run: 16 episodes over both engines, the second daemon SIGKILLed mid-run."""
     tls_url = daemon.tls_url
-    sandbox = {  # the default 30 s engine call deadline: a busy host must not mask episodes on its own
+    sandbox = {  # engine calls wait 15 s: a busy host must not mask episodes on its own (10 s did once)
         "pool": {"size": 2},
-        "engine": {"health_interval_s": 1.0, "outage_wait_s": 10},
+        "engine": {"timeout_s": 15, "health_interval_s": 1.0, "outage_wait_s": 10},
         "engines": engines(daemon),
     }
     rollout = Rollout(tmp_path, 16, sandbox, concurrency=16, tools_timeout_s=60)

@@ -12,8 +12,10 @@ container with the gym's labels is left on the second daemon, and none of the te
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +23,7 @@ from pathlib import Path
 import docker
 import pytest
 import trio
+import yaml
 
 from sandbox.docker_engine import AttachedStream, Engine
 from sandbox.errors import InfraError, SandboxConfigError
@@ -45,8 +48,11 @@ def shared_gym_containers() -> set[str]:
 
 @pytest.fixture
 def daemon(request):
-    """The module's daemon; after each test, nothing of the gym's is left on it."""
+    """The session's second daemon, answering; after each test, nothing of the gym's is left on it."""
     second: SecondDaemon = request.getfixturevalue("second_tls_daemon")
+    if not second.answers():  # another module's test may have left it down
+        second.stop(signal.SIGKILL)
+        second.start()
     yield second
     left = second.gym_containers()
     assert not left, f"gym containers left on the second daemon: {[c['Names'] for c in left]}"
@@ -203,3 +209,19 @@ def test_bench_sandbox_compares_the_tls_engine_with_the_default_one(daemon, monk
     assert figures["engine1"].startswith(f"{daemon.tls_url} (TLS, verified")
     assert figures["base_runner_p50_ms"] > 0 and figures["engine1_runner_p50_ms"] > 0
     assert figures["engine1_p50_ratio"] == figures["engine1_runner_p50_ms"] / figures["base_runner_p50_ms"]
+
+
+def test_the_kill_test_passes_unchanged_against_the_tls_engine(daemon, tmp_path):
+    """`gym killtest --config` naming the remote engine: the whole catalog, its host checks and the posture
+    snapshot, as against the local socket (tests/integration/test_killtest_catalog.py)."""
+    config = tmp_path / "remote.yaml"
+    config.write_text(yaml.safe_dump({"sandbox": {"engine": daemon.tls_config()}}))
+    report = tmp_path / "killtest.json"
+    done = run_gym("killtest", "--config", str(config), "--json", str(report), env={})
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    data = json.loads(report.read_text())
+    attacks = data["attacks"]
+    escaped = [(a["name"], a["verdict"], a["evidence"]) for a in attacks if a["verdict"] != "contained"]
+    assert len(attacks) >= 70 and not escaped, escaped
+    assert all(check["passed"] for a in attacks for check in a["checks"]), "a host check failed"
+    assert "PASS" in done.stdout and "posture: ok" in done.stdout, done.stdout[-2000:]
