@@ -116,6 +116,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "configs/cp_grpo_tiny.yaml",
         "configs/cp_grpo_tiny.yaml --resume",
         "my_run.toml --steps 3 --set optimizer.lr=1e-3",
+        "configs/cp_grpo_tiny.yaml --ray",
+        "configs/cp_grpo_tiny.yaml --ray 10.0.0.1:6379",
     ),
     "verifier": ("configs/verifier_tiny.yaml", "configs/verifier_tiny.yaml --steps 50 --out runs/v50"),
 }

@@ -100,7 +100,8 @@ class Trajectory(BaseModel):
     placement: dict[str, str] = Field(
         default_factory=dict,
         description="Where the episode ran: 'engine' = the Docker engine URL of its workspace, 'node' = the Ray "
-        "node of its rollout worker (gym train --ray); empty for trajectories built outside an episode.",
+        "node of its rollout worker (gym train --ray), 'error' = why a group lost with its node came back masked; "
+        "empty for trajectories built outside an episode.",
     )
 
     @model_validator(mode="after")

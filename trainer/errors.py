@@ -25,3 +25,8 @@ class MaskedShareError(TrainerError):
     def __init__(self, message: str, share: float, bound: float, reasons: list[tuple[str, int]]) -> None:
         super().__init__(message)
         self.share, self.bound, self.reasons = share, bound, reasons
+
+
+class RayRolloutError(TrainerError):
+    """`gym train --ray`: the cluster's address does not answer, or no rollout actor started on any of its nodes
+    (each node's cause named)."""

@@ -2,7 +2,8 @@
 
 Rank 0 runs the rollout side on trio (the gym's rollout workers in real Docker workspaces, the
 rollout engine, grading in fresh containers) and runs each policy update in a worker thread, so
-episodes keep going while the policy trains. One step:
+episodes keep going while the policy trains. Under ``--ray`` the groups run on one rollout actor per
+node of a Ray cluster instead (`trainer.ray_workers`); the stream, credits and selection stay here. One step:
 
 1. `collect_batch`: consume finished groups (masking, staleness, penalties, dynamic sampling with
    refill, advantages) until `groups_per_step` groups are kept;
@@ -81,12 +82,16 @@ class StepBatch:
     """Rewards of every graded sample consumed (kept groups or not)."""
 
 
-def train(config: TrainConfig, resume: bool = False, workspaces=None, grader=None) -> dict:
+def train(config: TrainConfig, resume: bool = False, workspaces=None, grader=None, ray: str | None = None) -> dict:
     """Run a whole training job; returns the summary (rank 0; written to RUN/summary.json).
 
     ``workspaces`` (a `tasks.family.WorkspaceSource`) and ``grader`` (a `tasks.family.TaskGrader`)
     replace the Docker workspace pool and the sandboxed grader (tests drive the loop without Docker).
+    ``ray``: None runs the rollouts here; a string runs them on a Ray cluster, one actor per node
+    (`trainer.ray_workers`): its address, or "" for ``RAY_ADDRESS`` or a Ray started on this host.
     """
+    if ray is not None and workspaces is not None:
+        raise ValueError("ray rollouts run in each node's own Docker workspaces: give no workspaces")
     started = time.monotonic()
     bound_malloc_arenas()
     threads = torch.get_num_threads()
@@ -96,7 +101,7 @@ def train(config: TrainConfig, resume: bool = False, workspaces=None, grader=Non
     try:
         learner = Learner(config, world, resume)
         if world.is_main:
-            return trio.run(Loop(config, learner, world, started, workspaces, grader).run)
+            return trio.run(Loop(config, learner, world, started, workspaces, grader, ray).run)
         follow(learner)
         return {}
     finally:
@@ -108,10 +113,17 @@ class Loop:
     """Rank 0's asynchronous loop (see the module docstring)."""
 
     def __init__(
-        self, config: TrainConfig, learner: Learner, world: World, started: float, workspaces=None, grader=None
+        self,
+        config: TrainConfig,
+        learner: Learner,
+        world: World,
+        started: float,
+        workspaces=None,
+        grader=None,
+        ray: str | None = None,
     ) -> None:
         self.config, self.learner, self.world, self.started = config, learner, world, started
-        self.workspaces, self.grader = workspaces, grader
+        self.workspaces, self.grader, self.ray = workspaces, grader, ray
         self.correctness_weight = config.env.rubric.correctness.weight
         self.run_dir = Path(config.run_dir)
         self.step_rewards: list[float] = []
@@ -256,16 +268,27 @@ class Loop:
 
         config, state = self.config, self.learner.state
         replay = config.algorithm.routing_replay and hasattr(self.learner.model, "update_router_biases")
-        recorder = RouteRecorder(self.engine) if replay else None
         stream = ConsumedStream(env.stream(), state.data_cursor, set(state.consumed))
-        workers = RolloutWorkers(
-            env, recorder or self.engine, pool, grader=self.grader, bundle_dir=self.run_dir / "bundles", stream=stream
-        )
+        if self.ray is None:
+            recorder = RouteRecorder(self.engine) if replay else None
+            workers = RolloutWorkers(
+                env,
+                recorder or self.engine,
+                pool,
+                grader=self.grader,
+                bundle_dir=self.run_dir / "bundles",
+                stream=stream,
+            )
+        else:  # the groups run on the cluster's nodes (routes come back with them); eval and warm start stay here
+            workers = self.ray_workers(env, stream, replay)
+            recorder = workers.routes if replay else None
         producer = Producer(workers, stream, config.rollout.group_size, config.rollout.seed, recorder)
         self.eval_env = None
         send, receive = trio.open_memory_channel[Group](math.inf)
         stop: MaskedShareError | None = None
-        async with workers.families.opened(), trio.open_nursery() as nursery:
+        async with workers.opened(), trio.open_nursery() as nursery:
+            if self.ray is not None:
+                await self.attach(workers)
             if config.eval.every and config.eval.before and state.step == 0:
                 await self.evaluate(pool, 0)  # the policy RL starts from (after any warm start)
             nursery.start_soon(producer.run, send)
@@ -306,6 +329,31 @@ class Loop:
             nursery.cancel_scope.cancel()
         if stop is not None:  # raised outside the nursery, so it is not wrapped in an exception group
             raise stop
+
+    def ray_workers(self, env, stream, replay: bool):
+        from trainer.ray_workers import RayWorkers
+
+        weights_bytes = sum(t.numel() * t.element_size() for t in self.learner.model.state_dict().values())
+        return RayWorkers(
+            self.config,
+            env,
+            stream,
+            self.ray or None,
+            bundle_dir=self.run_dir / "bundles",
+            record_routes=replay,
+            weights_bytes=weights_bytes,
+        )
+
+    async def attach(self, workers) -> None:
+        """In-process engines: every node's engine gets the learner's weights and version now, and every later
+        push with this process's own (evaluation) engine. A policy server (engine.type http) is pushed to as ever."""
+        if self.config.engine.type != "in_process":
+            return
+        version = self.learner.state.weights_version
+        await trio.to_thread.run_sync(lambda: workers.push(self.gather_weights(), version))
+        from trainer.policy import FanOutSync
+
+        self.sync = FanOutSync((self.sync, workers))
 
     def update(self, scored: list[Scored]) -> dict[str, float]:
         self.command(Step(scored))

@@ -26,10 +26,13 @@ def masked_reason(trajectory: Trajectory) -> str:
     """Which part failed, read from the trajectory (the episode's own detail text is only logged).
 
     A tool's infra_error keeps the first line of its observation (``[infra_error] DETAIL``); an
-    episode that ended with an answer failed in grading; one without an answer failed in the engine.
+    episode that ended with an answer failed in grading; one without an answer failed in the engine;
+    a group that no rollout node could run (``gym train --ray``) says why in ``placement["error"]``.
     """
     if not trajectory.masked:
         return "never graded (reward None)"
+    if "error" in trajectory.placement:  # a group no Ray node could run (trainer.ray_workers.lost_group)
+        return f"rollout node: {trajectory.placement['error'][:REASON_CHARS]}"
     for event in trajectory.events:
         if event.kind == "result" and event.failure is FailureKind.INFRA_ERROR:
             outputs = [m.content for m in trajectory.messages if m.role == "tool" and m.name == event.tool]

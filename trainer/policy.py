@@ -95,6 +95,17 @@ class InProcessSync:
         self.engine.load_state_dict(tensors, version=version)
 
 
+class FanOutSync:
+    """Push to several engines in turn (`gym train --ray`: the trainer's own engine, then every node's)."""
+
+    def __init__(self, syncs: tuple[WeightSync, ...]) -> None:
+        self.syncs = syncs
+
+    def push(self, tensors: dict[str, torch.Tensor], version: int) -> None:
+        for sync in self.syncs:
+            sync.push(tensors, version)
+
+
 class HttpSync:
     """POST safetensors bytes to a policy server's /update_weights_from_tensors."""
 

@@ -1,12 +1,14 @@
-"""`python -m gym train CONFIG [--resume]`: GRPO on a gym environment (see trainer/__init__.py).
+"""`python -m gym train CONFIG [--resume] [--ray [ADDRESS]]`: GRPO on a gym environment (see trainer/__init__.py).
 
 The config is validated (and every environment file it names loaded) before anything starts; an
 error names the field. ``--set KEY=VALUE`` (repeatable) overrides a field before validation
 (gym/overrides.py): ``--set optimizer.lr=1e-3 --set environment.episode.max_turns=4``. Under
 ``torchrun --nproc-per-node N -m gym train CONFIG`` rank 0 runs the rollouts and every rank trains
-its shard. The run directory gets checkpoints, metrics.jsonl, trajectories.jsonl, replay bundles,
-config.json and summary.json. A run that stops on a trainer error (too many masked samples:
-`loop.max_masked_share`) prints it as one line and exits 1; a bad config exits 2, a run directory
+its shard. ``--ray [ADDRESS]`` runs the rollouts on a Ray cluster, one actor per node
+(trainer/ray_workers.py, docs/scaling.md); without it Ray is not imported. The run directory gets
+checkpoints, metrics.jsonl, trajectories.jsonl, replay bundles, config.json and summary.json. A run
+that stops on a trainer error (too many masked samples: `loop.max_masked_share`; under ``--ray`` no
+rollout actor started) prints it as one line and exits 1; a bad config exits 2, a run directory
 that cannot be written 6, a Docker engine that does not answer 3, all checked before the policy is
 built and before the run directory gets any file (docs/cli.md).
 """
@@ -39,6 +41,16 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
         default=None,
         metavar="URL",
         help="sample from a policy server (python -m gym serve) at URL and push weights to it, instead of in process",
+    )
+    parser.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="run the rollouts on a Ray cluster, one actor per node with its own workspace pool on the node's Docker "
+        "engine and its own policy engine (docs/scaling.md); ADDRESS (host:port of the head) joins that cluster, "
+        "without it RAY_ADDRESS, else a Ray started on this host; put it after CONFIG",
     )
     add_argument(
         parser,
@@ -87,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     from trainer.loop import train
 
     try:
-        summary = train(config, resume=args.resume)
+        # without --ray the call is what it always was (and Ray is never imported)
+        summary = train(config, resume=args.resume, **({} if args.ray is None else {"ray": args.ray}))
     except TrainerError as err:  # e.g. MaskedShareError: summary.json is already written
         raise CommandError(f"train stopped: {err}", f"see {config.run_dir / 'summary.json'}") from err
     if summary:
