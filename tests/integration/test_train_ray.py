@@ -9,6 +9,9 @@ the default engine resolution, so it reaches its node's engine without any engin
 Asserted: the run completes its steps; its trajectories carry both nodes and both engines (``placement``), none is
 masked; on-policy (``max_staleness: 0``) every trajectory of step s was sampled by weights version s, i.e. the
 weights reached both actors before any group was granted under them; nothing of the run is left on either engine.
+With a policy server (``engine: {type: http}``, both nodes on the shared engine): every actor samples from the one
+`python -m gym serve` of the tiny policy and the trainer pushes to it, so the trajectories' versions (the server's
+replies) are on-policy and the server ends at the run's final version.
 And a rollout actor SIGKILLed mid-run (both nodes on the shared engine): its group re-runs on the other node, the
 run finishes on-policy with nothing masked.
 """
@@ -24,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -122,9 +127,13 @@ def cluster(daemon: SecondDaemon, monkeypatch):
         yield nodes
 
 
-def start_train(tmp_path: Path, address: str, stdout=subprocess.PIPE, **loop) -> subprocess.Popen:
+def start_train(
+    tmp_path: Path, address: str, stdout=subprocess.PIPE, engine: dict | None = None, **loop
+) -> subprocess.Popen:
     data = train_config(tmp_path / "run")
     data["loop"].update(loop)
+    if engine is not None:
+        data["engine"] = engine
     config = tmp_path / "train.yaml"
     config.write_text(yaml.safe_dump(data))
     return subprocess.Popen(
@@ -203,6 +212,78 @@ def test_train_on_two_ray_nodes_uses_both_engines(tmp_path, cluster, daemon):
     # nothing of the run left: the second engine holds no gym container at all, the shared one none of the
     # trainer's or the actors' (other suites' containers may come and go there meanwhile)
     assert not daemon.gym_containers()
+    ours = {trainer.pid} | {int(pid) for _, _, pid, _ in actors}
+    left = [c["Names"] for c in shared_gym_containers() if owner_pid(c) in ours]
+    assert not left, left
+
+
+def health(url: str) -> dict:
+    with urllib.request.urlopen(f"{url}/health", timeout=10) as response:
+        return json.load(response)
+
+
+@contextmanager
+def policy_server(tmp_path: Path) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`python -m gym serve` of the train config's policy (same architecture and seed, so the trainer's weights
+    load) on a free loopback port; yields (process, URL) once it answers /health, and stops it on exit."""
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump({"policy": {"type": "rdep_moe", "seed": 0, "model": TINY}}))
+    log_path = tmp_path / "serve.log"
+    with log_path.open("w") as log:  # a file, not a pipe: nothing has to drain it while the run goes on
+        server = subprocess.Popen(
+            [sys.executable, "-m", "gym", "serve", str(config), "--host", "127.0.0.1", "--port", "0"],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"},
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while not (found := re.search(r"listening on (http://127\.0\.0\.1:\d+)", log_path.read_text())):
+            assert server.poll() is None and time.monotonic() < deadline, log_path.read_text()[-4000:]
+            time.sleep(0.2)
+        url = found.group(1)
+        assert health(url)["status"] == "ok"
+        yield server, url
+    finally:
+        server.terminate()
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def test_train_on_two_ray_nodes_samples_from_one_policy_server(tmp_path, monkeypatch):
+    """engine.type http under --ray: both nodes' actors sample from the one server, the trainer pushes every
+    version to it before granting the next step's groups, and the server ends at the run's final version."""
+    with two_nodes(monkeypatch, {}) as (ray_cluster, head, second), policy_server(tmp_path) as (server, url):
+        assert health(url)["weights_version"] == 0
+        started = time.monotonic()
+        trainer = start_train(tmp_path, ray_cluster.address, engine={"type": "http", "url": url})
+        try:
+            _, stderr = trainer.communicate(timeout=300)
+        finally:
+            trainer.kill()
+        took = time.monotonic() - started
+        served_version = health(url)["weights_version"]
+    assert trainer.returncode == 0, stderr[-6000:]
+    print(f"\ngym train --ray on 2 nodes with a policy server: {took:.1f} s")
+
+    summary, trajectories, train_rows = run_output(tmp_path)
+    assert summary["steps"] == STEPS and summary["masked"] == 0 and summary["weights_version"] == STEPS
+    assert served_version == summary["weights_version"]
+    assert f"to {url} as version {STEPS}" in stderr  # HttpSync's push of the last version
+    assert {t["placement"]["node"] for t in trajectories} == {head, second}
+    assert not any(t["masked"] for t in trajectories)
+    assert_on_policy(trajectories, train_rows, STEPS)  # the versions are the server's replies
+
+    # the server is stopped; the trainer and both actors left no container on the (shared) engine
+    assert server.poll() is not None
+    with pytest.raises(OSError):
+        health(url)
+    actors = ACTOR.findall(stderr)
+    assert {node for node, _, _, _ in actors} == {head[:12], second[:12]}, stderr[-4000:]
     ours = {trainer.pid} | {int(pid) for _, _, pid, _ in actors}
     left = [c["Names"] for c in shared_gym_containers() if owner_pid(c) in ours]
     assert not left, left
