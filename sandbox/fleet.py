@@ -242,20 +242,15 @@ class FleetPool(PoolContext):
             stack = AsyncExitStack()
             try:
                 ws = await stack.enter_async_context(member.pool.acquire(owner, artifacts_dir))
-            except ImageMissing:
+                break
+            except BaseException as exc:
                 self._release(member)
-                raise
-            except InfraError as exc:
-                self._release(member)
+                if not isinstance(exc, InfraError) or isinstance(exc, ImageMissing):
+                    raise
                 if await member.pool.engine.healthy(timeout=self.config.engine.timeout_s):
                     # the engine answers: this start's own failure, not an outage
                     raise InfraError(f"{exc} (engine {member.url})") from exc
                 self.drain(member, f"a workspace start failed: {exc}")
-                continue
-            except BaseException:
-                self._release(member)
-                raise
-            break
         member.workspaces.add(ws)
         member.placed += 1
         try:
