@@ -8,8 +8,9 @@ setup:
 run: setup
 	python3 -m gym train configs/cp_grpo_tiny.yaml
 
-# The lint gate (ruff, configured in pyproject.toml), then the whole test suite (unit + real-Docker integration).
+# The lint gate (ruff, configured in pyproject.toml), then the whole test suite (unit + real-Docker integration)
+# on two workers, each taking whole modules, the longest first (tests/conftest.py, pytest_collection_modifyitems).
 test: setup
 	python3 -m ruff check .
 	python3 -m ruff format --check .
-	python3 -m pytest -q tests
+	python3 -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests

@@ -34,8 +34,33 @@ def docker_engine() -> None:
         pytest.skip(problem)
 
 
+# The longest modules, longest first (fresh-clone CI on the 2-core VM, 2026-11-25): `make test` runs two xdist
+# workers that take whole modules in collection order (`--dist loadfile --no-loadscope-reorder`), so these start
+# at once instead of one of them ending the run alone (the learning test, ~7 min, came last and the suite took
+# 25 min; xdist's default order puts modules with the most tests first).
+LONGEST_FIRST = (
+    "tests/integration/test_main_job_learning.py",  # 420 s
+    "tests/integration/test_compose.py",  # 325 s with a cold image build, 25 s warm
+    "tests/integration/test_train_ray.py",  # 120 s
+    "tests/integration/test_swe_episodes.py",  # 110 s
+    "tests/integration/test_fleet.py",  # 100 s
+    "tests/integration/test_cp_timing.py",  # 100 s
+    "tests/integration/test_trainer_eval_summary.py",  # 95 s
+    "tests/integration/test_trainer_distributed.py",  # 77 s
+    "tests/integration/test_remote_engine.py",  # 70 s
+    "tests/integration/test_verifier_learning.py",  # 59 s
+    "tests/integration/test_killtest_catalog.py",  # 56 s
+)
+
+
+def _module_rank(item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    return LONGEST_FIRST.index(path) if path in LONGEST_FIRST else len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Every `docker`-marked test gets the engine check first."""
+    """Every `docker`-marked test gets the engine check first; the longest modules run first (stable order)."""
     for item in items:
         if item.get_closest_marker("docker") and "docker_engine" not in item.fixturenames:
             item.fixturenames.insert(0, "docker_engine")
+    items.sort(key=_module_rank)
