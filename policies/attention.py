@@ -90,6 +90,14 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)  # (B, kv_heads, S, D)
         groups = self.num_heads // self.num_kv_heads
+        if groups > 1 and length == 1:
+            # One query per row (a decode step): the `groups` query heads of each key/value head become that
+            # head's queries, so the keys and values are read in place instead of copied `groups` times.
+            # Query head h reads key/value head h // groups either way; the mask (B, 1, 1, S) is the same
+            # for every query of a row.
+            grouped = q.reshape(batch, self.num_kv_heads, groups, self.head_dim)
+            out = F.scaled_dot_product_attention(grouped, k, v, attn_mask=mask)  # (B, kv_heads, groups, D)
+            return self.o_proj(out.reshape(batch, 1, -1))
         if groups > 1:
             k = k.repeat_interleave(groups, dim=1)
             v = v.repeat_interleave(groups, dim=1)

@@ -67,12 +67,13 @@ def left_padded(prompts, pad_token_id: int, device: torch.device) -> tuple[torch
     return ids, mask, (mask.cumsum(-1) - 1).clamp_min(0)
 
 
-def append_sample(row, drawn, b: int) -> None:
-    """Append row ``b`` of a `Sample` to a sequence's tokens and logprobs; set why it stops, if it does."""
-    token = int(drawn.tokens[b])
+def append_sample(row, drawn: tuple[int, float, float]) -> None:
+    """Append one row of a `Sample` (`Sample.per_row`) to a sequence's tokens and logprobs; set why it stops, if
+    it does."""
+    token, logprob, raw_logprob = drawn
     row.tokens.append(token)
-    row.logprobs.append(float(drawn.logprobs[b]))
-    row.raw_logprobs.append(float(drawn.raw_logprobs[b]))
+    row.logprobs.append(logprob)
+    row.raw_logprobs.append(raw_logprob)
     if token in row.params.stop_token_ids:
         row.finish_reason = "stop"
     elif len(row.tokens) >= row.params.max_tokens:
@@ -326,10 +327,11 @@ class ContinuousBatcher:
         mask = (columns[None, :] >= (cache.end - lengths)[:, None]).to(torch.int64)
         out = self.policy.step(fed, mask, lengths[:, None], cache)
         cache.end += 1
+        fed_routes = None if out.routes is None else out.routes[:, :, -1].unbind(1)  # (L, K) per row
         for b, row in enumerate(rows):
             row.length += 1
-            if out.routes is not None and row.params.return_routed_experts:
-                row.routes.append(out.routes[:, b, -1])
+            if fed_routes is not None and row.params.return_routed_experts:
+                row.routes.append(fed_routes[b])
         self._take(rows, out.logits[:, -1])
 
     def _take(self, rows: list[_Sequence], logits: torch.Tensor) -> None:
@@ -337,8 +339,8 @@ class ContinuousBatcher:
         drawn = sample(logits, RowSampling.of([r.params for r in rows], [r.generator for r in rows], logits.device))
         finished = []
         now = time.perf_counter()
-        for b, row in enumerate(rows):
-            append_sample(row, drawn, b)
+        for row, one in zip(rows, drawn.per_row()):
+            append_sample(row, one)
             row.first_token = row.first_token or now
             if row.finish_reason is not None:
                 finished.append(row)

@@ -13,6 +13,37 @@ from policies.config import RdepMoeConfig
 from policies.dispatcher import Dispatcher, LocalDispatcher
 from policies.router import Router
 
+# Rows x experts up to which an inference step on the CPU runs every expert on every row (`all_experts_swiglu`)
+# instead of grouping rows by expert: a decode step of the tiny policy (<= 128 rows x 8 experts) then costs a
+# handful of ops per MoE layer instead of a permute, one matmul chain per expert and an unpermute.
+ALL_EXPERTS_MAX_ROWS = 1024
+
+
+def all_experts_swiglu(
+    x: torch.Tensor,
+    expert_idx: torch.Tensor,
+    gate: torch.Tensor,
+    w_gate: torch.Tensor,
+    w_up: torch.Tensor,
+    w_down: torch.Tensor,
+) -> torch.Tensor:
+    """(N, H): ``out[n] = sum_k gate[n, k] * down_e(silu(gate_e(x[n])) * up_e(x[n]))`` with ``e = expert_idx[n, k]``.
+
+    x (N, H); expert_idx (N, K) int64 local expert ids; gate (N, K); w_gate, w_up (E, F, H); w_down (E, H, F).
+    Every expert runs on every row (E/K times the FLOPs of the grouped path, in three matmuls) and the unchosen
+    experts get weight 0, so the result equals the grouped path up to float rounding. The gates and the sum are
+    in float32 at least, as in ``moe_unpermute``.
+    """
+    experts, width, hidden_size = w_gate.shape
+    rows = x.shape[0]
+    hidden = F.silu(x @ w_gate.reshape(experts * width, hidden_size).T) * (
+        x @ w_up.reshape(experts * width, hidden_size).T
+    )
+    per_expert = torch.bmm(hidden.view(rows, experts, width).transpose(0, 1), w_down.transpose(1, 2))  # (E, N, H)
+    acc = torch.promote_types(torch.promote_types(x.dtype, gate.dtype), torch.float32)
+    weights = torch.zeros(rows, experts, dtype=acc, device=x.device).scatter_add_(1, expert_idx, gate.to(acc))
+    return torch.einsum("ne,enh->nh", weights, per_expert.to(acc)).to(x.dtype)
+
 
 class SwiGLU(nn.Module):
     """down(silu(gate(x)) * up(x)); the dense layers' MLP and the fused shared experts."""
@@ -84,11 +115,26 @@ class MoEBlock(nn.Module):
         batch, length, hidden = x.shape
         flat = x.reshape(-1, hidden)
         routing = self.router(flat, None if routes is None else routes.reshape(batch * length, -1))
-        out = self.dispatcher.combine(flat, routing.expert_idx, routing.gate, self.experts)
+        if self._all_experts(flat):
+            local = routing.expert_idx - self.experts.first
+            experts = self.experts
+            out = all_experts_swiglu(flat, local, routing.gate, experts.w_gate, experts.w_up, experts.w_down)
+        else:
+            out = self.dispatcher.combine(flat, routing.expert_idx, routing.gate, self.experts)
         if self.shared is not None:
             out = out + self.shared(flat)
         return MoEOutput(
             hidden=out.view(batch, length, hidden),
             expert_idx=routing.expert_idx.view(batch, length, -1),
             aux_loss=routing.aux_loss,
+        )
+
+    def _all_experts(self, flat: torch.Tensor) -> bool:
+        """An inference step on the CPU with every expert here and few rows: run all experts on all rows."""
+        return (
+            not torch.is_grad_enabled()
+            and flat.device.type == "cpu"
+            and isinstance(self.dispatcher, LocalDispatcher)
+            and self.experts.count == self.dispatcher.num_experts
+            and flat.shape[0] * self.experts.count <= ALL_EXPERTS_MAX_ROWS
         )

@@ -160,10 +160,10 @@ class GenerationEngine:
                 for b, row in enumerate(rows):
                     if row.finish_reason is None:  # it fed its last token (finished rows fed a pad)
                         row.routes.append(routes[:, b])
-            drawn = sample(logits, sampling)
-            for b, row in enumerate(rows):
+            drawn = sample(logits, sampling).per_row()
+            for row, one in zip(rows, drawn):
                 if row.finish_reason is None:
-                    append_sample(row, drawn, b)
+                    append_sample(row, one)
         return [self._completion(row, prompt_routes, b, len(prompts[b])) for b, row in enumerate(rows)]
 
     def _decode(

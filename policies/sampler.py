@@ -50,6 +50,10 @@ class Sample:
     logprobs: torch.Tensor  # (B,) float32 under the distribution sampled from (0 for greedy rows)
     raw_logprobs: torch.Tensor  # (B,) float32 under softmax(logits)
 
+    def per_row(self) -> list[tuple[int, float, float]]:
+        """Each row's (token, logprob, raw logprob) as Python numbers: three copies instead of 3 x B reads."""
+        return list(zip(self.tokens.tolist(), self.logprobs.tolist(), self.raw_logprobs.tolist()))
+
 
 def processed_logprobs(logits: torch.Tensor, rows: RowSampling) -> torch.Tensor:
     """Log-probabilities (B, V) of the sampling distribution: temperature, then top-k, then top-p.
@@ -70,14 +74,21 @@ def processed_logprobs(logits: torch.Tensor, rows: RowSampling) -> torch.Tensor:
     return torch.log_softmax(scaled, dim=-1)
 
 
+def _unprocessed(rows: RowSampling) -> bool:
+    """Every row samples softmax(logits) itself (temperature 1, or 0 = greedy; no top-k, no top-p): then the
+    processed log-probabilities are the raw ones, bit for bit, and need not be computed twice."""
+    unit = (rows.temperature == 1) | (rows.temperature == 0)
+    return bool(unit.all()) and not bool((rows.top_k > 0).any()) and not bool((rows.top_p < 1).any())
+
+
 def sample(logits: torch.Tensor, rows: RowSampling) -> Sample:
     """Draw one token per row of logits (B, V)."""
     raw = torch.log_softmax(logits.float(), dim=-1)
-    logp = processed_logprobs(logits, rows)
+    logp = raw if _unprocessed(rows) else processed_logprobs(logits, rows)
     noise = torch.stack(
         [torch.rand(logits.shape[-1], generator=g, device=logits.device) for g in rows.generators]
     ).clamp_(min=1e-12, max=1 - 1e-7)
-    sampled = torch.argmax(logp - torch.log(-torch.log(noise)), dim=-1)
+    sampled = torch.argmax(logp - noise.log_().neg_().log_(), dim=-1)  # Gumbel-max: logp - log(-log(u))
     greedy = rows.temperature == 0
     tokens = torch.where(greedy, torch.argmax(raw, dim=-1), sampled)
     logprobs = torch.where(greedy, torch.zeros_like(rows.temperature), logp.gather(1, tokens[:, None])[:, 0])

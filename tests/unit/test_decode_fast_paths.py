@@ -1,0 +1,167 @@
+"""The engine's inference shortcuts compute what the general paths compute.
+
+* `all_experts_swiglu` (a CPU inference step with few rows runs every expert on every row) equals the grouped
+  path (permute, grouped SwiGLU, unpermute), and `MoEBlock` takes it only without autograd, on the CPU, with
+  every expert local and few rows.
+* `sample` reuses the raw log-probabilities when no row processes its logits (temperature 1 or greedy, no top-k
+  or top-p): the same tokens and logprobs as through `processed_logprobs`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels import grouped_swiglu, moe_permute, moe_unpermute
+from policies.config import RdepMoeConfig
+from policies.experts import ALL_EXPERTS_MAX_ROWS, MoEBlock, all_experts_swiglu
+from policies.sampler import RowSampling, processed_logprobs, sample
+from policies.sampling import SamplingParams
+
+
+def grouped(x, idx, gate, wg, wu, wd):
+    permuted, row_map, counts = moe_permute(x, idx, wg.shape[0])
+    return moe_unpermute(grouped_swiglu(permuted, counts, wg, wu, wd), row_map, gate, x.shape[0])
+
+
+@pytest.mark.parametrize("experts,top_k,rows", [(8, 2, 64), (4, 1, 7), (16, 4, 33), (8, 2, 0)])
+def test_all_experts_equals_the_grouped_path(experts, top_k, rows):
+    g = torch.Generator().manual_seed(experts * 100 + rows)
+    hidden, width = 24, 16
+    x = torch.randn(rows, hidden, generator=g)
+    wg, wu = (torch.randn(experts, width, hidden, generator=g) * 0.2 for _ in range(2))
+    wd = torch.randn(experts, hidden, width, generator=g) * 0.2
+    picks = [torch.randperm(experts, generator=g)[:top_k] for _ in range(rows)]
+    idx = torch.stack(picks) if picks else torch.zeros(0, top_k, dtype=torch.int64)
+    gate = torch.rand(rows, top_k, generator=g)
+    want = grouped(x, idx, gate, wg, wu, wd)
+    got = all_experts_swiglu(x, idx, gate, wg, wu, wd)
+    assert got.shape == want.shape == (rows, hidden)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_replayed_route_naming_one_expert_twice_counts_it_twice():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 8, generator=g)
+    wg, wu, wd = torch.randn(4, 6, 8, generator=g), torch.randn(4, 6, 8, generator=g), torch.randn(4, 8, 6, generator=g)
+    idx = torch.tensor([[2, 2], [0, 3], [1, 1]])
+    gate = torch.rand(3, 2, generator=g)
+    torch.testing.assert_close(all_experts_swiglu(x, idx, gate, wg, wu, wd), grouped(x, idx, gate, wg, wu, wd))
+
+
+def block_config() -> RdepMoeConfig:
+    return RdepMoeConfig(
+        vocab_size=64,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_dense_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        intermediate_size=32,
+        moe_intermediate_size=8,
+        num_experts=8,
+        num_experts_per_tok=2,
+        num_shared_experts=1,
+    )
+
+
+def block() -> MoEBlock:
+    config = block_config()
+    torch.manual_seed(0)
+    moe = MoEBlock(config)
+    for weight in (moe.experts.w_gate, moe.experts.w_up, moe.experts.w_down, moe.router.weight):
+        torch.nn.init.normal_(weight, std=0.3)
+    return moe
+
+
+def test_the_block_runs_all_experts_only_for_small_inference_steps(monkeypatch):
+    moe = block()
+    calls = []
+    import policies.experts as experts_module
+
+    real = experts_module.all_experts_swiglu
+    monkeypatch.setattr(experts_module, "all_experts_swiglu", lambda *a: calls.append(1) or real(*a))
+    small = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        fast = moe(small).hidden
+    assert calls == [1]
+    with torch.no_grad():  # the general path on the same rows: the same result
+        monkeypatch.setattr(experts_module, "ALL_EXPERTS_MAX_ROWS", 0)
+        general = moe(small).hidden
+    assert calls == [1]
+    torch.testing.assert_close(fast, general, rtol=1e-5, atol=1e-6)
+    monkeypatch.setattr(experts_module, "ALL_EXPERTS_MAX_ROWS", ALL_EXPERTS_MAX_ROWS)
+    moe(small)  # autograd on (training, the trainer's logprobs): the grouped path
+    large = torch.randn(1, ALL_EXPERTS_MAX_ROWS // 8 + 1, 16)
+    with torch.no_grad():
+        moe(large)  # too many rows
+    assert calls == [1]
+
+
+def rows_of(params: list[SamplingParams]) -> RowSampling:
+    return RowSampling.build(params, list(range(len(params))), torch.device("cpu"))
+
+
+def test_plain_rows_sample_as_through_the_processed_distribution():
+    logits = torch.randn(32, 500, generator=torch.Generator().manual_seed(3)) * 3
+    params = [SamplingParams(temperature=1.0 if b % 4 else 0.0) for b in range(32)]
+    got = sample(logits, rows_of(params))
+    # the general formula, with the same seeds
+    reference = rows_of(params)
+    logp = processed_logprobs(logits, reference)
+    noise = torch.stack([torch.rand(500, generator=gen) for gen in reference.generators]).clamp_(1e-12, 1 - 1e-7)
+    drawn = torch.argmax(logp - torch.log(-torch.log(noise)), dim=-1)
+    greedy = reference.temperature == 0
+    tokens = torch.where(greedy, torch.argmax(logits, dim=-1), drawn)
+    assert torch.equal(got.tokens, tokens)
+    want_logprobs = torch.where(greedy, torch.zeros(32), logp.gather(1, tokens[:, None])[:, 0])
+    assert torch.equal(got.logprobs, want_logprobs)
+    assert got.per_row() == list(zip(tokens.tolist(), want_logprobs.tolist(), got.raw_logprobs.tolist()))
+
+
+@pytest.mark.parametrize("params", [{"temperature": 0.7}, {"top_k": 5}, {"top_p": 0.5}])
+def test_a_processing_row_still_samples_its_processed_distribution(params):
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(4))
+    mixed = [SamplingParams(), SamplingParams(**params), SamplingParams(), SamplingParams()]
+    got = sample(logits, rows_of(mixed))
+    processed = processed_logprobs(logits, rows_of(mixed))
+    assert torch.equal(got.logprobs, processed.gather(1, got.tokens[:, None])[:, 0])
+    if "temperature" not in params:
+        assert torch.isfinite(processed[1, got.tokens[1]])
+
+
+def test_a_one_token_step_reads_grouped_keys_in_place_with_the_same_result():
+    from policies.attention import Attention, attention_mask_4d, rope_cos_sin
+
+    config = block_config()
+    attention = Attention(config, 0)
+    g = torch.Generator().manual_seed(5)
+    batch, past = 3, 9
+    keys = torch.randn(batch, config.num_key_value_heads, past, config.head_dim, generator=g)
+    values = torch.randn(batch, config.num_key_value_heads, past, config.head_dim, generator=g)
+
+    class Cache:  # the `Cache.update` contract: append the step's key/value to the past ones
+        def update(self, k, v, layer_idx):
+            return torch.cat([keys, k], dim=2), torch.cat([values, v], dim=2)
+
+    x = torch.randn(batch, 1, config.hidden_size, generator=g)
+    padding = torch.ones(batch, past + 1, dtype=torch.int64)
+    padding[0, :4] = 0  # a row that starts later
+    mask = attention_mask_4d(padding, batch, 1, past, x.device)
+    cos, sin = rope_cos_sin(torch.tensor([[past], [past], [past - 4]]), config.head_dim, config.rope_theta)
+    with torch.no_grad():
+        fast = attention(x, cos, sin, mask, Cache())
+        # the general path: keys and values repeated per query head
+        q = attention.q_proj(x).view(batch, 1, config.num_attention_heads, config.head_dim).transpose(1, 2)
+        k = attention.k_proj(x).view(batch, 1, config.num_key_value_heads, config.head_dim).transpose(1, 2)
+        v = attention.v_proj(x).view(batch, 1, config.num_key_value_heads, config.head_dim).transpose(1, 2)
+        from policies.attention import apply_rope
+
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k, v = Cache().update(k, v, 0)
+        groups = config.num_attention_heads // config.num_key_value_heads
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        general = attention.o_proj(out.transpose(1, 2).reshape(batch, 1, -1))
+    torch.testing.assert_close(fast, general, rtol=1e-5, atol=1e-6)
