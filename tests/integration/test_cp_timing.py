@@ -87,9 +87,11 @@ def test_a_sleeper_is_killed_at_the_backstop_and_the_rest_is_not_run():
 
 def test_a_correct_program_passes_while_other_containers_keep_the_cores_busy():
     # The load of real RL rollouts: other workspaces running code. Each container is a cgroup of its own, so
-    # host processes barely slow a test down; busy containers do (measured: 0.2 s of CPU in a 1 s wall clock
-    # with four of them on this 2-core VM, where the wall model fails every test).
-    program = BURN + "burn(0.6)\nprint(input())\n"  # 0.6 s of CPU against a 1 s limit
+    # host processes slow a test down less than busy containers do (measured: 0.2 s of CPU in a 1 s wall clock
+    # with four of them on this 2-core VM, where the wall model fails every test). 0.3 s of CPU against the 1 s
+    # limit: with the suite's other xdist worker busy beside the four containers, a program once got 0.6 s of
+    # CPU in the 11 s wall-clock backstop (1/18 of a core) and 0.6 s was killed as time_limit; 0.3 s needs 1/37.
+    program = BURN + "burn(0.3)\nprint(input())\n"
     label = f"gym-test-hog={uuid.uuid4().hex[:12]}"
     for _ in range(4):  # this test's own containers, removed below
         subprocess.run(
@@ -121,7 +123,7 @@ def test_a_correct_program_passes_while_other_containers_keep_the_cores_busy():
         if running:
             subprocess.run(["docker", "rm", "-f", *running], capture_output=True)
     assert result.passed, [(t.verdict, t.cpu_s, t.wall_s, t.detail) for t in result.tests]
-    assert all(0.5 <= t.cpu_s < LIMIT_S for t in result.tests)
+    assert all(0.25 <= t.cpu_s < LIMIT_S for t in result.tests)
 
 
 def test_a_borderline_test_is_rerun_once_in_a_fresh_container():
