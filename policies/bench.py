@@ -44,7 +44,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt-tokens", type=int, default=128, help="tokens per prompt")
     parser.add_argument("--new-tokens", type=int, default=128, help="tokens sampled per prompt")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads of every engine (default: the config's engine.threads, else torch's choice)",
+    )
     parser.add_argument(
         "--requests",
         type=int,
@@ -65,9 +70,11 @@ def run(args: argparse.Namespace) -> dict:
     from policies.sampling import SamplingParams
     from policies.serve_config import ServeConfig, build_engine
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    engine = build_engine(ServeConfig.load(args.config))
+    config = ServeConfig.load(args.config)
+    threads = args.threads or config.engine.threads
+    if threads:
+        torch.set_num_threads(threads)
+    engine = build_engine(config)
     gen = torch.Generator().manual_seed(args.seed)
     prompts = torch.randint(0, engine.vocab_size, (args.batch, args.prompt_tokens), generator=gen).tolist()
     # No stop tokens: every row samples exactly new_tokens, in both modes.
@@ -177,9 +184,11 @@ def run_stream(args: argparse.Namespace) -> dict:
     from policies.generation import GenerationEngine
     from policies.serve_config import ServeConfig, build_engine
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    served = build_engine(ServeConfig.load(args.config))
+    config = ServeConfig.load(args.config)
+    threads = args.threads or config.engine.threads
+    if threads:
+        torch.set_num_threads(threads)
+    served = build_engine(config)
     policy = served.policy
     requests = _workload(args, served.vocab_size)
     new_tokens = sum(r.max_tokens for r in requests)

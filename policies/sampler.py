@@ -90,6 +90,12 @@ def sample(logits: torch.Tensor, rows: RowSampling) -> Sample:
     ).clamp_(min=1e-12, max=1 - 1e-7)
     sampled = torch.argmax(logp - noise.log_().neg_().log_(), dim=-1)  # Gumbel-max: logp - log(-log(u))
     greedy = rows.temperature == 0
+    if not bool(greedy.any()):  # the GRPO case: no row is greedy, so no second argmax over (B, V)
+        return Sample(
+            tokens=sampled,
+            logprobs=logp.gather(1, sampled[:, None])[:, 0],
+            raw_logprobs=raw.gather(1, sampled[:, None])[:, 0],
+        )
     tokens = torch.where(greedy, torch.argmax(raw, dim=-1), sampled)
     logprobs = torch.where(greedy, torch.zeros_like(rows.temperature), logp.gather(1, tokens[:, None])[:, 0])
     return Sample(tokens=tokens, logprobs=logprobs, raw_logprobs=raw.gather(1, tokens[:, None])[:, 0])

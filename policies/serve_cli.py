@@ -57,6 +57,11 @@ def run(args: argparse.Namespace) -> int:
             scorer = StepScorer.load(config.verifier, device=config.engine.device)
         except FileNotFoundError as exc:
             raise ServeConfigError(f"{args.config}: verifier: {exc}") from None
+    import torch  # imported late: a bad config or a taken port fails fast
+
+    if config.engine.threads is not None:
+        torch.set_num_threads(config.engine.threads)
+    log.info("torch threads: %d", torch.get_num_threads())
     engine = build_engine(config)
     if tokenizer is not None and tokenizer.vocab_size > engine.vocab_size:
         raise ServeConfigError(

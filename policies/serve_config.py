@@ -61,6 +61,9 @@ class EngineOptions(BaseModel):
     recompute: the whole sequence every step (reference/benchmark). See policies/generation.py."""
     pad_token_id: int = Field(0, ge=0)
     """Id used to left-pad prompts (masked out, never attended to)."""
+    threads: int | None = Field(None, ge=1)
+    """torch intra-op CPU threads of the server process (`gym serve`; None: torch's default, one per core). A
+    small model decodes faster on one: the tiny policy about 1.45x over two on the 2-core VM (docs/engine.md)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Weights and activations dtype."""
     device: str = "cpu"

@@ -29,8 +29,9 @@ REPO = Path(__file__).resolve().parents[2]
 MODEL = {**SMALL, "vocab_size": 512, "max_position_embeddings": 256}
 
 
-def start_server(config: Path) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+def start_server(config: Path, seen: list[str] | None = None) -> tuple[subprocess.Popen, str]:
+    """The server and its URL; ``seen`` collects its log lines up to "listening"."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "2"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "gym", "serve", str(config), "--port", "0"],
         cwd=REPO,
@@ -41,7 +42,7 @@ def start_server(config: Path) -> tuple[subprocess.Popen, str]:
     )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
-    seen = []
+    seen = [] if seen is None else seen
     while True:
         try:
             line = lines.get(timeout=120)
@@ -61,12 +62,15 @@ def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("serve")
     config = {
         "policy": {"type": "rdep_moe", "seed": 0, "model": MODEL},
-        "engine": {"max_batch_size": 8},
+        "engine": {"max_batch_size": 8, "threads": 1},
         "server": {"max_queued_requests": 16},
         "tokenizer": str(train_tokenizer(tmp / "tokenizer.json")),
     }
     (tmp / "serve.yaml").write_text(yaml.safe_dump(config))
-    proc, url = start_server(tmp / "serve.yaml")
+    log: list[str] = []
+    proc, url = start_server(tmp / "serve.yaml", log)
+    # engine.threads sets the process's torch threads (OMP_NUM_THREADS above says 2)
+    assert any("torch threads: 1" in line for line in log), "".join(log)
     yield url, tmp
     proc.terminate()
     try:

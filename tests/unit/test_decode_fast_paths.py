@@ -4,7 +4,8 @@
   path (permute, grouped SwiGLU, unpermute), and `MoEBlock` takes it only without autograd, on the CPU, with
   every expert local and few rows.
 * `sample` reuses the raw log-probabilities when no row processes its logits (temperature 1 or greedy, no top-k
-  or top-p): the same tokens and logprobs as through `processed_logprobs`.
+  or top-p): the same tokens and logprobs as through `processed_logprobs`; a batch with no greedy row skips
+  the greedy argmax and samples the same.
 """
 
 from __future__ import annotations
@@ -118,6 +119,24 @@ def test_plain_rows_sample_as_through_the_processed_distribution():
     want_logprobs = torch.where(greedy, torch.zeros(32), logp.gather(1, tokens[:, None])[:, 0])
     assert torch.equal(got.logprobs, want_logprobs)
     assert got.per_row() == list(zip(tokens.tolist(), want_logprobs.tolist(), got.raw_logprobs.tolist()))
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.8])
+def test_a_batch_without_greedy_rows_samples_as_the_general_formula(temperature):
+    logits = torch.randn(16, 400, generator=torch.Generator().manual_seed(5)) * 2
+    params = [SamplingParams(temperature=temperature)] * 16
+    got = sample(logits, rows_of(params))
+    reference = rows_of(params)
+    logp = processed_logprobs(logits, reference)
+    noise = torch.stack([torch.rand(400, generator=gen) for gen in reference.generators]).clamp_(1e-12, 1 - 1e-7)
+    tokens = torch.argmax(logp - torch.log(-torch.log(noise)), dim=-1)
+    assert torch.equal(got.tokens, tokens)
+    assert torch.equal(got.logprobs, logp.gather(1, tokens[:, None])[:, 0])
+    assert torch.equal(got.raw_logprobs, torch.log_softmax(logits, -1).gather(1, tokens[:, None])[:, 0])
+    # and one greedy row among them takes the other path, leaving the sampled rows' draws as they were
+    mixed = sample(logits, rows_of([SamplingParams(temperature=0.0)] + params[1:]))
+    assert mixed.tokens[0] == torch.argmax(logits[0]) and mixed.logprobs[0] == 0
+    assert torch.equal(mixed.tokens[1:], got.tokens[1:])
 
 
 @pytest.mark.parametrize("params", [{"temperature": 0.7}, {"top_k": 5}, {"top_p": 0.5}])
