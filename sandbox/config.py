@@ -27,6 +27,11 @@ class WorkspaceBudgets(_Config):
     cpus: float | None = Field(
         1.0, gt=0, le=64, description="CPU quota in cores (--cpus); None removes it (only for kill-testing)"
     )
+    cpuset_cpus: str | None = Field(
+        None,
+        pattern=r"^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$",
+        description="--cpuset-cpus: the host CPUs the workspace may run on, e.g. '1' or '0-3,6'; None: all",
+    )
     pids: int | None = Field(
         128, ge=8, description="--pids-limit; None removes the limit (only for kill-testing a weakened sandbox)"
     )

@@ -171,6 +171,7 @@ class Engine:
             mem_limit=f"{budgets.memory_mb}m",
             memswap_limit=f"{budgets.memory_mb}m",
             nano_cpus=int(budgets.cpus * 1e9) if budgets.cpus is not None else None,
+            cpuset_cpus=budgets.cpuset_cpus,
             ulimits=[
                 Ulimit(name="nofile", soft=budgets.nofile, hard=budgets.nofile),
                 Ulimit(name="fsize", soft=budgets.fsize_mb << 20, hard=budgets.fsize_mb << 20),

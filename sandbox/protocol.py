@@ -13,7 +13,7 @@ import json
 import struct
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, model_validator
 
 from sandbox.failure import FailureKind
 
@@ -53,7 +53,21 @@ class ExecRequest(_Wire):
         description="CPU seconds of the whole process tree (user + sys), "
         "polled from the container's cgroup; past it: killed, failure timeout",
     )
+    starved_grace_s: float | None = Field(
+        None,
+        ge=0,
+        description="with cpu_limit_s: a command the host starved of CPU (its most-delayed task waited for a CPU "
+        "at least half the wall time, beyond what its own CPU use explains; no task niced, SCHED_IDLE/BATCH or "
+        "pinned) is not killed at timeout_s but runs on, up to this many seconds more, until it exits or hits "
+        "its CPU limit; one still starved at that cap comes back with starved set. None: killed at timeout_s",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="added to the clean sandbox environment")
+
+    @model_validator(mode="after")
+    def _grace_needs_a_cpu_limit(self) -> ExecRequest:
+        if self.starved_grace_s is not None and self.cpu_limit_s is None:
+            raise ValueError("starved_grace_s needs cpu_limit_s: starvation is judged against the CPU limit")
+        return self
 
 
 class ExecResult(_Wire):
@@ -73,6 +87,16 @@ class ExecResult(_Wire):
     failure: FailureKind = FailureKind.OK
     truncated: bool = False
     detail: str = ""
+    run_delay_s: float | None = Field(
+        None,
+        description="seconds the command's most-delayed task spent runnable but waiting for a CPU (at least), "
+        "from the kernel's schedstat, read every 0.5 s while the command ran (None: no starvation grace asked)",
+    )
+    starved: bool = Field(
+        False,
+        description="killed at the end of its starvation grace while the host still starved it of CPU: "
+        "the host's failure, not the command's",
+    )
 
     @property
     def stdout_text(self) -> str:

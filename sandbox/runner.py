@@ -356,6 +356,246 @@ class TreeClock:
         return max(0.0, (now - self.cgroup_start) - (own_cpu_s() - self.own_start))
 
 
+# ---------------------------------------------------------------- starvation: the host's failure, not the program's
+
+# A command whose wall-clock deadline arrives while the host keeps it from a CPU (many busy containers beside
+# it) has not slept or blocked: what it did is judged from the kernel's per-task scheduler statistics, not from
+# the clock. /proc/PID/task/TID/schedstat holds "cpu_ns run_delay_ns timeslices"; run_delay is the time the
+# task spent runnable but waiting for a CPU, added when the wait ends (when the task next runs), so a wait
+# still going on is seen only as a runnable task whose CPU time and timeslices stand still between readings.
+# /proc/PID/task/TID/status counts voluntary context switches: a task that is runnable ("R") at two readings
+# and made none in between never slept or blocked, so it waited for a CPU whenever it did not run.
+STARVED_SHARE = 0.5  # a task waited for a CPU at least this share of the wall time, beyond what the tree explains
+STARVED_SAMPLE_S = 0.5  # the tree is read this often while a watched command runs, and after its deadline
+SCHED_OTHER = 0
+
+
+class Thread:
+    """One thread of the command's tree, as the scheduler sees it."""
+
+    __slots__ = ("tid", "state", "cpu_ns", "delay_ns", "slices", "voluntary", "nice", "policy", "pinned")
+
+    def __init__(self, tid, state, cpu_ns, delay_ns, slices, voluntary=0, nice=0, policy=SCHED_OTHER, pinned=False):
+        self.tid, self.state, self.cpu_ns, self.delay_ns, self.slices = tid, state, cpu_ns, delay_ns, slices
+        self.voluntary, self.nice, self.policy, self.pinned = voluntary, nice, policy, pinned
+
+
+def parse_schedstat(text):
+    """``(cpu_ns, run_delay_ns, timeslices)`` from a schedstat line."""
+    cpu, delay, slices = text.split()[:3]
+    return int(cpu), int(delay), int(slices)
+
+
+def parse_stat(data):
+    """``(state, nice, policy)`` from a /proc stat line (fields 3, 19 and 41; the name in parentheses may
+    hold spaces and parentheses, so fields are counted from its last ')')."""
+    fields = data.rsplit(b")", 1)[1].split()
+    return fields[0].decode("ascii", "replace"), int(fields[16]), int(fields[38])
+
+
+def parse_voluntary(text):
+    """Voluntary context switches from a /proc status file."""
+    for line in text.splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    raise ValueError("no voluntary_ctxt_switches line")
+
+
+def read_task(pid, tid, affinity):
+    """The Thread ``tid`` of ``pid``, or None when it is gone or a zombie."""
+    base = "/proc/%d/task/%d/" % (pid, tid)
+    try:
+        with open(base + "stat", "rb") as handle:
+            state, nice, policy = parse_stat(handle.read())
+        with open(base + "schedstat") as handle:
+            cpu, delay, slices = parse_schedstat(handle.read())
+        with open(base + "status") as handle:
+            voluntary = parse_voluntary(handle.read())
+        pinned = os.sched_getaffinity(tid) != affinity
+    except (OSError, ValueError, IndexError):
+        return None
+    if state in ("Z", "X"):
+        return None
+    return Thread(tid, state, cpu, delay, slices, voluntary, nice, policy, pinned)
+
+
+def tree_tasks(affinity):
+    """Every live thread of the command's tree: every process but init and the runner (all the sandbox user's)."""
+    tasks = []
+    for pid in live_processes():
+        try:
+            tids = [int(tid) for tid in os.listdir("/proc/%d/task" % pid)]
+        except OSError:
+            continue
+        tasks += [task for task in (read_task(pid, tid, affinity) for tid in tids) if task is not None]
+    return tasks
+
+
+def deprioritized(tasks):
+    """Why the tree waits by its own choice, or "": a task niced, not SCHED_OTHER (SCHED_IDLE, SCHED_BATCH) or
+    pinned to fewer CPUs than the container has. Unprivileged code can make itself wait but never undo it."""
+    for task in tasks:
+        if task.nice != 0:
+            return "task %d runs at nice %d" % (task.tid, task.nice)
+        if task.policy != SCHED_OTHER:
+            return "task %d runs under scheduling policy %d" % (task.tid, task.policy)
+        if task.pinned:
+            return "task %d is pinned to fewer CPUs than the container has" % task.tid
+    return ""
+
+
+def starved(wait_s, cpu_s, wall_s, cpu_limit, throttle):
+    """Whether the host kept the tree from a CPU: under its CPU limit, its most-delayed task waited for a CPU
+    (``wait_s``) at least STARVED_SHARE of ``wall_s`` beyond what the tree's own CPU use can explain.
+
+    The most-delayed task, not the sum over tasks: 100 processes woken at once on one core wait ~50x their CPU
+    time in sum. One task's wait the tree causes itself is bounded by its CPU use: while a task waits, its CPU
+    runs a sibling (counted in ``cpu_s``), or the container's quota is spent (at most 1/quota of ``cpu_s``),
+    hence ``throttle`` = 1 + 1/quota cores."""
+    return cpu_s < cpu_limit and wait_s - throttle * cpu_s >= STARVED_SHARE * wall_s
+
+
+class Waits:
+    """Each task's wait for a CPU so far, at least: its run_delay, plus the wait still going on since the first
+    of the readings in a row where it was runnable with CPU time and timeslices standing still (it did not run
+    in between: running adds both, and only a running task can go to sleep)."""
+
+    def __init__(self):
+        self.seen = {}  # tid -> (cpu_ns, slices, time of the first reading of the row)
+
+    def update(self, tasks, now):
+        """``{tid: wait_ns}`` of ``tasks``, read at ``now``."""
+        seen, waits = {}, {}
+        for task in tasks:
+            before = self.seen.get(task.tid)
+            same = task.state == "R" and before is not None and before[:2] == (task.cpu_ns, task.slices)
+            since = before[2] if same else now
+            seen[task.tid] = (task.cpu_ns, task.slices, since)
+            waits[task.tid] = task.delay_ns + int((now - since) * 1e9)
+        self.seen = seen
+        return waits
+
+
+def window_of(before, after, seconds):
+    """``{tid: (cpu_ns, wait_ns)}`` each task spent running and waiting for a CPU between two readings
+    (``{tid: (Thread, wait_ns)}``, ``seconds`` apart): a task runnable at both that made no voluntary context
+    switch waited whenever it did not run; any other, what its waits (`Waits`) grew by."""
+    spans = {}
+    for tid, (task, wait) in after.items():
+        then, wait_then = before.get(tid, (None, 0))
+        cpu = task.cpu_ns - (then.cpu_ns if then is not None else 0)
+        runnable = then is not None and then.state == task.state == "R" and then.voluntary == task.voluntary
+        spans[tid] = (cpu, max(0, int(seconds * 1e9) - cpu) if runnable else wait - wait_then)
+    return spans
+
+
+def wants_cpu(spans, seconds):
+    """Some task ran or waited for a CPU at least STARVED_SHARE of the window: a computing or starved tree,
+    not a sleeper."""
+    return any(cpu + wait >= STARVED_SHARE * seconds * 1e9 for cpu, wait in spans.values())
+
+
+def quota_cores():
+    """The container's CPU quota in cores (0.0: no quota), or None when the cgroup cannot be read."""
+    try:
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_quota_us") as handle:
+            quota = int(handle.read())
+        with open("/sys/fs/cgroup/cpu/cpu.cfs_period_us") as handle:
+            period = int(handle.read())
+        return quota / period if quota > 0 else 0.0
+    except (OSError, ValueError, ZeroDivisionError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/cpu.max") as handle:
+            quota, period = handle.read().split()[:2]
+        return 0.0 if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError, ZeroDivisionError):
+        return None
+
+
+class StarvationWatch:
+    """Decides, when a CPU-limited command's wall-clock deadline arrives, whether to kill it or let it run on.
+
+    The tree's tasks are read every STARVED_SAMPLE_S from the start. At the deadline a tree the host starved
+    since it was spawned (``starved``) that did not deprioritize itself runs on; it is read again every
+    STARVED_SAMPLE_S and runs on while some task computes or waits for a CPU (``wants_cpu``), until it exits,
+    hits its CPU limit, or reaches the cap (deadline + grace). At the cap a tree starved since it was spawned
+    and still starved over the last reading's window, not deprioritized, is killed and marked ``starved``: the
+    host's failure. Every other kill at the deadline is the program's (sleepers, blocked programs, self-niced
+    ones, one whose start-up was starved and which sleeps now)."""
+
+    def __init__(self, clock, spawned, cap, cpu_limit, throttle):
+        self.clock, self.cpu_limit, self.throttle = clock, cpu_limit, throttle
+        self.spawned = spawned  # the tree's wall clock starts here: the runner's own (starved) Popen is not its time
+        self.cap = cap
+        self.affinity = os.sched_getaffinity(0)
+        self.waits = Waits()
+        self.history = []  # the last readings, oldest first: (time, {tid: (Thread, wait_ns)}, tree CPU seconds)
+        self.next_sample = spawned
+        self.past_deadline = False
+        self.wait_s = None  # seconds the most-delayed task waited for a CPU, at the last reading
+        self.wall_s = 0.0
+        self.starved = False
+        self.why = ""  # how the tree deprioritized itself
+
+    @classmethod
+    def of(cls, clock, started, timeout, grace, cpu_limit):
+        """A watch, or None where the old deadline holds: no grace asked, no CPU limit, or a cgroup not read."""
+        if grace is None or not cpu_limit or clock.cgroup_start is None:
+            return None
+        quota = quota_cores()
+        if quota is None:
+            return None
+        throttle = 1.0 + (1.0 / quota if quota else 0.0)
+        return cls(clock, time.monotonic(), started + timeout + float(grace), cpu_limit, throttle)
+
+    def sample(self, now):
+        """Read the tree's tasks if STARVED_SAMPLE_S has passed since the last reading (before the deadline;
+        past it, `later` reads them)."""
+        if not self.past_deadline and now >= self.next_sample:
+            self._read(now)
+
+    def _read(self, now):
+        tasks = tree_tasks(self.affinity)
+        cpu = self.clock.used()
+        waits = self.waits.update(tasks, now)
+        self.history = self.history[-3:] + [(now, {task.tid: (task, waits[task.tid]) for task in tasks}, cpu)]
+        self.next_sample = now + STARVED_SAMPLE_S
+        self.wait_s = max(list(waits.values()) or [0]) / 1e9
+        self.wall_s = now - self.spawned
+        return tasks, cpu
+
+    def _window(self):
+        """``(seconds, {tid: (cpu_ns, wait_ns)}, tree CPU seconds)`` since the latest earlier reading at least
+        STARVED_SAMPLE_S / 2 old (shorter windows are all noise), or None."""
+        now, after, cpu = self.history[-1]
+        earlier = [reading for reading in self.history[:-1] if now - reading[0] >= STARVED_SAMPLE_S / 2]
+        if not earlier or earlier[-1][2] is None:
+            return None
+        then, before, cpu_then = earlier[-1]
+        return now - then, window_of(before, after, now - then), cpu - cpu_then
+
+    def later(self, now):
+        """The new deadline, or None: kill now (``starved`` says whether the host is to blame)."""
+        tasks, cpu = self._read(now)
+        self.why = deprioritized(tasks)
+        if self.why or cpu is None:
+            return None
+        so_far = starved(self.wait_s, cpu, self.wall_s, self.cpu_limit, self.throttle)
+        window = self._window()
+        if now >= self.cap:
+            if so_far and window is not None:
+                seconds, spans, window_cpu = window
+                longest = max([wait for _, wait in spans.values()] or [0]) / 1e9
+                self.starved = starved(longest, window_cpu, seconds, self.cpu_limit, self.throttle)
+            return None
+        if self.past_deadline:
+            go_on = window is not None and wants_cpu(window[1], window[0])
+        else:
+            self.past_deadline, go_on = True, so_far
+        return min(now + STARVED_SAMPLE_S, self.cap) if go_on else None
+
+
 def run_command(body, fs_paths):
     """Run one command to completion under its deadline and output bound."""
     allow = body["allow"]
@@ -402,8 +642,9 @@ def run_command(body, fs_paths):
     finally:
         _set_oom_score_adj(0)
 
+    watch = StarvationWatch.of(clock, started, timeout, body.get("starved_grace_s"), cpu_limit)
     out, err, timed_out, truncated, status, rusage, cpu_out = _supervise(
-        proc, stdin_data, timeout, limit, started, cpu_limit, clock
+        proc, stdin_data, timeout, limit, started, cpu_limit, clock, watch
     )
     wall = time.monotonic() - started
     tree_cpu = clock.used()
@@ -419,7 +660,7 @@ def run_command(body, fs_paths):
     if cpu_out:
         detail = ("CPU limit of %.3fs passed; process group killed. " % cpu_limit) + detail
     elif timed_out:
-        detail = ("deadline of %.3fs passed; process group killed. " % timeout) + detail
+        detail = _deadline_detail(timeout, watch) + detail
     return _result(
         exit_code=None if sig else exit_code,
         signal=sig,
@@ -431,12 +672,27 @@ def run_command(body, fs_paths):
         failure=failure,
         truncated=truncated,
         detail=detail.strip(),
+        run_delay_s=None if watch is None else watch.wait_s,
+        starved=bool(timed_out and not cpu_out and watch is not None and watch.starved),
     )
 
 
-def _supervise(proc, stdin_data, timeout, limit, started, cpu_limit=None, clock=None):
+def _deadline_detail(timeout, watch):
+    if watch is None:
+        return "deadline of %.3fs passed; process group killed. " % timeout
+    waited = "its most-delayed task waited %.2fs for a CPU in %.2fs of wall time" % (watch.wait_s, watch.wall_s)
+    if watch.starved:
+        return "starved of CPU by the host: %s; process group killed at the deadline of %.3fs plus its grace. " % (
+            waited,
+            timeout,
+        )
+    why = "; not extended: %s" % watch.why if watch.why else ""
+    return "deadline of %.3fs passed (%s%s); process group killed. " % (timeout, waited, why)
+
+
+def _supervise(proc, stdin_data, timeout, limit, started, cpu_limit=None, clock=None, watch=None):
     """Feed stdin, read stdout/stderr through a bounded reader, enforce the deadline (and the CPU limit
-    of the process tree, polled every CPU_POLL_S)."""
+    of the process tree, polled every CPU_POLL_S; past the deadline, ``watch`` may let a starved tree run on)."""
     sel = selectors.DefaultSelector()
     pidfd = os.pidfd_open(proc.pid)
     sel.register(pidfd, selectors.EVENT_READ, "exit")
@@ -457,14 +713,20 @@ def _supervise(proc, stdin_data, timeout, limit, started, cpu_limit=None, clock=
     while not exited:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            timed_out = True
-            break
+            later = None if watch is None else watch.later(time.monotonic())
+            if later is None:
+                timed_out = True
+                break
+            deadline = later
+            continue
         if cpu_limit:
             used = clock.used()
             if used is not None and used > cpu_limit:
                 timed_out = cpu_out = True
                 break
             remaining = min(remaining, CPU_POLL_S)
+        if watch is not None:
+            watch.sample(time.monotonic())
         for key, _ in sel.select(remaining):
             if key.data == "exit":
                 exited = True
@@ -564,6 +826,8 @@ def _result(**fields):
         "failure": "ok",
         "truncated": False,
         "detail": "",
+        "run_delay_s": None,
+        "starved": False,
     }
     result.update(fields)
     result["stdout"] = b64(result["stdout"])
@@ -587,7 +851,12 @@ def op_exec_batch(body, fs_paths, emit):
         emit({"item": index, "result": result})
         if body.get("stop_on_failure") and result["failure"] != "ok":
             break
-        killed_at_deadline = result["failure"] == "timeout" and result["wall_s"] >= float(item["timeout_s"] or 0)
+        cpu_limit = item.get("cpu_limit_s")
+        killed_at_deadline = (
+            result["failure"] == "timeout"
+            and result["wall_s"] >= float(item["timeout_s"] or 0)
+            and not (cpu_limit and result["cpu_s"] > cpu_limit)  # a starved test run on to its CPU limit
+        )
         if body.get("stop_on_deadline") and killed_at_deadline:
             break
     return {"results": []}

@@ -221,14 +221,16 @@ class Workspace:
 
     def _resolve_exec(self, request: ExecRequest) -> ExecRequest:
         calls = self.config.calls
-        timeout = min(request.timeout_s or calls.timeout_s, max(self._episode_left(), 0.001))
-        return request.model_copy(
-            update={
-                "cwd": self.path(request.cwd),
-                "timeout_s": timeout,
-                "output_limit_bytes": request.output_limit_bytes or calls.output_limit_bytes,
-            }
-        )
+        left = max(self._episode_left(), 0.001)
+        timeout = min(request.timeout_s or calls.timeout_s, left)
+        update = {
+            "cwd": self.path(request.cwd),
+            "timeout_s": timeout,
+            "output_limit_bytes": request.output_limit_bytes or calls.output_limit_bytes,
+        }
+        if request.starved_grace_s is not None:  # a starved command runs on, but never past the episode
+            update["starved_grace_s"] = min(request.starved_grace_s, left - timeout)
+        return request.model_copy(update=update)
 
     def path(self, path: str) -> str:
         """Lexically normalise a path against the workspace root (resolution happens in the runner)."""
@@ -287,8 +289,10 @@ class Workspace:
         return reply.get("detail", failure) if failure else None
 
     def _backstop(self, request: ExecRequest) -> float:
-        """How long the host waits for a command's result: its deadline, the grace, and the sweep after it."""
-        return (request.timeout_s or self.config.calls.timeout_s) + self.config.calls.grace_s + SWEEP_ALLOWANCE_S
+        """How long the host waits for a command's result: its deadline, the time a starved command may run on
+        past it, the grace, and the sweep after it."""
+        deadline = (request.timeout_s or self.config.calls.timeout_s) + (request.starved_grace_s or 0.0)
+        return deadline + self.config.calls.grace_s + SWEEP_ALLOWANCE_S
 
     async def read_file(self, path: str, max_bytes: int = 1 << 20) -> ReadFileResult:
         return await self._file_op("read_file", ReadFileRequest(path=self.path(path), max_bytes=max_bytes))

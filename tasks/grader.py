@@ -22,7 +22,15 @@ x the machine's ``speed_factor``, within ``min_time_s``..``max_time_s``) applies
 tree, read by the runner from the container's cgroup, so a busy machine slows a program down
 without failing it. The wall clock is only a backstop (``backstop_factor`` x limit +
 ``backstop_s``) that ends sleepers and blocked programs as ``time_limit``; after one such kill the
-task's remaining tests are not run (each would wait out its own backstop). A test that ends with
+task's remaining tests are not run (each would wait out its own backstop). At the backstop the runner
+judges what the kernel says the tree did, not the clock (``sandbox/runner.py``, ``StarvationWatch``):
+a tree the host starved of CPU (its most-delayed task waited for a CPU, per ``/proc/.../schedstat``, at
+least half the wall time beyond what the tree's own CPU use explains) that did not deprioritize itself
+(every task at nice 0, SCHED_OTHER, on all the container's CPUs) runs on, up to
+``starved_grace_factor`` x backstop more (cut to what the episode's wall clock leaves), while it
+computes or waits for a CPU: it passes, or ends at its CPU limit (``time_limit``); one still starved at
+the end of that grace is the host's failure, ``infra_error`` (masked; the detail says how long it waited
+for a CPU in how much wall time), never ``time_limit``. A test that ends with
 CPU time over its limit by at most ``rerun_margin`` is re-run once, in a fresh container (nothing the
 first run wrote can speed the second up), and judged by the re-run (one scheduler hiccup does not flip
 a verdict; ``TaskResult.reruns`` counts them); past the margin it is killed, ``time_limit``. ``time_model: wall`` restores a wall-clock deadline per test.
@@ -98,6 +106,14 @@ class GraderConfig(BaseModel):
         "beside four busy containers on a 2-core machine",
     )
     backstop_s: float = Field(1.0, ge=0, description="cpu model: start-up allowance added to the backstop")
+    starved_grace_factor: float | None = Field(
+        2.0,
+        ge=0,
+        description="cpu model: a test the host starved of CPU at its backstop (it waited for a CPU, it did not "
+        "sleep; not niced) runs on up to factor x backstop more (cut to what the episode's wall clock leaves), "
+        "and one still starved then is infra_error, not time_limit; 0: infra_error at the backstop; "
+        "None: starvation is not judged (a starved test is time_limit)",
+    )
     rerun_margin: float = Field(
         0.25,
         ge=0,
@@ -309,10 +325,9 @@ class Grader:
         config = self.config
         if config.time_model == "wall":
             return {"timeout_s": time_s}
-        return {
-            "timeout_s": time_s * config.backstop_factor + config.backstop_s,
-            "cpu_limit_s": time_s * (1 + config.rerun_margin),
-        }
+        backstop = time_s * config.backstop_factor + config.backstop_s
+        grace = None if config.starved_grace_factor is None else backstop * config.starved_grace_factor
+        return {"timeout_s": backstop, "cpu_limit_s": time_s * (1 + config.rerun_margin), "starved_grace_s": grace}
 
     def _driver(self, request: dict, time_s: float, memory: int) -> tuple[ExecRequest, str]:
         nonce = secrets.token_hex(16)
@@ -385,7 +400,7 @@ class Grader:
         if self.pool is None:
             raise RuntimeError("this Grader has no pool: it can plan tests but not run them")
         requests = [request for request, _ in plans]
-        budget = self.budget(requests)
+        budget = self.budget(requests, grace=False)
         outcomes = await self._execute(task, source, requests, budget)
         if isinstance(outcomes, str):
             return _all(task, Verdict.INFRA_ERROR, outcomes), 0
@@ -407,28 +422,35 @@ class Grader:
             for i, ((request, judge), result) in enumerate(zip(plans, outcomes))
         ]
         why = "an earlier test slept past its wall-clock backstop" if slept else "early stop"
+        if slept and outcomes[-1].starved:
+            why = "an earlier test was starved of CPU by the host past its wall-clock backstop"
         results += [TestResult(index=i, verdict=NOT_RUN, detail=why) for i in range(len(outcomes), len(plans))]
         return results, len(borderline)
 
     async def _execute(
         self, task: Task, source: str, requests: list[ExecRequest], budget: float
     ) -> list[ExecResult] | str:
-        """The results of ``requests`` in a fresh container holding the program, or why the sandbox could not run them."""
+        """The results of ``requests`` in a fresh container holding the program, or why the sandbox could not run them.
+
+        ``budget``: the task's wall seconds without starvation grace; each test's grace is cut to the room the
+        episode's wall clock leaves past it (a starved test runs on, but never past the episode)."""
         async with self.pool.acquire(owner=f"grade:{task.task_id}") as ws:
-            if budget >= ws.config.episode.wall_s:
-                return f"tests need up to {budget:.0f}s, above the episode budget of {ws.config.episode.wall_s:.0f}s"
+            episode = ws.config.episode.wall_s
+            if budget >= episode:
+                return f"tests need up to {budget:.0f}s, above the episode budget of {episode:.0f}s"
+            requests = [_with_grace(request, episode - budget) for request in requests]
             written = await ws.write_file(self.program_path, source.encode())
             if written.failure != FailureKind.OK:
                 return f"writing the program: {written.failure.value}: {written.detail}"
             return await self._batches(ws, requests)
 
-    def budget(self, requests: Sequence[ExecRequest]) -> float:
-        """Wall seconds a task's tests need: the sum of their limits (cpu model: plus one backstop, since a
-        backstop kill ends the batch)."""
+    def budget(self, requests: Sequence[ExecRequest], grace: bool = True) -> float:
+        """Wall seconds a task's tests need: the sum of their limits (cpu model: plus one backstop and, with
+        ``grace``, the time a starved test may run on past it, since a backstop kill ends the batch)."""
         if self.config.time_model == "wall":
             return sum(request.timeout_s or 0.0 for request in requests)
         limits = sum(self._limit(request) or 0.0 for request in requests)
-        return limits + max(request.timeout_s or 0.0 for request in requests)
+        return limits + max((r.timeout_s or 0.0) + ((r.starved_grace_s or 0.0) if grace else 0.0) for r in requests)
 
     async def _batches(self, ws, requests: list[ExecRequest]) -> list[ExecResult]:
         """Run ``requests`` in as few runner calls as their stdin allows; stops where the runner stopped."""
@@ -454,8 +476,17 @@ class Grader:
         return request.cpu_limit_s / (1 + self.config.rerun_margin)
 
     def _verdict(self, index: int, judge: Judge, request: ExecRequest, result: ExecResult) -> TestResult:
+        limit = self._limit(request)
+        if result.starved and limit is not None and deadline_kill(request, result):  # masked, never scored
+            return TestResult(
+                index=index,
+                verdict=Verdict.INFRA_ERROR,
+                wall_s=round(result.wall_s, 4),
+                cpu_s=round(result.cpu_s, 4),
+                detail=f"starved of CPU by the host: waited {result.run_delay_s or 0.0:.2f}s for a CPU in "
+                f"{result.wall_s:.2f}s of wall time, {result.cpu_s:.2f}s of CPU used (limit {limit:.2f}s)",
+            )
         if self._borderline(request, result):  # still over its limit after the re-run
-            limit = self._limit(request)
             return TestResult(
                 index=index,
                 verdict=Verdict.TIME_LIMIT,
@@ -494,10 +525,21 @@ class Grader:
 
 
 def deadline_kill(request: ExecRequest, result: ExecResult) -> bool:
-    """Killed at its wall-clock deadline (not at its CPU limit, which comes first when the program computes)."""
+    """Killed at its wall-clock deadline (not at its CPU limit, which comes first when the program computes,
+    and may come past the deadline when a starved test ran on)."""
     return (
-        result.failure == FailureKind.TIMEOUT and request.timeout_s is not None and result.wall_s >= request.timeout_s
+        result.failure == FailureKind.TIMEOUT
+        and request.timeout_s is not None
+        and result.wall_s >= request.timeout_s
+        and not (request.cpu_limit_s is not None and result.cpu_s > request.cpu_limit_s)
     )
+
+
+def _with_grace(request: ExecRequest, room: float) -> ExecRequest:
+    """``request`` with its starvation grace cut to ``room`` seconds."""
+    if request.starved_grace_s is None or request.starved_grace_s <= room:
+        return request
+    return request.model_copy(update={"starved_grace_s": max(room, 0.0)})
 
 
 def _judged(index: int, judge: Judge, result: ExecResult) -> TestResult:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import os
 import time
 
 import pytest
@@ -144,3 +146,18 @@ def test_cpu_quota_limits_a_multi_core_hog():
     cpu_seconds = float(result.stdout_text)
     # Two spinning processes for 2 s would use ~4 CPU-seconds unthrottled; the quota allows ~1.
     assert 0.1 < cpu_seconds < 1.4, cpu_seconds
+
+
+def test_cpuset_pins_the_workspace_to_the_named_cpus():
+    cpu = max(os.sched_getaffinity(0))
+    code = "import os; print(sorted(os.sched_getaffinity(0)))"
+    pinned = run_one(py(code), small_config(budgets={"cpuset_cpus": str(cpu)}))
+    assert pinned.failure == FailureKind.OK and pinned.stdout_text.strip() == f"[{cpu}]", pinned
+    free = run_one(py(code))
+    assert free.failure == FailureKind.OK and len(ast.literal_eval(free.stdout_text)) == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("cpus", ["", "a", "1;2", "0-", "-1"])
+def test_a_malformed_cpuset_is_refused_in_the_config(cpus):
+    with pytest.raises(ValueError, match="cpuset_cpus"):
+        small_config(budgets={"cpuset_cpus": cpus})

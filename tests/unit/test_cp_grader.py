@@ -138,7 +138,8 @@ def test_the_budget_counts_limits_and_one_backstop():
         tests=tuple(CallTest(args=[i], expected=i) for i in range(5)),
     )
     for config, expected in (
-        (GraderConfig(speed_factor=1.0), 5 * 2.0 + 21.0),
+        (GraderConfig(speed_factor=1.0), 5 * 2.0 + 21.0 + 2 * 21.0),  # and the starvation grace past the backstop
+        (GraderConfig(speed_factor=1.0, starved_grace_factor=None), 5 * 2.0 + 21.0),
         (GraderConfig(time_model="wall", speed_factor=1.0), 5 * 2.0),
     ):
         grader = Grader(None, config)
