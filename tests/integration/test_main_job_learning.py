@@ -6,14 +6,17 @@ short, side by side (one core each: the job runs one torch thread), as two ``pyt
 1. the control: ``optimizer.lr: 0`` for STEPS steps; its weights never move after the warm start;
 2. the learning run: the job's own learning rate for STEPS steps.
 
-Both warm-start the same way (same demos, seed and one thread: the same weights, which the equal held-out pass@1
-before the first step shows) and then draw the same task stream with the same sampling seeds, so step for step
-they differ only by the weights. Held-out evaluation (32 tasks x 4 samples at the training temperature, the same
-tasks and seeds) runs before the first step and after the last in both.
+Both warm-start the same way (same demos, seed and one thread: the same weights) and then draw the same task
+stream with the same sampling seeds, so step for step they differ only by the weights. Held-out evaluation (32
+tasks x 4 samples at the training temperature, the same tasks and seeds) runs before the first step and after the
+last in the learning run, and after the last in the control: with lr 0 the control's weights never move, so its
+held-out pass@1 after 16 steps must equal, exactly, the learning run's before its first step (the same warm
+start, and weights that did not move; an evaluation before the control's first step would repeat the learning
+run's, 128 episodes, so it is not run).
 
-The checks: held-out pass@1 after - before must reach HELDOUT_RISE for the learning run and stay under
-CONTROL_BOUND for the control; the training pass rate over the second half must exceed the control's over the
-same steps by PAIRED_RISE. First-3 against last-3 steps is reported, not asserted: with one task per template a
+The checks: held-out pass@1 after - before must reach HELDOUT_RISE for the learning run and be exactly 0 for the
+control; the training pass rate over the second half must exceed the control's over the same steps by
+PAIRED_RISE. First-3 against last-3 steps is reported, not asserted: with one task per template a
 step it swings 0.1-0.2 from step to step (docs/generated_tasks.md), so a short run cannot assert the main job's
 +0.2; `make run` does the whole job.
 
@@ -28,8 +31,9 @@ drew one more). Now both runs must draw exactly the same stream: a group is drop
 stream) only when stale, which the credits no longer allow, or left with fewer than two unmasked samples, and a
 masked sample fails the test anyway.
 Margins: HELDOUT_RISE 0.05 is a third of the measured rise (the binomial spread of 128 held-out episodes at 0.1-0.2
-is 0.03-0.04); PAIRED_RISE 0.08 sits 3 spreads under the measured +0.184; CONTROL_BOUND 0.03 against a measured
-0.0. Across training seeds the job's rise varies (docs/generated_tasks.md "Three seeds" and after); this test pins
+is 0.03-0.04); PAIRED_RISE 0.08 sits 3 spreads under the measured +0.184; the control's held-out pass@1 was
+measured equal to the learning run's before (0.0859 both; the same figures again without the control's evaluation
+before its first step, 435 s beside a helper's sandbox attack tests, load average 5-8). Across training seeds the job's rise varies (docs/generated_tasks.md "Three seeds" and after); this test pins
 seed 0.
 """
 
@@ -48,7 +52,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "configs" / "cp_grpo_tiny.yaml"
 STEPS = 16
 HELDOUT_RISE = 0.05
-CONTROL_BOUND = 0.03
 PAIRED_RISE = 0.08
 TIMEOUT_S = 1800
 
@@ -93,7 +96,7 @@ def same_stream(control: list[dict], learned: list[dict]) -> bool:
 
 def test_the_main_job_raises_heldout_pass1_and_its_lr0_control_does_not(tmp_path):
     control_dir, learn_dir = tmp_path / "control", tmp_path / "learn"
-    processes = [start(control_dir, "optimizer.lr=0"), start(learn_dir)]
+    processes = [start(control_dir, "optimizer.lr=0", "eval.before=false"), start(learn_dir)]
     try:
         control, control_rates, control_trajectories = finish(processes[0], control_dir)
         learned, learned_rates, learned_trajectories = finish(processes[1], learn_dir)
@@ -102,19 +105,20 @@ def test_the_main_job_raises_heldout_pass1_and_its_lr0_control_does_not(tmp_path
             if process.poll() is None:
                 process.kill()
                 process.wait()
-    before = control["heldout_pass1_before"]
+    before = learned["heldout_pass1_before"]
     half = STEPS // 2
     paired = sum(learned_rates[half:]) / half - sum(control_rates[half:]) / half
     report = (
-        f"held-out pass@1: control {before} -> {control['heldout_pass1_after']}, learning run "
-        f"{learned['heldout_pass1_before']} -> {learned['heldout_pass1_after']}; training pass rate: control "
+        f"held-out pass@1: control (lr 0) after {control['heldout_pass1_after']}, learning run "
+        f"{before} -> {learned['heldout_pass1_after']}; training pass rate: control "
         f"{control['pass_rate_first']} -> {control['pass_rate_last']}, learning run {learned['pass_rate_first']} -> "
         f"{learned['pass_rate_last']}; second half, learning - control: {paired:+.3f}"
     )
     print(report)
-    # the same warm-started weights, tasks and sampling seeds: the runs differ only by the learning rate
-    assert learned["heldout_pass1_before"] == before, report
+    # the same warm-started weights, tasks and sampling seeds: the runs differ only by the learning rate, and the
+    # control's weights never moved (its held-out pass@1 after its last step is the learning run's before its first)
+    assert control["heldout_pass1_before"] is None, report
+    assert control["heldout_pass1_after"] == before, report
     assert same_stream(control_trajectories, learned_trajectories), report
-    assert abs(control["heldout_pass1_after"] - before) < CONTROL_BOUND, report
     assert learned["heldout_pass1_after"] - before >= HELDOUT_RISE, report
     assert paired >= PAIRED_RISE, report
