@@ -444,15 +444,17 @@ def deprioritized(tasks):
     return ""
 
 
-def starved(wait_s, cpu_s, wall_s, cpu_limit, throttle):
+def starved(wait_s, cpu_s, wall_s, cpu_limit, throttle, idle_s=0.0):
     """Whether the host kept the tree from a CPU: under its CPU limit, its most-delayed task waited for a CPU
     (``wait_s``) at least STARVED_SHARE of ``wall_s`` beyond what the tree's own CPU use can explain.
 
     The most-delayed task, not the sum over tasks: 100 processes woken at once on one core wait ~50x their CPU
     time in sum. One task's wait the tree causes itself is bounded by its CPU use: while a task waits, its CPU
     runs a sibling (counted in ``cpu_s``), or the container's quota is spent (at most 1/quota of ``cpu_s``),
-    hence ``throttle`` = 1 + 1/quota cores."""
-    return cpu_s < cpu_limit and wait_s - throttle * cpu_s >= STARVED_SHARE * wall_s
+    hence ``throttle`` = 1 + 1/quota cores. The host is to blame only while every CPU the tree may use is busy:
+    ``idle_s`` (the idle seconds of those CPUs, summed: at least the time any of them sat idle) is taken off the
+    wait, since a task waiting beside an idle CPU waits where it was put (by itself, pinned then unpinned)."""
+    return cpu_s < cpu_limit and wait_s - idle_s - throttle * cpu_s >= STARVED_SHARE * wall_s
 
 
 class Waits:
@@ -461,16 +463,18 @@ class Waits:
     in between: running adds both, and only a running task can go to sleep)."""
 
     def __init__(self):
-        self.seen = {}  # tid -> (cpu_ns, slices, time of the first reading of the row)
+        self.seen = {}  # tid -> (state, cpu_ns, slices, time of the first reading of the row)
 
     def update(self, tasks, now):
-        """``{tid: wait_ns}`` of ``tasks``, read at ``now``."""
+        """``{tid: wait_ns}`` of ``tasks``, read at ``now``. A task asleep at the last reading and runnable now was
+        woken in between: it slept until then, so its row starts now (else a wake-up timed to a reading would be
+        credited the whole interval)."""
         seen, waits = {}, {}
         for task in tasks:
             before = self.seen.get(task.tid)
-            same = task.state == "R" and before is not None and before[:2] == (task.cpu_ns, task.slices)
-            since = before[2] if same else now
-            seen[task.tid] = (task.cpu_ns, task.slices, since)
+            same = task.state == "R" and before is not None and before[:3] == ("R", task.cpu_ns, task.slices)
+            since = before[3] if same else now
+            seen[task.tid] = (task.state, task.cpu_ns, task.slices, since)
             waits[task.tid] = task.delay_ns + int((now - since) * 1e9)
         self.seen = seen
         return waits
@@ -483,6 +487,10 @@ def window_of(before, after, seconds):
     spans = {}
     for tid, (task, wait) in after.items():
         then, wait_then = before.get(tid, (None, 0))
+        if then is not None and (
+            task.cpu_ns < then.cpu_ns or task.slices < then.slices or task.delay_ns < then.delay_ns
+        ):
+            then, wait_then = None, 0  # counters went back: the id was reused by a task born in the window
         cpu = task.cpu_ns - (then.cpu_ns if then is not None else 0)
         runnable = then is not None and then.state == task.state == "R" and then.voluntary == task.voluntary
         spans[tid] = (cpu, max(0, int(seconds * 1e9) - cpu) if runnable else wait - wait_then)
@@ -493,6 +501,23 @@ def wants_cpu(spans, seconds):
     """Some task ran or waited for a CPU at least STARVED_SHARE of the window: a computing or starved tree,
     not a sleeper."""
     return any(cpu + wait >= STARVED_SHARE * seconds * 1e9 for cpu, wait in spans.values())
+
+
+def idle_cpu_s(cpus):
+    """Seconds the host CPUs ``cpus`` have sat idle since boot, summed (``/proc/stat``, which a container reads
+    host-wide), or None when it cannot be read."""
+    try:
+        with open("/proc/stat") as handle:
+            lines = handle.read().splitlines()
+        ticks = 0
+        for line in lines:
+            name, _, rest = line.partition(" ")
+            if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                fields = rest.split()
+                ticks += int(fields[3]) + int(fields[4])  # idle, iowait
+        return ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def quota_cores():
@@ -522,7 +547,8 @@ class StarvationWatch:
     hits its CPU limit, or reaches the cap (deadline + grace). At the cap a tree starved since it was spawned
     and still starved over the last reading's window, not deprioritized, is killed and marked ``starved``: the
     host's failure. Every other kill at the deadline is the program's (sleepers, blocked programs, self-niced
-    ones, one whose start-up was starved and which sleeps now)."""
+    ones, one whose start-up was starved and which sleeps now, and one that waited while a CPU it may use sat idle:
+    a pin undone between readings leaves no trace in its affinity, but the idle CPU beside it does, ``_sat_idle``)."""
 
     def __init__(self, clock, spawned, cap, cpu_limit, throttle):
         self.clock, self.cpu_limit, self.throttle = clock, cpu_limit, throttle
@@ -530,7 +556,8 @@ class StarvationWatch:
         self.cap = cap
         self.affinity = os.sched_getaffinity(0)
         self.waits = Waits()
-        self.history = []  # the last readings, oldest first: (time, {tid: (Thread, wait_ns)}, tree CPU seconds)
+        self.history = []  # the last readings, oldest first: (time, {tid: (Thread, wait_ns)}, tree CPU seconds, idle)
+        self.first = None  # the first reading: (time, idle seconds of the container's CPUs)
         self.next_sample = spawned
         self.past_deadline = False
         self.wait_s = None  # seconds the most-delayed task waited for a CPU, at the last reading
@@ -559,41 +586,63 @@ class StarvationWatch:
         tasks = tree_tasks(self.affinity)
         cpu = self.clock.used()
         waits = self.waits.update(tasks, now)
-        self.history = self.history[-3:] + [(now, {task.tid: (task, waits[task.tid]) for task in tasks}, cpu)]
+        idle = idle_cpu_s(self.affinity)
+        self.history = self.history[-3:] + [(now, {task.tid: (task, waits[task.tid]) for task in tasks}, cpu, idle)]
+        self.first = self.first or (now, idle)
         self.next_sample = now + STARVED_SAMPLE_S
         self.wait_s = max(list(waits.values()) or [0]) / 1e9
         self.wall_s = now - self.spawned
         return tasks, cpu
 
     def _window(self):
-        """``(seconds, {tid: (cpu_ns, wait_ns)}, tree CPU seconds)`` since the latest earlier reading at least
-        STARVED_SAMPLE_S / 2 old (shorter windows are all noise), or None."""
-        now, after, cpu = self.history[-1]
+        """``(seconds, {tid: (cpu_ns, wait_ns)}, tree CPU seconds, idle seconds of its CPUs)`` since the latest earlier
+        reading at least STARVED_SAMPLE_S / 2 old (shorter windows are all noise), or None."""
+        now, after, cpu, idle = self.history[-1]
         earlier = [reading for reading in self.history[:-1] if now - reading[0] >= STARVED_SAMPLE_S / 2]
         if not earlier or earlier[-1][2] is None:
             return None
-        then, before, cpu_then = earlier[-1]
-        return now - then, window_of(before, after, now - then), cpu - cpu_then
+        then, before, cpu_then, idle_then = earlier[-1]
+        self.why = self.why or _sat_idle(idle_then, idle, now - then)
+        return now - then, window_of(before, after, now - then), cpu - cpu_then, _idle_between(idle_then, idle)
 
     def later(self, now):
         """The new deadline, or None: kill now (``starved`` says whether the host is to blame)."""
         tasks, cpu = self._read(now)
-        self.why = deprioritized(tasks)
+        self.why = deprioritized(tasks) or _sat_idle(self.first[1], self.history[-1][3], now - self.first[0])
         if self.why or cpu is None:
             return None
-        so_far = starved(self.wait_s, cpu, self.wall_s, self.cpu_limit, self.throttle)
+        idle = _idle_between(self.first[1], self.history[-1][3])
+        so_far = starved(self.wait_s, cpu, self.wall_s, self.cpu_limit, self.throttle, idle)
         window = self._window()
         if now >= self.cap:
-            if so_far and window is not None:
-                seconds, spans, window_cpu = window
+            if so_far and window is not None and not self.why:
+                seconds, spans, window_cpu, window_idle = window
                 longest = max([wait for _, wait in spans.values()] or [0]) / 1e9
-                self.starved = starved(longest, window_cpu, seconds, self.cpu_limit, self.throttle)
+                self.starved = starved(longest, window_cpu, seconds, self.cpu_limit, self.throttle, window_idle)
             return None
         if self.past_deadline:
             go_on = window is not None and wants_cpu(window[1], window[0])
         else:
             self.past_deadline, go_on = True, so_far
         return min(now + STARVED_SAMPLE_S, self.cap) if go_on else None
+
+
+def _idle_between(idle_then, idle_now):
+    """Idle seconds of the container's CPUs between two readings (0.0 when /proc/stat could not be read)."""
+    return 0.0 if idle_then is None or idle_now is None else max(0.0, idle_now - idle_then)
+
+
+def _sat_idle(idle_then, idle_now, seconds):
+    """Why a wait is not the host's, or "": a CPU the tree may run on sat idle at least STARVED_SHARE of the span.
+    The host starves a tree only while every CPU it may use is busy; a task waiting beside an idle CPU waits where it
+    put itself (pinned to a busy CPU, then unpinned between readings: the balancer need not move it back) or the
+    balancer left it, and a program must not be able to choose that."""
+    if idle_then is None or idle_now is None or seconds <= 0:
+        return ""
+    idle = idle_now - idle_then
+    if idle < STARVED_SHARE * seconds:
+        return ""
+    return "its CPUs sat idle %.2fs in %.2fs: it waited beside an idle CPU, not for one" % (idle, seconds)
 
 
 def run_command(body, fs_paths):

@@ -5,11 +5,12 @@ Starvation is made, not hoped for: this module starts its own busy container (a 
 262144 against the graders' default 1024, so a grading container gets well under 1% of a core), labelled with a
 key of its own and removed at the end. It and this module's workspaces are pinned to the host's last CPU
 (``cpuset_cpus``): other tests' and other suites' containers move to the other CPUs and are not starved. (The
-busy loop that pins itself runs in a workspace on every CPU and pins itself to the busy one.) Under them a correct program cannot finish: it is
-``infra_error`` at the end of its starvation grace (masked), or passes when the busy containers go away during
-the grace. Beside the same busy containers a sleeper, a sleeper whose children sleep, and busy loops that niced
-themselves or chose SCHED_IDLE are ``time_limit``. On an idle host, a tree whose own processes keep each other
-waiting (a herd of 100 processes woken at once, and 64 busy processes) is ``time_limit`` too: its summed wait for a
+busy loop that tries to pin itself to the busy CPU runs in a workspace on every CPU.) Under them a correct program
+cannot finish: it is ``infra_error`` at the end of its starvation grace (masked), or passes when the busy
+containers go away during the grace. Beside the same busy containers a sleeper, a sleeper whose children sleep,
+and a busy loop that niced itself are ``time_limit``; one that chooses SCHED_IDLE or pins itself is refused by
+the sandbox. On an idle host, a tree whose own processes keep each other waiting (a herd of 100 processes woken at
+once, and 64 busy processes) is ``time_limit`` too: its summed wait for a
 CPU is large, but no single task waited because of the host.
 """
 
@@ -198,7 +199,7 @@ def test_a_correct_program_starved_past_its_backstop_passes_when_the_host_frees_
     assert BACKSTOP_S < test.wall_s < BACKSTOP_S * 2.5 and 0.2 <= test.cpu_s < LIMIT_S  # it ran on past 6 s
 
 
-@pytest.mark.parametrize("name", ["sleeper", "forking sleeper", "niced busy loop", "pinned busy loop"])
+@pytest.mark.parametrize("name", ["sleeper", "forking sleeper", "niced busy loop"])
 def test_a_sleeper_or_a_deprioritized_busy_loop_beside_busy_containers_is_still_time_limit(starved, name):
     # Each may run on past its backstop while its own start-up is starved; none reaches the end of its grace.
     result = starved[name]
@@ -207,10 +208,11 @@ def test_a_sleeper_or_a_deprioritized_busy_loop_beside_busy_containers_is_still_
     assert BACKSTOP_S <= test.wall_s < BACKSTOP_S * 2.5
 
 
-def test_sched_idle_is_refused_by_the_sandbox(starved):
-    # The seccomp profile denies sched_setscheduler: the attack fails before its loop (the runner would also
-    # refuse to run a SCHED_IDLE or SCHED_BATCH task on: tests/unit/test_starvation.py).
-    result = starved["SCHED_IDLE busy loop"]
+@pytest.mark.parametrize("name", ["SCHED_IDLE busy loop", "pinned busy loop"])
+def test_choosing_its_own_scheduling_is_refused_by_the_sandbox(starved, name):
+    # The seccomp profile denies sched_setscheduler and sched_setaffinity: the attack fails before its loop (the
+    # runner would also refuse to run on a SCHED_IDLE, SCHED_BATCH or pinned task: tests/unit/test_starvation.py).
+    result = starved[name]
     test = _only(result)
     assert test.verdict == Verdict.RUNTIME_ERROR and "PermissionError" in test.detail, test
 
