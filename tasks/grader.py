@@ -27,7 +27,7 @@ judges what the kernel says the tree did, not the clock (``sandbox/runner.py``, 
 a tree the host starved of CPU (its most-delayed task waited for a CPU, per ``/proc/.../schedstat``, at
 least half the wall time beyond what the tree's own CPU use explains) that did not deprioritize itself
 (every task at nice 0, SCHED_OTHER, on all the container's CPUs) runs on, up to
-``starved_grace_factor`` x backstop more (cut to what the episode's wall clock leaves), while it
+``starved_grace_factor`` x backstop more (cut to its share of what the episode's wall clock leaves), while it
 computes or waits for a CPU: it passes, or ends at its CPU limit (``time_limit``); one still starved at
 the end of that grace is the host's failure, ``infra_error`` (masked; the detail says how long it waited
 for a CPU in how much wall time), never ``time_limit``. A test that ends with
@@ -432,13 +432,15 @@ class Grader:
     ) -> list[ExecResult] | str:
         """The results of ``requests`` in a fresh container holding the program, or why the sandbox could not run them.
 
-        ``budget``: the task's wall seconds without starvation grace; each test's grace is cut to the room the
-        episode's wall clock leaves past it (a starved test runs on, but never past the episode)."""
+        ``budget``: the task's wall seconds without starvation grace; each test's grace is cut to its share of
+        the room the episode's wall clock leaves past it (starved tests run on, but never past the episode)."""
         async with self.pool.acquire(owner=f"grade:{task.task_id}") as ws:
             episode = ws.config.episode.wall_s
             if budget >= episode:
                 return f"tests need up to {budget:.0f}s, above the episode budget of {episode:.0f}s"
-            requests = [_with_grace(request, episode - budget) for request in requests]
+            # a starved test may run on only into the room the episode leaves, and the graces of all the task's
+            # tests together fit in it (each runs on only while it is starved, but N of them could in turn)
+            requests = [_with_grace(request, (episode - budget) / len(requests)) for request in requests]
             written = await ws.write_file(self.program_path, source.encode())
             if written.failure != FailureKind.OK:
                 return f"writing the program: {written.failure.value}: {written.detail}"

@@ -244,17 +244,19 @@ def test_starvation_can_be_left_unjudged():
 
 
 class GraceRecorder:
-    """A pool whose containers have a 30 s episode and record the graces they are asked to run under."""
+    """A pool whose containers have an episode of ``wall_s`` and record the graces they are asked to run under."""
 
-    def __init__(self) -> None:
+    def __init__(self, wall_s: float = 30.0) -> None:
         self.graces: list[float | None] = []
+        self.wall_s = wall_s
 
     @contextlib.asynccontextmanager
     async def acquire(self, owner: str):
         graces = self.graces
+        wall_s = self.wall_s
 
         class Workspace:
-            config = SimpleNamespace(episode=SimpleNamespace(wall_s=30.0))
+            config = SimpleNamespace(episode=SimpleNamespace(wall_s=wall_s))
 
             async def write_file(self, path, data):
                 return SimpleNamespace(failure=FailureKind.OK, detail="")
@@ -274,5 +276,11 @@ def test_the_grace_is_cut_to_what_the_episode_leaves():
     grader = Grader(pool, GraderConfig(speed_factor=1.0))  # backstop 11 s, grace 22 s
     result = trio.run(grader.grade, t, Submission(task_id="t", completion="print(1)"))
     assert result.passed
-    # 3 x 1 s of limits and the 11 s backstop leave 16 s of the 30 s episode: the grace is cut to them.
-    assert pool.graces == [pytest.approx(16.0)] * 3
+    # 3 x 1 s of limits and the 11 s backstop leave 16 s of the 30 s episode: the three graces together fit in them
+    # (each test may run on while starved, and all three could in turn)
+    assert pool.graces == [pytest.approx(16.0 / 3)] * 3
+    roomy = GraceRecorder(wall_s=3600.0)
+    assert trio.run(
+        Grader(roomy, GraderConfig(speed_factor=1.0)).grade, t, Submission(task_id="t", completion="print(1)")
+    ).passed
+    assert roomy.graces == [pytest.approx(22.0)] * 3  # room to spare: the configured 2 x backstop
