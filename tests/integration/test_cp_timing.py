@@ -73,7 +73,9 @@ def test_cpu_burned_by_forked_children_counts():
     )
     (test,) = grade(program).tests
     assert test.verdict == Verdict.TIME_LIMIT and test.cpu_s >= LIMIT_S
-    assert test.wall_s < LIMIT_S * 10 + 1.0  # the CPU limit ended it, not the backstop
+    # the CPU limit ended it, not the backstop: on a busy host the starvation grace may run it past the backstop,
+    # and it still ends at its CPU limit (a CI run: 1.28 s of CPU at 12.75 s of wall)
+    assert "killed after" in test.detail and test.cpu_s >= LIMIT_S * 1.25, test
 
 
 def test_a_sleeper_is_killed_at_the_backstop_and_the_rest_is_not_run():
