@@ -110,7 +110,7 @@ class GraderConfig(BaseModel):
         2.0,
         ge=0,
         description="cpu model: a test the host starved of CPU at its backstop (it waited for a CPU, it did not "
-        "sleep; not niced) runs on up to factor x backstop more (cut to what the episode's wall clock leaves), "
+        "sleep; not niced) runs on up to factor x backstop more (cut to its share of what the episode's wall clock leaves), "
         "and one still starved then is infra_error, not time_limit; 0: infra_error at the backstop; "
         "None: starvation is not judged (a starved test is time_limit)",
     )
