@@ -44,14 +44,17 @@ def _quantile(values: list[float], q: float) -> float:
 def run(args: argparse.Namespace) -> dict:
     import trio
 
-    from gym.environment import Environment
+    from gym.environment import Environment, EnvironmentConfigError
     from gym.registry import environment_config
     from gym.rollout import RolloutWorkers, summarize
     from gym.scripted import load_scripted
     from sandbox.fleet import open_pool
     from tasks.swe.family import SweFamily
+    from tasks.swe.instance import SweInstance
 
     env = Environment(environment_config(args.config))  # a file or a registered name
+    if not any(isinstance(task, SweInstance) for tasks in env.sources for task in tasks):
+        raise EnvironmentConfigError(f"{args.config}: `bench swe` needs an environment with a SWE task pool")
     engine = load_scripted("reference", env)
     concurrency = args.concurrency or env.config.concurrency
 
@@ -59,8 +62,7 @@ def run(args: argparse.Namespace) -> dict:
         async with open_pool(env.config.sandbox) as pool:
             workers = RolloutWorkers(env, engine, pool, concurrency=concurrency)
             family = workers.families.named("swe")
-            if not isinstance(family, SweFamily):
-                raise SystemExit(f"{args.config}: no SWE task pool")
+            assert isinstance(family, SweFamily), "the environment's SWE instances make a SWE family"
             await family.build()  # images first: their build is not an episode's time
             send, receive = trio.open_memory_channel(0)
             trajectories, prepares = [], []

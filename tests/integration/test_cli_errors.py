@@ -110,3 +110,9 @@ def test_a_file_that_is_not_a_bundle_is_exit_5(tmp_path):
 
 def test_an_unknown_tokenizer_spec_is_exit_2_listing_the_known_ones():
     one_line(gym("tokenizer", "info", "sentencepiece"), 2, "unknown tokenizer 'sentencepiece'", "o200k_harmony")
+
+
+def test_bench_swe_on_an_environment_without_swe_tasks_is_exit_2_before_any_pool():
+    # NO_DOCKER: the refusal comes from the config alone, before a pool would ask the engine anything
+    done = gym("bench", "swe", "--config", "configs/cp_smoke.yaml", "--episodes", "1", env=NO_DOCKER)
+    one_line(done, 2, "configs/cp_smoke.yaml", "needs an environment with a SWE task pool", "gym/environment.py")
