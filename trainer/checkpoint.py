@@ -31,6 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from trainer.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 LATEST = "latest"
@@ -53,6 +55,23 @@ class TrainerState(BaseModel):
     """Processes that wrote the checkpoint (resume with the same number)."""
     extra: dict[str, float] = Field(default_factory=dict)
     """Running figures the summary needs (first reward, masked count, ...)."""
+
+
+def model_directory(path: Path) -> Path:
+    """The model directory ``path`` names: itself when it holds a ``config.json``; else the newest complete
+    checkpoint of a run directory, of its ``checkpoints/``, or of their ``latest`` pointer (what a user points
+    ``policy.checkpoint`` at after a run). Raises `ConfigError` naming ``path`` when it is none of these."""
+    path = Path(path)
+    if (path / "config.json").is_file():
+        return path
+    for directory in (path.parent,) if path.name == LATEST and path.is_file() else (path, path / "checkpoints"):
+        newest = Checkpointer(directory).latest()
+        if newest is not None and (newest / "config.json").is_file():
+            return newest
+    raise ConfigError(
+        f"{path}: not a model directory (no config.json), nor a run, a checkpoints/ directory or a `latest` "
+        "pointer with a complete checkpoint"
+    )
 
 
 def _fsync_dir(path: Path) -> None:

@@ -23,6 +23,7 @@ from torch import nn
 from policies.generation import GenerationEngine
 from policies.hf_adapter import CausalLMPolicy
 from policies.serve_config import HFPolicySource, MoEPolicySource
+from trainer.checkpoint import model_directory
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ def build_model(
         torch.manual_seed(source.seed)
         model = RdepMoeForCausalLM(RdepMoeConfig.from_architecture(arch))
     else:
-        path = source.checkpoint if isinstance(source, MoEPolicySource) else source.path
+        path = model_directory(source.checkpoint if isinstance(source, MoEPolicySource) else source.path)
         extra = (
             {"aux_loss_coef": aux_loss_coef}
             if aux_loss_coef is not None and isinstance(source, MoEPolicySource)

@@ -9,8 +9,9 @@ import torch
 from policies.serve_config import MoEPolicySource
 from tests.trainer_support import ARCH, scored_samples
 from trainer.batch import collate
-from trainer.checkpoint import Checkpointer, TrainerState
+from trainer.checkpoint import Checkpointer, TrainerState, model_directory
 from trainer.config import AlgorithmConfig, OptimizerConfig
+from trainer.errors import ConfigError
 from trainer.learner import make_optimizer
 from trainer.policy import build_model
 from trainer.sample import Sample, routes_for
@@ -170,3 +171,34 @@ def test_mini_batches_take_the_ratio_against_the_policy_before_the_first():
     # second mini-batch: its sequences just became more likely, ratio vs the old policy > 1 + 0.28: clipped
     assert results[0] > 0.05  # measured 0.1
     assert results[1] == 0  # a single update: the ratio is exactly 1
+
+
+def test_policy_checkpoint_may_name_a_run_its_checkpoints_or_their_latest_pointer(tmp_path):
+    m = model()
+    step = update(m, 2)
+    saver = Checkpointer(tmp_path / "run" / "checkpoints", keep=2)
+    saver.save(m, step.optimizer, step.scheduler, TrainerState(step=1))
+    with torch.no_grad():
+        next(m.parameters()).add_(1.0)  # the newest checkpoint's weights differ from the first's
+    newest = saver.save(m, step.optimizer, step.scheduler, TrainerState(step=2))
+    run = tmp_path / "run"
+    for named in (newest, run, run / "checkpoints", run / "checkpoints" / "latest"):
+        assert model_directory(named) == newest, named
+        loaded = build_model(MoEPolicySource(checkpoint=named))
+        assert torch.equal(next(loaded.parameters()), next(m.parameters())), named
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty_dir", "pointer_to_nothing", "a_file"])
+def test_policy_checkpoint_that_names_no_model_is_a_config_error_naming_it(tmp_path, kind):
+    path = tmp_path / "run" / "checkpoints"
+    if kind == "empty_dir":
+        path.mkdir(parents=True)
+    elif kind == "pointer_to_nothing":  # a run killed before its first checkpoint completed
+        path.mkdir(parents=True)
+        (path / "latest").write_text("step_000004\n")
+        path = path / "latest"
+    elif kind == "a_file":
+        path.parent.mkdir(parents=True)
+        path.write_text("not a model\n")
+    with pytest.raises(ConfigError, match=f"{path}: not a model directory"):
+        build_model(MoEPolicySource(checkpoint=path))
