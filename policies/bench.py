@@ -21,7 +21,8 @@ in static batches of C (it pads every batch to its longest budget; only requeste
 Figures: `tokens_per_s` (continuous), `tokens_per_s_batch`, `tokens_per_s_hf`, `speedup_vs_batch`,
 `speedup_vs_hf`, `ttft_p50_ms` / `tpot_p50_ms` (continuous: submit to first token, then per later
 token), `prefills` (distinct prompts the continuous engine prefilled), `new_tokens`, `requests`,
-`concurrency`, `group`, `threads`.
+`concurrency`, `group`, `prefill_chunk` (`--prefill-chunk`: prompt columns the continuous engine
+prefills a step), `threads`.
 """
 
 from __future__ import annotations
@@ -59,6 +60,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--concurrency", type=int, default=16, metavar="C", help="stream: clients in flight")
     parser.add_argument("--group", type=int, default=4, metavar="G", help="stream: requests sharing one prompt")
+    parser.add_argument(
+        "--prefill-chunk",
+        type=int,
+        default=None,
+        metavar="T",
+        help="stream: the continuous engine prefills T prompt columns a step (default: the config's engine.prefill_chunk)",
+    )
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -194,7 +202,8 @@ def run_stream(args: argparse.Namespace) -> dict:
     new_tokens = sum(r.max_tokens for r in requests)
     warm = requests[: args.concurrency]
     figures: dict = {}
-    continuous = GenerationEngine(policy, max_batch_size=args.concurrency, mode="continuous")
+    chunk = args.prefill_chunk or config.engine.prefill_chunk
+    continuous = GenerationEngine(policy, max_batch_size=args.concurrency, mode="continuous", prefill_chunk=chunk)
     batch = GenerationEngine(policy, max_batch_size=args.concurrency, mode="kv_cache")
     for name, engine in (("batch", batch), ("continuous", continuous)):
         _through_batching_engine(engine, warm, args.concurrency)  # warm-up
@@ -220,6 +229,7 @@ def run_stream(args: argparse.Namespace) -> dict:
         concurrency=args.concurrency,
         group=args.group,
         prompt_tokens=args.prompt_tokens,
+        prefill_chunk=chunk,
         threads=torch.get_num_threads(),
     )
     return figures

@@ -175,15 +175,36 @@ class _Sequence:
     first_token: float = 0.0
 
 
+@dataclass
+class _Prefill:
+    """Admitted rows whose distinct prompts are being prefilled together, at most ``chunk`` columns a step."""
+
+    rows: list[_Sequence]
+    distinct: dict[tuple[int, ...], int]  # prompt -> its row in the batch below
+    ids: torch.Tensor  # (P, width) left-padded distinct prompts
+    mask: torch.Tensor  # (P, width)
+    positions: torch.Tensor  # (P, width)
+    cache: DynamicCache = field(default_factory=DynamicCache)
+    done: int = 0  # columns prefilled so far
+    routes: list[torch.Tensor] = field(default_factory=list)  # (L, P, chunk, K) per chunk
+
+
 class ContinuousBatcher:
     """The worker thread and its scheduling (see the module docstring)."""
 
     def __init__(
-        self, policy: CausalLMPolicy, slots: int, pad_token_id: int = 0, version: Callable[[], int] = lambda: 0
+        self,
+        policy: CausalLMPolicy,
+        slots: int,
+        pad_token_id: int = 0,
+        version: Callable[[], int] = lambda: 0,
+        prefill_chunk: int | None = None,
     ) -> None:
         config = policy.model.config
         self.policy = policy
         self.slots = slots
+        self.prefill_chunk = prefill_chunk  # columns of admitted prompts prefilled a step (None: all at once)
+        self.prefilling: _Prefill | None = None
         self.pad_token_id = pad_token_id
         self.version = version
         self.cache = SlotCache(
@@ -202,6 +223,7 @@ class ContinuousBatcher:
         self.wakeup = threading.Event()  # set with every notify: the idle worker waits on it holding no reference
         self.prefills = 0  # distinct prompts prefilled (prefix sharing makes it < prompts admitted)
         self.admitted = 0
+        self.steps: deque[tuple[int, int]] = deque(maxlen=100_000)  # (prompt columns prefilled, rows decoded) a step
         # (submitted, first token, done, tokens) of the latest finished rows, perf_counter seconds (bench generate)
         self.timings: deque[tuple[float, float, float, int]] = deque(maxlen=100_000)
         self.closed = False
@@ -251,31 +273,36 @@ class ContinuousBatcher:
     def _next(self) -> tuple[str, object]:
         """The next piece of work, without waiting: ``("idle", None)``, ``("stop", None)``,
         ``("update", (action, future))`` or ``("step", admitted rows)``."""
+        busy = bool(self.running) or self.prefilling is not None
         with self.condition:
-            if not (self.waiting or self.running or self.updates or self.closed):
+            if not (self.waiting or busy or self.updates or self.closed):
                 return "idle", None
-            if self.closed and not self.running:
+            if self.closed and not busy:
                 error = EngineError("the generation engine was closed")
                 for row in self.waiting:
                     if not row.job.future.done():
                         row.job.future.set_exception(error)
                 self.waiting.clear()
                 return "stop", None
-            if self.updates and not self.running:
+            if self.updates and not busy:
                 return "update", self.updates.popleft()
             free = self.slots - len(self.running)
-            blocked = self.updates or self.closed
+            blocked = self.updates or self.closed or self.prefilling is not None  # one prefill at a time
             return "step", [] if blocked else [self.waiting.popleft() for _ in range(min(free, len(self.waiting)))]
 
     def _step(self, admit: list[_Sequence]) -> None:
         try:
             if admit:
-                self._prefill(admit)
+                self.prefilling = self._start_prefill(admit)
+            columns = self._prefill() if self.prefilling is not None else 0
             if self.running:
                 self._decode()
-        except Exception as exc:  # a fault of the model step: every running and admitted row fails
+            self.steps.append((columns, len(self.running)))
+        except Exception as exc:  # a fault of the model step: every running and prefilling row fails
             log.exception("continuous batcher step failed")
-            self._fail(admit + self.running, EngineError(f"generation failed: {type(exc).__name__}: {exc}"))
+            rows = (self.prefilling.rows if self.prefilling is not None else []) + self.running
+            self.prefilling = None
+            self._fail(rows, EngineError(f"generation failed: {type(exc).__name__}: {exc}"))
 
     def _fail(self, rows: list[_Sequence], error: EngineError) -> None:
         for row in rows:
@@ -284,20 +311,37 @@ class ContinuousBatcher:
         self.running = []
         self.cache.n, self.cache.start, self.cache.end = 0, 0, 0
 
-    @torch.no_grad()
-    def _prefill(self, admit: list[_Sequence]) -> None:
-        """Prefill each distinct prompt once, place every admitted row in a slot, sample its first token."""
-        device = self.policy.device
+    def _start_prefill(self, admit: list[_Sequence]) -> _Prefill:
+        """The prefill of ``admit``: each distinct prompt once, left-padded into one batch."""
         distinct: dict[tuple[int, ...], int] = {}
         for row in admit:
             distinct.setdefault(tuple(row.prompt), len(distinct))
-        prompts = list(distinct)
-        ids, mask, positions = left_padded(prompts, self.pad_token_id, device)
-        width = ids.shape[1]
-        prefill = DynamicCache()
-        out = self.policy.step(ids, mask, positions, prefill)
-        self.prefills += len(prompts)
+        ids, mask, positions = left_padded(list(distinct), self.pad_token_id, self.policy.device)
+        self.prefills += len(distinct)
         self.admitted += len(admit)
+        return _Prefill(rows=admit, distinct=distinct, ids=ids, mask=mask, positions=positions)
+
+    @torch.no_grad()
+    def _prefill(self) -> int:
+        """Prefill the next chunk of columns (all of them without ``prefill_chunk``), so a long prompt never stalls
+        the running rows for more than one chunk a step; after the last, place the rows. Returns the columns."""
+        p = self.prefilling
+        width = p.ids.shape[1]
+        stop = width if self.prefill_chunk is None else min(width, p.done + self.prefill_chunk)
+        out = self.policy.step(p.ids[:, p.done : stop], p.mask[:, :stop], p.positions[:, p.done : stop], p.cache)
+        columns, p.done = stop - p.done, stop
+        if out.routes is not None:
+            p.routes.append(out.routes)
+        if stop == width:
+            self._place(p, out.logits[:, -1], torch.cat(p.routes, dim=2) if p.routes else None)
+            self.prefilling = None  # after: a failed placement fails every admitted row (`_step`)
+        return columns
+
+    def _place(self, p: _Prefill, logits: torch.Tensor, routes: torch.Tensor | None) -> None:
+        """Place every prefilled row in a slot, ending at ``end``, and sample its first token.
+
+        ``logits``: (P, V) at each distinct prompt's last column; ``routes``: (L, P, width, K) or None."""
+        admit, distinct, width, prefill = p.rows, p.distinct, p.ids.shape[1], p.cache
         cache = self.cache
         cache.make_room(max(len(row.prompt) for row in admit))
         version = self.version()
@@ -310,11 +354,10 @@ class ContinuousBatcher:
             cache.n += 1
             cache.start = min(cache.start, cache.end - length)
             row.length, row.version = length, version
-            if out.routes is not None and row.params.return_routed_experts:
-                row.prompt_routes = out.routes[:, b, width - length :]
+            if routes is not None and row.params.return_routed_experts:
+                row.prompt_routes = routes[:, b, width - length :]
             self.running.append(row)
-        logits = out.logits[:, -1][[distinct[tuple(row.prompt)] for row in admit]]
-        self._take(admit, logits)
+        self._take(admit, logits[[distinct[tuple(row.prompt)] for row in admit]])
 
     @torch.no_grad()
     def _decode(self) -> None:

@@ -76,6 +76,7 @@ class GenerationEngine:
         mode: Mode | None = None,
         pad_token_id: int = 0,
         weights_version: int = 0,
+        prefill_chunk: int | None = None,
     ) -> None:
         self.policy = policy
         self.max_batch_size = max_batch_size
@@ -87,7 +88,9 @@ class GenerationEngine:
         self._lock = threading.Lock()
         self._batcher: ContinuousBatcher | None = None
         if self.mode == "continuous":
-            self._batcher = ContinuousBatcher(policy, max_batch_size, pad_token_id, lambda: self.weights_version)
+            self._batcher = ContinuousBatcher(
+                policy, max_batch_size, pad_token_id, lambda: self.weights_version, prefill_chunk
+            )
 
     @property
     def model_name(self) -> str:

@@ -61,6 +61,9 @@ class EngineOptions(BaseModel):
     recompute: the whole sequence every step (reference/benchmark). See policies/generation.py."""
     pad_token_id: int = Field(0, ge=0)
     """Id used to left-pad prompts (masked out, never attended to)."""
+    prefill_chunk: int | None = Field(None, ge=1)
+    """continuous: prompt columns prefilled per decode step, so a long prompt never stalls the running rows for
+    more than one chunk (None: an admitted group's prompts are prefilled in one step)."""
     threads: int | None = Field(None, ge=1)
     """torch intra-op CPU threads of the server process (`gym serve`; None: torch's default, one per core). A
     small model decodes faster on one: the tiny policy about 1.45x over two on the 2-core VM (docs/engine.md)."""
@@ -139,4 +142,5 @@ def build_engine(config: ServeConfig):  # -> GenerationEngine (imports torch laz
         max_batch_size=config.engine.max_batch_size,
         mode=config.engine.mode,
         pad_token_id=config.engine.pad_token_id,
+        prefill_chunk=config.engine.prefill_chunk,
     )

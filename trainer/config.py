@@ -176,6 +176,8 @@ class RolloutEngineConfig(BaseModel):
     mode: Literal["continuous", "kv_cache"] | None = None
     """in_process: continuous batching (the default for the RDEP policy) or one batch per merged call
     (kv_cache, the default for other models); see policies/generation.py."""
+    prefill_chunk: int | None = Field(None, ge=1)
+    """in_process, continuous: prompt columns prefilled per decode step (None: an admitted group in one step)."""
 
     @model_validator(mode="after")
     def _url(self) -> RolloutEngineConfig:

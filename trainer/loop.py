@@ -249,7 +249,9 @@ class Loop:
             model.load_state_dict(weights)
         else:
             model = self.learner.model
-        generation = build_engine(model, engine_config.max_batch_size, mode=engine_config.mode)
+        generation = build_engine(
+            model, engine_config.max_batch_size, mode=engine_config.mode, prefill_chunk=engine_config.prefill_chunk
+        )
         generation.weights_version = self.learner.state.weights_version
         self.engine = BatchingEngine(generation, engine_config.max_batch_size)
         self.sync = InProcessSync(generation)

@@ -66,15 +66,24 @@ def frozen_copy(model: nn.Module) -> nn.Module:
 
 
 def build_engine(
-    model: nn.Module, max_batch_size: int = 32, pad_token_id: int = 0, name: str = "policy", mode: str | None = None
+    model: nn.Module,
+    max_batch_size: int = 32,
+    pad_token_id: int = 0,
+    name: str = "policy",
+    mode: str | None = None,
+    prefill_chunk: int | None = None,
 ) -> GenerationEngine:
-    """An in-process generation engine over its own copy of ``model``'s weights (version 0); ``mode`` as
-    `GenerationEngine` (None: its default)."""
+    """An in-process generation engine over its own copy of ``model``'s weights (version 0); ``mode`` and
+    ``prefill_chunk`` as `GenerationEngine` (None: its default)."""
     copy_ = copy.deepcopy(model).eval()
     for p in copy_.parameters():
         p.requires_grad_(False)
     return GenerationEngine(
-        CausalLMPolicy(copy_, name=name), max_batch_size=max_batch_size, mode=mode, pad_token_id=pad_token_id
+        CausalLMPolicy(copy_, name=name),
+        max_batch_size=max_batch_size,
+        mode=mode,
+        pad_token_id=pad_token_id,
+        prefill_chunk=prefill_chunk,
     )
 
 

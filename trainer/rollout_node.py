@@ -67,7 +67,12 @@ class RolloutNode:
         from trainer.policy import InProcessSync, build_engine, build_model
 
         model = build_model(self.config.policy, self.config.dtype, "cpu")
-        generation = build_engine(model, self.config.engine.max_batch_size, mode=self.config.engine.mode)
+        generation = build_engine(
+            model,
+            self.config.engine.max_batch_size,
+            mode=self.config.engine.mode,
+            prefill_chunk=self.config.engine.prefill_chunk,
+        )
         del model
         return generation, InProcessSync(generation)
 

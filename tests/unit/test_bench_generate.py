@@ -30,6 +30,12 @@ def test_the_request_stream_compares_three_engines_on_the_same_requests() -> Non
         assert figures[key] > 0, key
     assert figures["speedup_vs_batch"] == figures["tokens_per_s"] / figures["tokens_per_s_batch"]
     assert 4 <= figures["prefills"] <= 12  # every distinct prompt at least once, never more than one per request
+    assert figures["prefill_chunk"] is None
+
+
+def test_the_stream_with_chunked_prefill_reports_its_chunk() -> None:
+    figures = bench.run(_args(requests=8, concurrency=4, group=2, prompt_tokens=16, new_tokens=8, prefill_chunk=4))
+    assert figures["prefill_chunk"] == 4 and figures["tokens_per_s"] > 0 and figures["requests"] == 8
 
 
 def test_the_single_batch_workload_checks_kv_against_recompute() -> None:

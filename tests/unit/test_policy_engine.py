@@ -256,3 +256,36 @@ def test_a_dropped_or_closed_engine_stops_its_worker(policy) -> None:
     assert not closed._batcher.thread.is_alive()
     with pytest.raises(EngineError, match="closed"):
         closed.generate_batch(PROMPTS[:1], [SamplingParams(max_tokens=2, seed=0)])
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64])
+def test_a_chunked_prefill_samples_what_the_whole_prefill_samples_routes_included(policy, chunk) -> None:
+    prompts = [list(range(1, 41)), [7, 8], [9, 10, 11, 12], list(range(1, 41))]  # a shared prompt, mixed lengths
+    params = [SamplingParams(max_tokens=n, seed=5 + n, return_routed_experts=True) for n in (9, 20, 6, 9)]
+    chunked = GenerationEngine(policy, prefill_chunk=chunk)
+    got = chunked.generate_batch(prompts, params)
+    assert chunked._batcher.prefills == 3  # the shared prompt still prefilled once
+    assert max(columns for columns, _ in chunked._batcher.steps) == min(chunk, 40)
+    for a, b in zip(got, GenerationEngine(policy, mode="kv_cache").generate_batch(prompts, params), strict=True):
+        _same(a, b)
+        assert a.routed_experts == b.routed_experts
+
+
+def test_a_long_prompt_prefilled_in_chunks_does_not_stall_the_running_rows(policy) -> None:
+    """While a 100-token prompt is prefilled 8 columns a step, the running row decodes a token every step; without
+    chunks the same prompt is prefilled in one step (what the chunks are for)."""
+    for chunk, most in ((8, 8), (None, 100)):
+        engine = GenerationEngine(policy, max_batch_size=4, prefill_chunk=chunk)
+        running = engine.submit([PROMPTS[0]], [SamplingParams(max_tokens=80, seed=1)])
+        while not engine._batcher.steps:  # the short row runs before the long prompt arrives
+            time.sleep(0.001)
+        prompt = [1 + i % 60 for i in range(100)]
+        long = engine.submit([prompt], [SamplingParams(max_tokens=4, seed=2)])
+        alone = GenerationEngine(policy, mode="kv_cache")
+        _same(long.result()[0], alone.generate_batch([prompt], [SamplingParams(max_tokens=4, seed=2)])[0])
+        _same(running.result()[0], alone.generate_batch([PROMPTS[0]], [SamplingParams(max_tokens=80, seed=1)])[0])
+        steps = list(engine._batcher.steps)
+        prefilling = [decoded for columns, decoded in steps if columns and decoded]
+        assert max(columns for columns, _ in steps[1:]) == most, steps
+        if chunk:  # 100 columns in 13 steps, each one a decode step of the running row beside it
+            assert sum(1 for columns, _ in steps[1:] if columns) == 13 and len(prefilling) >= 13, steps
