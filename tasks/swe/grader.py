@@ -5,8 +5,10 @@
 2. In a fresh container: the pristine repository is copied into the tmpfs, the
    diff is applied (``git apply``, then ``patch --fuzz`` like the harness;
    neither applies -> ``patch_apply_failed``), the test files are reset to
-   base_commit, and ``test_patch`` is applied (failure: the instance is broken
-   -> ``infra_error``).
+   base_commit, and ``test_patch`` is applied. Whether ``test_patch`` applies is
+   checked on the pristine tree first (no: the instance is broken ->
+   ``infra_error``); a step that fails after the diff is applied fails on the
+   tree the diff left (a full disk, no inodes left) -> ``patch_apply_failed``.
 3. The test command runs as its own runner call; its exit code comes from the
    runner, not from the log, and the log is framed by start/end markers
    written on the host, so nothing the tests print can forge either. The
@@ -214,8 +216,15 @@ class SweGrader:
 
     async def _run(self, ws: Workspace, instance: SweInstance, diff: str) -> tuple[InstanceResult, str]:
         await copy_repo(ws, self.config.setup_timeout_s)
-        await put_file(ws, MODEL_DIFF, diff.encode("utf-8", errors="surrogateescape"))
         await put_file(ws, TEST_DIFF, instance.test_patch.encode())
+        # Whether the instance is broken is decided on the pristine tree, before the candidate's diff: after it,
+        # a step that fails failed on the candidate's tree (a diff that used up the disk's inodes made git's
+        # index.lock fail in the reset; the grader called that the host's failure and masked it).
+        check = await self._step(ws, f"git apply --check {shlex.quote(TEST_DIFF)}")
+        if _failed(check):
+            detail = f"test_patch does not apply (the instance is broken): {check.stderr_text[-800:]}"
+            return self._outcome(instance, "infra_error", detail), ""
+        await put_file(ws, MODEL_DIFF, diff.encode("utf-8", errors="surrogateescape"))
         restored: tuple[StrippedPath, ...] = ()
         if diff.strip():
             installed = await self._step(
@@ -231,15 +240,13 @@ class SweGrader:
                 detail = (applied.stdout_text + applied.stderr_text)[-1500:]
                 return self._outcome(instance, "patch_apply_failed", detail), ""
             if _failed(git := await self._step(ws, _RESTORE_GIT)):
-                return self._outcome(instance, "infra_error", f"restoring .git: {git.stderr_text[-800:]}"), ""
+                return self._left_broken(instance, "restoring .git", git), ""
             after = await self._step(ws, _CHANGED, APPLY_MARKER, NEWER, output_limit_bytes=LISTING_LIMIT_BYTES)
             if after.truncated or after.failure == FailureKind.OUTPUT_TRUNCATED:  # the candidate's diff made it so
                 detail = f"the applied diff changed more paths than grading checks (listing over {LISTING_LIMIT_BYTES} bytes)"
                 return self._outcome(instance, "patch_apply_failed", detail), ""
             if _failed(after):
-                return self._outcome(
-                    instance, "infra_error", f"listing the changed tree: {after.stderr_text[-800:]}"
-                ), ""
+                return self._left_broken(instance, "listing the changed tree", after), ""
             protected = set(instance.test_files()) | files_of_test_ids(instance.fail_to_pass + instance.pass_to_pass)
             modules = frozenset(installed.stdout_text.split())
             restored = tuple(
@@ -252,11 +259,10 @@ class SweGrader:
             ws, _RESET, stdin=b"".join(p.encode("utf-8", errors="surrogateescape") + b"\0" for p in paths)
         )
         if _failed(reset):
-            return self._outcome(instance, "infra_error", f"resetting the test files: {reset.stderr_text[-800:]}"), ""
+            return self._left_broken(instance, "resetting the test files", reset), ""
         tests = await self._step(ws, f"git apply --verbose {shlex.quote(TEST_DIFF)} && rm -rf {GRADE_DIR}")
         if _failed(tests):
-            detail = f"test_patch does not apply (the instance is broken): {tests.stderr_text[-800:]}"
-            return self._outcome(instance, "infra_error", detail), ""
+            return self._left_broken(instance, "applying test_patch", tests), ""
         run = await ws.exec(
             ExecRequest(
                 argv=["bash", "-c", instance.command()],
@@ -269,6 +275,15 @@ class SweGrader:
         text = framed_log(run)
         judged = await trio.to_thread.run_sync(self._judge, instance, run, text)  # 8 MiB of log: off the event loop
         return judged.model_copy(update={"stripped": restored}), text
+
+    @staticmethod
+    def _left_broken(instance: SweInstance, step: str, result: ExecResult) -> InstanceResult:
+        """A set-up step after the candidate's diff failed (the sandbox did not: `_step` raised for that): the
+        tree the diff left made it fail (a full disk, inodes used up, paths in the way), so it is the candidate's
+        failure, scored 0 (``patch_apply_failed``: no test ran, and an ``unresolved`` with no test ids would have a
+        partial score of 1); the pristine tree passed the check of test_patch (`_run`)."""
+        detail = f"{step} failed on the tree the diff left: {result.failure.value} (exit {result.exit_code}) "
+        return SweGrader._outcome(instance, "patch_apply_failed", detail + (result.stderr_text + result.detail)[-800:])
 
     @staticmethod
     def _judge(instance: SweInstance, run: ExecResult, text: str) -> InstanceResult:
