@@ -74,7 +74,7 @@ class Workspace:
         self.id = container_id
         self._engine = engine  # to tell whose failure a lost runner is (see _blame)
         self._lost: tuple[FailureKind, str] | None = None
-        self._diagnosing: trio.CancelScope | None = None
+        self._diagnosing: set[trio.CancelScope] = set()  # one per blame in flight (blames are not serialized)
         self.owner = owner
         self.config = config
         self._stream = stream
@@ -190,9 +190,12 @@ class Workspace:
             return kind, f"{why} (workspace lost earlier: {exc})"
         if not isinstance(exc, RunnerLost) or self._engine is None:
             return FailureKind.INFRA_ERROR, str(exc)
-        with trio.CancelScope() as self._diagnosing:  # abandon() cuts a diagnosis short: the engine is gone
-            kind, why = await diagnose(self._engine, self.id, answered=exc.answered)
-        self._diagnosing = None
+        with trio.CancelScope() as scope:  # abandon() cuts a diagnosis short: the engine is gone
+            self._diagnosing.add(scope)
+            try:
+                kind, why = await diagnose(self._engine, self.id, answered=exc.answered)
+            finally:
+                self._diagnosing.discard(scope)
         if self._lost is not None:
             return self._lost[0], f"{self._lost[1]} ({exc})"
         self._lost = (kind, f"{exc}; {why}")
@@ -351,8 +354,8 @@ class Workspace:
         if self._lost is None:
             self._lost = (FailureKind.INFRA_ERROR, reason)
         self.broken = self.broken or reason
-        if self._diagnosing is not None:
-            self._diagnosing.cancel()
+        for scope in self._diagnosing:
+            scope.cancel()
         self._stream.abort()
 
     @property

@@ -149,3 +149,41 @@ def test_cli_help_lists_every_command_without_importing_torch():
         text=True,
     )
     assert probe.stdout.strip() == "False"
+
+
+def test_abandon_cuts_every_diagnosis_in_flight_short(monkeypatch):
+    """Two calls whose runner was lost are blamed at once (blames are not serialized); abandoning the workspace
+    (its engine drained) ends both diagnoses at once as infra_error, not only the one that started last."""
+    import trio
+
+    from sandbox import workspace as module
+
+    started = []
+
+    async def diagnose_forever(engine, container_id, *, answered):
+        started.append(container_id)
+        await trio.sleep_forever()
+
+    class Stream:
+        def abort(self):
+            pass
+
+    monkeypatch.setattr(module, "diagnose", diagnose_forever)
+    ws = module.Workspace("c0ffee", Stream(), SandboxConfig(), owner="test", engine=object())
+    blamed = []
+
+    async def blame():
+        blamed.append(await ws._blame(module.RunnerLost("stream closed")))
+
+    async def main():
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(blame)
+                nursery.start_soon(blame)
+                while len(started) < 2:
+                    await trio.sleep(0.01)
+                ws.abandon("engine drained")
+
+    trio.run(main)
+    assert [kind for kind, _ in blamed] == [FailureKind.INFRA_ERROR] * 2
+    assert all("engine drained" in why for _, why in blamed)
