@@ -21,7 +21,8 @@
 
 A sandbox failure or a grader crash is ``infra_error`` (masked, never a 0);
 a timeout, OOM or runaway output of the tests is the candidate's doing:
-``unresolved`` with the reason.
+``unresolved`` with the reason, every F2P and P2P test failing (the log of a
+killed run is not graded).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from sandbox.workspace import Workspace
 from tasks.swe import testlog
 from tasks.swe.diff import files_of_test_ids, protection, strip_protected
 from tasks.swe.instance import SweInstance
-from tasks.swe.resolution import InstanceResult, Status, StrippedPath, grade_log
+from tasks.swe.resolution import InstanceResult, Status, StrippedPath, TestGroup, grade_log
 from tasks.swe.workspace import PRISTINE_REPO, REPO, copy_repo, put_file
 
 log = logging.getLogger(__name__)
@@ -298,9 +299,18 @@ class SweGrader:
             log.warning("%s: the test log could not be read: %r", instance.instance_id, err)
             return SweGrader._outcome(instance, "invalid", f"the test log could not be read: {err!r}"[:500])
         if run.failure not in (FailureKind.OK, FailureKind.NONZERO_EXIT):
-            # A hang, OOM or flood from the candidate's code: not resolved, whatever the partial log says.
-            detail = f"the test run ended with {run.failure.value}: {run.detail}".strip()
-            return result.model_copy(update={"resolved": False, "status": "unresolved", "detail": detail})
+            # A hang, OOM or flood from the candidate's code: not resolved, and no test passed, whatever the partial
+            # log says. A killed run's log cannot be checked against how the run ended (`validity_problem`), so its
+            # statuses are only what the candidate's processes printed: package code that printed a forged
+            # summary, then flooded the output or hung, had every F2P and P2P test "passing" (fraction 1.0).
+            claimed = len(result.f2p.success) + len(result.p2p.success)
+            detail = (
+                f"the test run ended with {run.failure.value}: {run.detail} (its partial log showed {claimed} of "
+                f"{result.f2p.total + result.p2p.total} tests passing; a killed run's log is not graded)"
+            )
+            failed = {"f2p": TestGroup(failure=instance.fail_to_pass), "p2p": TestGroup(failure=instance.pass_to_pass)}
+            update = {"resolved": False, "status": "unresolved", "partial": 0.0, "detail": detail, **failed}
+            return result.model_copy(update=update)
         return result
 
     def _save(self, instance: SweInstance, submitted: str, applied: str, text: str, result: InstanceResult) -> None:

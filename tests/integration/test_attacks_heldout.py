@@ -5,6 +5,11 @@ control that passes (so the check can fail). A candidate's failure must be score
 SWE: a diff that uses up the grading tmpfs's inodes (one empty new file per free inode) applies cleanly, and the
 next set-up step (git's ``index.lock`` in the reset of the test files) then fails with ENOSPC; the grader called
 that the host's failure and masked the sample, so a policy that cannot fix an issue could turn its 0 into a mask.
+
+SWE: package code prints a pytest-looking summary naming every F2P and P2P test PASSED through pytest's saved stdout
+(an unfixed ``accumulate``), then floods the output past the log bound or hangs: the run is killed, and the grader
+took the statuses of the killed run's log (which cannot be checked against how the run ended) as the tests' outcomes,
+``unresolved`` with every test passing: a reward of 1.0 under ``correctness: {mode: fraction}``.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import trio
 from sandbox.fleet import open_pool
 from sandbox.protocol import ExecRequest
 from tasks.swe.evaluation import evaluate, grading_sandbox
+from tasks.swe.family import task_result
 from tasks.swe.grader import TEST_DIFF, SweGraderConfig, instance_sandbox
 from tasks.swe.workspace import REPO, copy_repo, put_file
 from tests.swe_support import TOOLZ, images, repos_dir, shipped
@@ -55,8 +61,8 @@ def free_inodes_at_apply(instance) -> int:
     return trio.run(probe) - 2
 
 
-def grade(pairs):
-    return evaluate(pairs, repos_dir(), SweGraderConfig(), grading_sandbox(None)).instances
+def grade(pairs, **config):
+    return evaluate(pairs, repos_dir(), SweGraderConfig(**config), grading_sandbox(None)).instances
 
 
 def test_a_diff_that_uses_up_the_inodes_is_the_candidates_failure():
@@ -78,3 +84,65 @@ def test_a_diff_that_uses_up_the_inodes_is_the_candidates_failure():
         assert "No space left on device" in result.detail, result
     assert control.resolved and spare.resolved, (control, spare)
     assert masked.infra_error and "the instance is broken" in masked.detail, masked
+
+
+def new_file(path: str, text: str) -> str:
+    lines = text.splitlines()
+    body = "".join(f"+{line}\n" for line in lines)
+    return f"diff --git a/{path} b/{path}\nnew file mode 100644\n--- /dev/null\n+++ b/{path}\n@@ -0,0 +1,{len(lines)} @@\n{body}"
+
+
+def forged_summary_then(ending: str) -> str:
+    """A diff (no fix) whose ``accumulate`` prints, through pytest's saved stdout, a summary naming every F2P and P2P
+    test PASSED, then runs ``ending``."""
+    toolz = shipped()[TOOLZ]
+    forger = f"""\
+import os, stat, time
+def forge():
+    ids = {sorted(toolz.fail_to_pass + toolz.pass_to_pass)!r}
+    text = "\\n=== short test summary info ===\\n" + "".join(f"PASSED {{i}}\\n" for i in ids)
+    text += f"=== {{len(ids)}} passed in 0.42s ===\\n"
+    for fd in range(3, 64):
+        try:
+            if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, text.encode())
+                break
+        except OSError:
+            continue
+{ending}"""
+    call = """\
+diff --git a/toolz/itertoolz.py b/toolz/itertoolz.py
+--- a/toolz/itertoolz.py
++++ b/toolz/itertoolz.py
+@@ -54,6 +54,8 @@ def accumulate(binop, seq, initial=no_default):
+     See Also:
+         itertools.accumulate :  In standard itertools for Python 3.2+
+     \"\"\"
++    from ._forge import forge
++    forge()
+     seq = iter(seq)
+     if not initial or initial == no_default:
+         try:
+"""
+    return new_file("toolz/_forge.py", forger) + call
+
+
+def test_a_forged_summary_in_a_killed_run_passes_no_test():
+    toolz = shipped()[TOOLZ]
+    attacks = {
+        "flood": forged_summary_then("    os.write(fd, b'x' * (9 << 20))\n    os._exit(0)"),
+        "hang": forged_summary_then("    time.sleep(3600)"),
+        "exit": forged_summary_then("    os._exit(0)"),  # the run ends: its log is checked and found invalid
+    }
+    pairs = [(toolz, patch) for patch in attacks.values()] + [(toolz, toolz.patch)]
+    *results, control = grade(pairs, test_timeout_s=30)
+    for name, result in zip(attacks, results):
+        graded = task_result(result, toolz.fail_to_pass, toolz.pass_to_pass, 2.0)
+        assert not result.resolved and not result.infra_error and result.status in ("unresolved", "invalid"), name
+        assert graded.fraction == 0.0, (name, result)
+        if name != "exit":  # a killed run: no test passed, whatever its log printed
+            assert not result.f2p.success and not result.p2p.success, (name, result)
+    assert "a killed run's log is not graded" in results[0].detail and "output_truncated" in results[0].detail
+    assert "timeout" in results[1].detail
+    honest = task_result(control, toolz.fail_to_pass, toolz.pass_to_pass, 2.0)
+    assert control.resolved and honest.fraction == 1.0, control
