@@ -36,6 +36,8 @@ from typing import Any, NoReturn
 
 import yaml
 
+from sandbox.config_file import load_yaml
+
 Override = tuple[tuple[str, ...], Any]
 """A parsed ``--set``: the path of keys (list indexes as digit strings) and the value."""
 
@@ -55,7 +57,7 @@ def parse_override(text: str) -> Override:
     if not all(part.strip() for part in path):
         raise OverrideError(f"{text!r}: empty segment in the dotted key {key!r}")
     try:
-        value = yaml.safe_load(raw)
+        value = load_yaml(raw)
     except yaml.YAMLError as err:
         reason = getattr(err, "problem", None) or " ".join(str(err).split())
         raise OverrideError(f"{text!r}: the value is not valid YAML: {reason}") from None

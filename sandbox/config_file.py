@@ -23,6 +23,12 @@ from pydantic import BaseModel, ValidationError
 from sandbox.distribution import resolve
 
 Model = TypeVar("Model", bound=BaseModel)
+
+# The largest shipped config is ~30 KB; a file far past that is not a config, and PyYAML would spend minutes on it.
+MAX_CONFIG_BYTES = 1 << 20
+# Aliases make a YAML tree a graph: ten lines of nested anchors expand to a billion nodes once anything walks the
+# data (validation errors, the resolved config written as JSON). A real config has a few hundred nodes.
+MAX_CONFIG_NODES = 100_000
 ErrorType = Callable[[str], Exception]  # an exception class, or a function making one from the message
 
 
@@ -32,16 +38,86 @@ def read_config(path: str | Path, error: ErrorType = ValueError) -> Any:
     A relative path the working directory lacks is looked up among the shipped files (sandbox.distribution)."""
     path = resolve(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise error(f"{path}: larger than {MAX_CONFIG_BYTES >> 20} MiB, not a config file")
+        text = raw.decode("utf-8-sig")
     except (OSError, UnicodeDecodeError) as err:
         raise error(f"{path}: cannot read the config: {getattr(err, 'strerror', None) or err}") from None
     try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+        data = tomllib.loads(text) if path.suffix == ".toml" else load_yaml(text)
     except tomllib.TOMLDecodeError as err:
         raise error(f"{path}: not valid TOML: {err}") from None
     except yaml.YAMLError as err:
         raise error(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
     return {} if data is None else data
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load(text)``, with a YAMLError instead for a key given twice in one mapping, collections
+    nested past MAX_CONFIG_DEPTH or aliases that expand past MAX_CONFIG_NODES (a config file or a ``--set``)."""
+    _check_depth(text)
+    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
+
+
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 1 MiB in a second, pure Python in 30
+MAX_CONFIG_DEPTH = 100
+
+
+def _check_depth(text: str) -> None:
+    """YAMLError when collections nest deeper than MAX_CONFIG_DEPTH: libyaml's composer recurses in C and
+    segfaults on some ten thousand nested brackets, so the flat event stream is checked before composing."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_FAST_LOADER):
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > MAX_CONFIG_DEPTH:
+                raise yaml.YAMLError(f"line {event.start_mark.line + 1}: nested more than {MAX_CONFIG_DEPTH} deep")
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
+
+
+class _StrictLoader(_FAST_LOADER):  # type: ignore[misc, valid-type]
+    """safe_load that refuses what PyYAML lets through: a key given twice in one mapping (PyYAML keeps the
+    last silently) and aliases that expand past MAX_CONFIG_NODES (a billion-laughs file)."""
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _count_nodes(node, {}, MAX_CONFIG_NODES)
+        return super().construct_document(node)
+
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *base`: merged keys may be overridden, that is what merging is for
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:
+                    continue  # an unhashable key: SafeConstructor rejects it itself
+                if first is not key_node:
+                    raise yaml.YAMLError(
+                        f"line {key_node.start_mark.line + 1}: the key {key!r} is given a second time "
+                        f"(first on line {first.start_mark.line + 1})"
+                    )
+        return super().construct_mapping(node, deep=deep)
+
+
+def _count_nodes(node: yaml.Node, sizes: dict[int, int], limit: int) -> int:
+    """The number of nodes ``node`` expands to (an alias counts as often as it is used); YAMLError past ``limit``."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_count_nodes(child, sizes, limit) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_count_nodes(k, sizes, limit) + _count_nodes(v, sizes, limit) for k, v in node.value)
+    if size > limit:
+        raise yaml.YAMLError(f"it expands to more than {limit} values (an alias bomb?)")
+    sizes[id(node)] = size
+    return size
 
 
 def validate_config(model: type[Model], data: Any, source: str, error: ErrorType = ValueError) -> Model:

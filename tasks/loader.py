@@ -22,6 +22,9 @@ from tasks.task import Task
 
 log = logging.getLogger(__name__)
 
+# Rows in a row that match no format before one does: past this, the file is in a format nobody registered.
+MAX_UNRECOGNISED_ROWS = 100
+
 FormatChoice = Literal["auto", "nemotron", "taco", "apps", "codecontests", "lcb", "humaneval", "mbpp", "math"]
 
 # format name -> module exposing looks_like(row) and parse(index, row, name)
@@ -72,6 +75,7 @@ def load_tasks(path: Path, format: FormatChoice = "auto", reader: Reader = "auto
     tasks: list[Task | MathTask] = []
     errors: list[RowError] = []
     seen: set[str] = set()
+    unknown: list[str] = []  # why each row read before the format was recognised fits none
     for index, row in read_rows(Path(path), reader):
         if isinstance(row, RowError):
             errors.append(row)
@@ -79,7 +83,12 @@ def load_tasks(path: Path, format: FormatChoice = "auto", reader: Reader = "auto
         if chosen is None:
             chosen = detect_format(row)
             if chosen is None:
-                raise UnknownFormat(f"{path}: row {index} matches no known format (fields: {sorted(row)[:12]})")
+                # One odd row (a stray header, a row missing its statement) does not decide the whole file.
+                unknown.append(f"{path}: row {index} matches no known format (fields: {sorted(row)[:12]})")
+                errors.append(RowError(index=index, reason=f"matches no known format (fields: {sorted(row)[:12]})"))
+                if len(unknown) >= MAX_UNRECOGNISED_ROWS:
+                    raise UnknownFormat(f"{unknown[0]}, nor do the {len(unknown) - 1} rows after it")
+                continue
             log.info("%s: detected format %s", path, chosen)
         try:
             task = importlib.import_module(FORMATS[chosen]).parse(index, row, chosen)
@@ -89,11 +98,18 @@ def load_tasks(path: Path, format: FormatChoice = "auto", reader: Reader = "auto
         except (ValueError, TypeError, RecursionError, MemoryError) as err:  # pydantic validation, nesting, size
             errors.append(RowError(index=index, reason=f"{type(err).__name__}: {err}".splitlines()[0][:500]))
             continue
+        try:  # a lone surrogate (a "\\ud800" escape) loads but fails every later write of the task
+            task.model_dump_json()
+        except ValueError as err:
+            errors.append(RowError(index=index, reason=f"not valid Unicode text: {str(err).splitlines()[0][:300]}"))
+            continue
         if task.task_id in seen:
             errors.append(RowError(index=index, reason=f"duplicate task_id {task.task_id!r}"))
             continue
         seen.add(task.task_id)
         tasks.append(task)
+    if chosen is None and unknown:
+        raise UnknownFormat(unknown[0] + (f", nor do the {len(unknown) - 1} rows after it" if len(unknown) > 1 else ""))
     for error in errors:
         log.warning("%s: skipped row %d: %s", path, error.index, error.reason)
     return LoadReport(path=str(path), format=chosen or format, tasks=tuple(tasks), errors=tuple(errors))

@@ -50,18 +50,30 @@ class RowError(BaseModel):
     reason: str
 
 
-def _open_text(path: Path):
-    if path.name.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open("r", encoding="utf-8")
+_BOM = b"\xef\xbb\xbf"  # Windows tools start UTF-8 text with it; json.loads refuses it
 
 
-def _jsonl_rows(lines: Iterator[str]) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
+def _open_bytes(path: Path):
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
+
+
+def _jsonl_rows(lines: Iterator[bytes]) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
+    """Rows of JSON Lines read as bytes: a line that is not UTF-8 is that row's fault (one bad byte in a
+    scraped statement), unless it is the first, which says the file is not text at all (UnicodeDecodeError)."""
     index = -1
-    for line in lines:
-        if not line.strip():
+    for raw in lines:
+        if index < 0:
+            raw = raw.removeprefix(_BOM)
+        if not raw.strip():
             continue
         index += 1
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            if index == 0:
+                raise
+            yield index, RowError(index=index, reason=f"not UTF-8 text: {err.reason} at byte {err.start}")
+            continue
         try:
             row = json.loads(line)
         except (json.JSONDecodeError, RecursionError) as err:  # nesting past the parser's depth: that row only
@@ -76,16 +88,16 @@ def _jsonl_rows(lines: Iterator[str]) -> Iterator[tuple[int, dict[str, Any] | Ro
 def _plain_rows(path: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
     name = path.name
     if name.endswith(_JSONL_SUFFIXES):
-        with _open_text(path) as handle:
+        with _open_bytes(path) as handle:
             yield from _jsonl_rows(handle)
         return
-    with _open_text(path) as handle:
-        text = handle.read()
+    with _open_bytes(path) as handle:
+        raw = handle.read().removeprefix(_BOM)
     try:
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+        data = json.loads(raw.decode("utf-8"))
+    except (json.JSONDecodeError, RecursionError, UnicodeDecodeError):
         # Hubs often publish JSON Lines under a .json name.
-        yield from _jsonl_rows(iter(text.splitlines()))
+        yield from _jsonl_rows(iter(raw.splitlines()))
         return
     if isinstance(data, dict):
         data = [data]

@@ -28,11 +28,13 @@ def looks_like(row: dict[str, Any]) -> bool:
 
 
 def _group(row: dict[str, Any], key: str) -> tuple[StdinTest, ...]:
-    group = field.get(row, key, dict, None)
+    group = field.decoded(field.get(row, key, (dict, str), None), key)
     if group is None:
         return ()
-    inputs = field.string_list(group.get("input", []), f"{key}.input")
-    outputs = field.string_list(group.get("output", []), f"{key}.output")
+    if not isinstance(group, dict):
+        raise MalformedRow(f"field {key!r} is a {type(group).__name__}, expected an object of input/output lists")
+    inputs = field.text_list(group.get("input") or [], f"{key}.input")  # null: an empty group
+    outputs = field.text_list(group.get("output") or [], f"{key}.output")
     if len(inputs) != len(outputs):
         raise MalformedRow(f"{key} has {len(inputs)} inputs but {len(outputs)} outputs")
     return tuple(StdinTest(input=i, output=o) for i, o in zip(inputs, outputs))
@@ -40,10 +42,8 @@ def _group(row: dict[str, Any], key: str) -> tuple[StdinTest, ...]:
 
 def _time_limit(value: Any) -> float | None:
     if isinstance(value, dict):
-        seconds = value.get("seconds") or 0
-        nanos = value.get("nanos") or 0
-        if not isinstance(seconds, (int, float)) or not isinstance(nanos, (int, float)):
-            raise MalformedRow("time_limit.seconds/nanos must be numbers")
+        seconds = field.number(value.get("seconds") or 0, "time_limit.seconds")
+        nanos = field.number(value.get("nanos") or 0, "time_limit.nanos")
         total = seconds + nanos / 1e9
         return total if total > 0 else None
     return field.seconds(value, "time_limit")
@@ -54,6 +54,8 @@ def _python3_solutions(row: dict[str, Any]) -> tuple[str, ...]:
     if group is None:
         return ()
     languages, programs = group.get("language") or [], group.get("solution") or []
+    if not isinstance(languages, list) or not isinstance(programs, list):
+        raise MalformedRow("solutions.language and solutions.solution must be lists")
     if len(languages) != len(programs):
         raise MalformedRow("solutions.language and solutions.solution differ in length")
     return tuple(p for lang, p in zip(languages, programs) if lang in _PYTHON3 and isinstance(p, str))
@@ -73,7 +75,7 @@ def parse(index: int, row: dict[str, Any], name: str = "codecontests") -> Task:
         public_tests=public,
         limits=Limits(
             time_s=_time_limit(row.get("time_limit")),
-            memory_bytes=field.memory_bytes(row.get("memory_limit_bytes"), "memory_limit_bytes"),
+            memory_bytes=field.memory_bytes(row.get("memory_limit_bytes"), "memory_limit_bytes", bare_unit=1),
         ),
         solutions=_python3_solutions(row),
     )

@@ -55,6 +55,8 @@ def _cases(value: Any, path: str) -> list[dict[str, Any]]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
+            if isinstance(value, str):  # JSON-encoded twice by a re-export
+                value = field.decoded(value, path)
         except json.JSONDecodeError:
             try:
                 raw = _inflate(base64.b64decode(value.encode(), validate=True), path)

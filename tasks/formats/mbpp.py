@@ -39,7 +39,7 @@ def _called_function(tests: list[str]) -> str | None:
 
 def parse(index: int, row: dict[str, Any], name: str = "mbpp") -> Task:
     text = field.get(row, "text", str, None) or field.get(row, "prompt", str)
-    tests = field.string_list(field.get(row, "test_list", list), "test_list")
+    tests = field.string_list(field.get(row, "test_list", (list, str)), "test_list")
     if not tests:
         raise MalformedRow("test_list is empty")
     for n, source in enumerate(tests):
@@ -48,7 +48,7 @@ def parse(index: int, row: dict[str, Any], name: str = "mbpp") -> Task:
         except SyntaxError as err:
             raise MalformedRow(f"test_list[{n}] does not parse: {err}") from err
     setup_parts = [field.get(row, "test_setup_code", str, "")]
-    setup_parts += field.string_list(field.get(row, "test_imports", list, []), "test_imports")
+    setup_parts += field.string_list(field.get(row, "test_imports", (list, str), []), "test_imports")
     code = field.get(row, "code", str, None)
     return Task(
         task_id=field.task_id(row, ("task_id",), index),

@@ -38,8 +38,8 @@ def parse(index: int, row: dict[str, Any], name: str = "nemotron") -> Task:
     unit_tests = field.decoded(field.get(row, "verifier_metadata.unit_tests", (dict, str)), "unit_tests")
     if not isinstance(unit_tests, dict):
         raise MalformedRow("verifier_metadata.unit_tests is not an object")
-    inputs = field.string_list(unit_tests.get("inputs"), "unit_tests.inputs")
-    outputs = field.string_list(unit_tests.get("outputs"), "unit_tests.outputs")
+    inputs = field.text_list(unit_tests.get("inputs"), "unit_tests.inputs")
+    outputs = field.text_list(unit_tests.get("outputs"), "unit_tests.outputs")
     if len(inputs) != len(outputs):
         raise MalformedRow(f"unit_tests has {len(inputs)} inputs but {len(outputs)} outputs")
     if not inputs:

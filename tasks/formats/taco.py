@@ -32,6 +32,7 @@ def looks_like_apps(row: dict[str, Any]) -> bool:
 
 def _tests(io: dict[str, Any]) -> tuple[str, tuple[StdinTest | CallTest, ...]]:
     inputs, outputs = io.get("inputs"), io.get("outputs")
+    inputs, outputs = field.decoded(inputs, "input_output.inputs"), field.decoded(outputs, "input_output.outputs")
     if not isinstance(inputs, list) or not isinstance(outputs, list):
         raise MalformedRow("input_output needs lists 'inputs' and 'outputs'")
     if len(inputs) != len(outputs):

@@ -95,7 +95,11 @@ def parse(index: int, row: dict[str, Any], name: str = "math") -> MathTask:
         )
     task_id = field.task_id(row, ID_KEYS, index)
     if form == "gsm8k":
-        question, answer = field.get(row, "question", str), field.get(row, "answer", str)
+        question, answer = field.get(row, "question", str), field.get(row, "answer", (str, int, float))
+        if not isinstance(answer, str):  # a re-export that kept only the final number: it is the gold
+            return MathTask(
+                task_id=task_id, source_format=form, problem=_text(question, "question"), gold=_number(answer)
+            )
         return MathTask(
             task_id=task_id,
             source_format=form,
@@ -113,9 +117,20 @@ def parse(index: int, row: dict[str, Any], name: str = "math") -> MathTask:
             task_id=task_id, source_format=form, problem=problem, gold=_text(gold, "\\boxed{}"), solution=solution
         )
     answer = field.get(row, "answer", (str, int, float))
-    if isinstance(answer, bool):
+    gold = _text(answer, "answer") if isinstance(answer, str) else _number(answer)
+    return MathTask(task_id=task_id, source_format="plain", problem=problem, gold=gold)
+
+
+def _number(value: int | float) -> str:
+    """The gold of an answer given as a JSON number: ``72``, ``0.5``, ``72.0`` read as ``72``."""
+    if isinstance(value, bool):
         raise MalformedRow("answer: a boolean is not a mathematical answer")
-    return MathTask(task_id=task_id, source_format="plain", problem=problem, gold=_text(str(answer), "answer"))
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise MalformedRow(f"answer: {value!r} is not a finite number")
+        if value.is_integer():
+            return str(int(value))
+    return str(value)
 
 
 def _text(value: str, path: str) -> str:
