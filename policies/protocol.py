@@ -8,13 +8,32 @@ Requests forbid unknown fields (a typo must not silently fall back to a default)
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from policies.sampling import MAX_SEED, SamplingParams
 
-_REQUEST = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+# Strict: a token id `true` or `2.0`, or `"max_tokens": "16"`, is the client's bug, answered 400, not coerced.
+_REQUEST = ConfigDict(extra="forbid", use_attribute_docstrings=True, strict=True)
+
+MAX_TOP_K = 1 << 31
+"""Past the largest vocabulary any model has, top-k keeps everything; larger values overflowed the sampler."""
+
+
+def _unicode(text: str) -> str:
+    """A JSON "\\ud800" escape decodes to a lone surrogate, which no tokenizer can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(
+            f"holds a lone surrogate {text[err.start]!r} at character {err.start}: not Unicode text"
+        ) from None
+    return text
+
+
+Text = Annotated[str, AfterValidator(_unicode)]
+TokenId = Annotated[int, Field(ge=0)]
 
 
 class _Sampling(BaseModel):
@@ -24,16 +43,16 @@ class _Sampling(BaseModel):
     """Accepted for client compatibility; the server has one model."""
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = Field(0, ge=-1)
+    top_k: int = Field(0, ge=-1, le=MAX_TOP_K)
     """0 or -1 (vLLM's spelling) disable top-k."""
     n: int = Field(1, ge=1, le=64)
     """Completions per prompt (seeded ones use seed, seed + 1, ...)."""
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     """At most 2**62: a larger seed is this request's 400, never a failure of the batch it would join."""
-    stop_token_ids: list[int] = []
+    stop_token_ids: list[TokenId] = []
     stream: Literal[False] = False
     """Streaming is not supported."""
-    user: str | None = None
+    user: Text | None = None
     return_routed_experts: bool = False
 
     def sampling_params(self, max_tokens: int, extra_stops: tuple[int, ...] | list[int] = ()) -> SamplingParams:
@@ -49,7 +68,7 @@ class _Sampling(BaseModel):
 
 
 class CompletionRequest(_Sampling):
-    prompt: list[int] | list[list[int]] | str | list[str] = Field(min_length=1)
+    prompt: list[int] | list[list[int]] | Text | list[Text] = Field(min_length=1)
     """Token ids (one prompt or a batch) or text (needs the server's tokenizer)."""
     max_tokens: int = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=20)
@@ -62,8 +81,8 @@ class ChatMessage(BaseModel):
     model_config = _REQUEST
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str
-    name: str | None = None
+    content: Text
+    name: Text | None = None
 
 
 class ChatCompletionRequest(_Sampling):

@@ -89,6 +89,10 @@ class ServerOptions(BaseModel):
     max_json_body_bytes: int = Field(8 << 20, ge=1 << 10)
     """Largest JSON request body (completions, chat, weight paths): a parsed body costs many times its
     size in memory, so it is refused (413) before it is read whole."""
+    read_timeout_s: float = Field(30.0, gt=0)
+    """Longest wait for a JSON request's body (408 past it) and for a connection's first request line and
+    headers, or its next request (closed past it): a client that sends a byte a minute must not hold a
+    connection for ever (slowloris)."""
     max_sequences_per_request: int = Field(256, ge=1)
     """Prompts x n of one request at most (400 above): one request must not become an engine batch far
     above max_batch_size that its neighbours wait behind."""

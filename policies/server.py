@@ -78,10 +78,23 @@ async def _json_errors(request: web.Request, handler) -> web.StreamResponse:
     """Unexpected failures (an engine crash) answer a JSON 500 that names the error, like the 400s."""
     try:
         return await handler(request)
-    except web.HTTPException:
-        raise
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        # aiohttp's own 404/405/413 are text/plain; every client of this API reads {"error": ...}
+        message = f"{exc.reason}: {request.method} {request.path}"
+        if isinstance(exc, web.HTTPMethodNotAllowed):
+            message += f" (allowed: {', '.join(sorted(exc.allowed_methods))})"
+        elif exc.status == 413:
+            message = f"{exc.text} (max_body_bytes)"
+        response = _error(exc.status, message, "invalid_request_error")
+        if "Allow" in exc.headers:
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
     except _TooLarge as exc:
         return _error(413, str(exc), "invalid_request_error")
+    except _ReadTimeout as exc:
+        return _error(408, str(exc), "invalid_request_error")
     except Exception as exc:
         log.exception("%s %s failed", request.method, request.path)
         return _error(500, f"{type(exc).__name__}: {exc}", "server_error")
@@ -216,12 +229,21 @@ class PolicyServer:
         limit = self.options.max_json_body_bytes
         if (request.content_length or 0) > limit:
             raise _TooLarge(limit)
-        body = await request.content.read(limit + 1)  # bounded even without a Content-Length
+        try:  # bounded in size even without a Content-Length, and in time (a body sent a byte a minute)
+            async with asyncio.timeout(self.options.read_timeout_s):
+                body = await request.content.read(limit + 1)
+                if len(body) <= limit and request.content_length and len(body) < request.content_length:
+                    raise BadRequest(
+                        f"body ended after {len(body)} of its Content-Length {request.content_length} bytes "
+                        f"(the client closed it, or sent nothing for read_timeout_s={self.options.read_timeout_s:g})"
+                    )
+        except TimeoutError:
+            raise _ReadTimeout(self.options.read_timeout_s) from None
         if len(body) > limit:
             raise _TooLarge(limit)
         try:
-            data = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+            data = json.loads(body, parse_constant=_no_constant)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError) as exc:
             raise BadRequest(f"body is not valid JSON: {type(exc).__name__}: {exc}") from exc
         try:
             return model.model_validate(data)
@@ -257,6 +279,8 @@ class PolicyServer:
             results = await self._run(prompts, params)
         except BadRequest as exc:
             return _error(400, str(exc), "invalid_request_error")
+        except ValidationError as exc:  # the request's fields combine into sampling params that are invalid
+            return _error(400, _validation_message(exc), "invalid_request_error")
         except _Overloaded as exc:
             return _error(503, str(exc), "overloaded")
         choices = [self._completion_choice(i, prompts[i], c) for i, c in enumerate(results)]
@@ -300,6 +324,8 @@ class PolicyServer:
             results = await self._run([prompt] * req.n, params)
         except BadRequest as exc:
             return _error(400, str(exc), "invalid_request_error")
+        except ValidationError as exc:  # the request's fields combine into sampling params that are invalid
+            return _error(400, _validation_message(exc), "invalid_request_error")
         except _Overloaded as exc:
             return _error(503, str(exc), "overloaded")
         choices = []
@@ -361,7 +387,7 @@ class PolicyServer:
             version = await asyncio.to_thread(self.engine.load_checkpoint, Path(req.path), req.version)
         except BadRequest as exc:
             return _error(400, str(exc), "invalid_request_error")
-        except (FileNotFoundError, KeyError, ValueError) as exc:
+        except (OSError, KeyError, ValueError, SafetensorError) as exc:  # unreadable, not safetensors, wrong shapes
             return _error(400, f"cannot load weights from {req.path}: {exc}", "invalid_request_error")
         return web.json_response({"weights_version": version})
 
@@ -400,6 +426,16 @@ class PolicyServer:
         return web.json_response(body.model_dump())
 
 
+def _no_constant(name: str) -> float:
+    """Python's json reads NaN and Infinity, which JSON has not: `temperature: Infinity` is refused, not sampled."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
+class _ReadTimeout(Exception):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"request body not received within {seconds:g} s (read_timeout_s)")
+
+
 class _TooLarge(Exception):
     def __init__(self, limit: int) -> None:
         super().__init__(f"request body larger than {limit} bytes (max_json_body_bytes)")
@@ -420,7 +456,8 @@ def _usage(prompts: list[list[int]], results: list[Completion]) -> Usage:
 
 async def serve(server: PolicyServer, sock: socket.socket) -> None:
     """Run on a listening socket (`policies.serve_cli.listen`) until cancelled; logs the bound address."""
-    runner = web.AppRunner(server.app(), access_log=None)
+    # keepalive_timeout also bounds a connection that never completes its first request line and headers
+    runner = web.AppRunner(server.app(), access_log=None, keepalive_timeout=server.options.read_timeout_s)
     await runner.setup()
     site = web.SockSite(runner, sock)
     await site.start()

@@ -1,0 +1,182 @@
+"""Held-out bad requests against a real `python -m gym serve` process on 127.0.0.1.
+
+Each bad request must get a 4xx with a JSON error that names the problem (503 for overload), the
+server must keep answering, and a valid request beside it must succeed. Loops are bounded in count
+and every socket carries a timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+import yaml
+
+from tests.integration.test_server_policy import MODEL, start_server
+from tests.tokenizer_support import train_tokenizer
+
+READ_TIMEOUT_S = 2.0
+MAX_BODY = 64 << 10
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("serve-bad")
+    config = {
+        "policy": {"type": "rdep_moe", "seed": 0, "model": MODEL},
+        "engine": {"max_batch_size": 4, "threads": 1},
+        "server": {
+            "max_queued_requests": 2,
+            "read_timeout_s": READ_TIMEOUT_S,
+            "max_json_body_bytes": MAX_BODY,
+            "max_body_bytes": 1 << 16,
+        },
+        "tokenizer": str(train_tokenizer(tmp / "tokenizer.json")),
+    }
+    (tmp / "serve.yaml").write_text(yaml.safe_dump(config))
+    proc, url = start_server(tmp / "serve.yaml")
+    yield url, tmp
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _post(url: str, path: str, body: bytes | dict) -> requests.Response:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return requests.post(url + path, data=data, headers={"Content-Type": "application/json"}, timeout=60)
+
+
+def _json_error(response: requests.Response, status: int, *words: str) -> str:
+    assert response.status_code == status, (response.status_code, response.text[:500])
+    assert response.headers["Content-Type"].startswith("application/json"), response.text[:300]
+    message = response.json()["error"]["message"]
+    for word in words:
+        assert word in message, (word, message)
+    return message
+
+
+def _alive(url: str) -> None:
+    response = _post(url, "/v1/completions", {"prompt": [1, 2], "max_tokens": 2})
+    assert response.status_code == 200 and len(response.json()["choices"][0]["token_ids"]) == 2
+
+
+def test_unknown_endpoints_and_methods_answer_json(server):
+    url = server[0]
+    _json_error(_post(url, "/v1/nope", {}), 404, "Not Found", "/v1/nope")
+    wrong = requests.get(url + "/v1/completions", timeout=30)
+    _json_error(wrong, 405, "POST")
+    assert "POST" in wrong.headers["Allow"]
+    assert requests.get(url + "/health", timeout=30).json()["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"max_tokens": "2"}, ["max_tokens", "valid integer"]),
+        ({"prompt": [True, 2]}, ["prompt"]),
+        ({"prompt": [1.0, 2]}, ["prompt"]),
+        ({"return_routed_experts": "yes"}, ["return_routed_experts"]),
+        ({"stop_token_ids": [-1]}, ["stop_token_ids", "greater than or equal to 0"]),  # was a 500
+        ({"top_k": 10**30}, ["top_k"]),  # was a 500: the sampler's int64 overflowed
+        ({"prompt": "a\ud800b"}, ["lone surrogate"]),  # was a 500 from the tokenizer
+    ],
+    ids=["max_tokens-str", "bool-token", "float-token", "bool-str", "negative-stop", "huge-top_k", "surrogate"],
+)
+def test_wrong_types_and_values_are_400_naming_the_field(server, change, words):
+    url = server[0]
+    _json_error(_post(url, "/v1/completions", {"prompt": [1, 2], "max_tokens": 2, **change}), 400, *words)
+    _alive(url)
+
+
+def test_non_json_constants_and_surrogates_in_chat(server):
+    url = server[0]
+    for constant in (b"NaN", b"Infinity", b"-Infinity"):
+        body = b'{"prompt": [1, 2], "max_tokens": 2, "temperature": ' + constant + b"}"
+        _json_error(_post(url, "/v1/completions", body), 400, "not a JSON value")
+    chat = {"messages": [{"role": "user", "content": "hi \udc00"}], "max_tokens": 2}
+    _json_error(_post(url, "/v1/chat/completions", chat), 400, "messages.0.content", "lone surrogate")
+    fine = _post(url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+    assert fine.status_code == 200 and fine.json()["choices"][0]["message"]["role"] == "assistant"
+
+
+def test_weights_from_a_file_that_is_no_checkpoint_are_400(server, tmp_path):
+    url = server[0]
+    text = tmp_path / "notes.safetensors"
+    text.write_text("these are not tensors, and their first 8 bytes read as a huge header length\n")
+    _json_error(_post(url, "/update_weights", {"path": str(text)}), 400, "cannot load weights", str(text))
+    _json_error(_post(url, "/update_weights", {"path": "/proc/self/mem"}), 400, "cannot load weights")
+    _json_error(_post(url, "/update_weights", {"path": str(tmp_path / "missing")}), 400, "cannot load weights")
+    _alive(url)
+
+
+def test_oversized_bodies_are_413_json(server):
+    url = server[0]
+    huge = b'{"prompt": [' + b"1, " * MAX_BODY + b'1], "max_tokens": 1}'
+    _json_error(_post(url, "/v1/completions", huge), 413, "max_json_body_bytes")
+    _json_error(_post(url, "/update_weights_from_tensors", b"\0" * (1 << 17)), 413, "max_body_bytes")
+    _alive(url)
+
+
+def _raw(url: str, data: bytes, half_close: bool = False, wait_s: float = 30.0) -> tuple[bytes, float]:
+    """What the server sends back for ``data`` (and when it closed or answered), read until it closes."""
+    host, port = url.removeprefix("http://").split(":")
+    start = time.monotonic()
+    with socket.create_connection((host, int(port)), timeout=wait_s) as sock:
+        sock.sendall(data)
+        if half_close:
+            sock.shutdown(socket.SHUT_WR)
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+                if b"\r\n\r\n" in received and b'"error"' in received:
+                    break
+        except (TimeoutError, ConnectionResetError):
+            pass
+    return received, time.monotonic() - start
+
+
+def test_a_body_that_never_arrives_is_408_within_the_read_timeout(server):
+    url = server[0]
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    received, took = _raw(url, head + b'{"prompt": [1')
+    # 408 when the body timer fires first, 400 when the connection's own timer closes the stream first
+    assert received.startswith((b"HTTP/1.1 408", b"HTTP/1.1 400")), received[:300]
+    assert b"read_timeout_s" in received and b'"error"' in received and took < READ_TIMEOUT_S + 10
+    _alive(url)
+
+
+def test_a_body_shorter_than_its_content_length_is_400(server):
+    url = server[0]
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    received, took = _raw(url, head + b'{"prompt": [1, 2]}', half_close=True)
+    assert received.startswith(b"HTTP/1.1 400") and b"Content-Length" in received, received[:300]
+    assert took < READ_TIMEOUT_S + 10
+
+
+def test_headers_that_never_end_are_cut_off(server):
+    url = server[0]
+    received, took = _raw(url, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
+    assert received == b"" and took < READ_TIMEOUT_S + 10, (received[:200], took)  # closed, not held for ever
+    _alive(url)
+
+
+def test_a_flood_beyond_the_queue_gets_503s_and_the_server_lives(server):
+    url = server[0]
+    body = {"prompt": [[1, 2, 3]] * 4, "max_tokens": 48}
+    with ThreadPoolExecutor(24) as pool:
+        responses = list(pool.map(lambda _: _post(url, "/v1/completions", body), range(24)))
+    statuses = sorted({r.status_code for r in responses})
+    assert set(statuses) <= {200, 503} and 503 in statuses and 200 in statuses, statuses
+    for response in responses:
+        if response.status_code == 503:
+            _json_error(response, 503, "overloaded")
+    _alive(url)
