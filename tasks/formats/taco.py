@@ -61,7 +61,8 @@ def parse(index: int, row: dict[str, Any], name: str = "taco") -> Task:
     if not isinstance(io, dict):
         raise MalformedRow("input_output is not an object")
     kind, tests = _tests(io)
-    solutions = field.decoded(field.get(row, "solutions", (str, list), []), "solutions")
+    # APPS publishes problems without reference solutions as `"solutions": ""`
+    solutions = field.decoded(field.get(row, "solutions", (str, list), []) or [], "solutions")
     if not isinstance(solutions, list):
         raise MalformedRow("solutions is not a list")
     return Task(

@@ -209,3 +209,14 @@ def test_hostile_configs_on_the_command_line(tmp_path, name, text, named):
     valid = tmp_path / "valid.yaml"
     valid.write_text("seed: 1\n")  # reads, then fails validation: still one line naming the file
     one_line(gym("serve", str(valid)), 2, str(valid), "policy: Field required")
+
+
+def test_apps_rows_without_solutions_and_short_memory_units(tmp_path):
+    apps, taco = _first("apps.jsonl"), _first("taco.jsonl")
+    report = _load(tmp_path, "apps.jsonl", _jsonl({**apps, "solutions": ""}), "apps")
+    assert report.errors == () and report.tasks[0].solutions == ()
+    for limit, expected in (("256M", 256 << 20), ("64 MiB", 64 << 20), ("1 GiB", 1 << 30), ("512k", 512 << 10)):
+        loaded = _load(tmp_path, "taco.jsonl", _jsonl({**taco, "memory_limit": limit}), "taco")
+        assert loaded.errors == () and loaded.tasks[0].limits.memory_bytes == expected, limit
+    bad = _load(tmp_path, "bad.jsonl", _jsonl({**taco, "memory_limit": "256 parsecs"}), "taco")
+    assert bad.tasks == () and "is not a memory limit" in bad.errors[0].reason
