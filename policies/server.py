@@ -232,7 +232,7 @@ class PolicyServer:
         try:  # bounded in size even without a Content-Length, and in time (a body sent a byte a minute)
             async with asyncio.timeout(self.options.read_timeout_s):
                 body = await request.content.read(limit + 1)
-                if len(body) <= limit and request.content_length and len(body) < request.content_length:
+                if len(body) <= limit and _short_of_its_length(request, len(body)):
                     raise BadRequest(
                         f"body ended after {len(body)} of its Content-Length {request.content_length} bytes "
                         f"(the client closed it, or sent nothing for read_timeout_s={self.options.read_timeout_s:g})"
@@ -424,6 +424,13 @@ class PolicyServer:
             model=self.scorer.name, positions=positions, scores=scores, label_ids=list(self.scorer.label_ids)
         )
         return web.json_response(body.model_dump())
+
+
+def _short_of_its_length(request: web.Request, received: int) -> bool:
+    """Whether the body ended before its Content-Length (the client went away); that length counts the
+    bytes on the wire, so a compressed body (Content-Encoding: gzip) is not compared with what it inflates to."""
+    encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+    return encoding in ("", "identity") and bool(request.content_length) and received < request.content_length
 
 
 def _no_constant(name: str) -> float:
