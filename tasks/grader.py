@@ -528,11 +528,15 @@ class Grader:
 
 def deadline_kill(request: ExecRequest, result: ExecResult) -> bool:
     """Killed at its wall-clock deadline (not at its CPU limit, which comes first when the program computes,
-    and may come past the deadline when a starved test ran on)."""
+    and may come past the deadline when a starved test ran on).
+
+    Judged from the result, not from ``request.timeout_s``: the workspace cuts a deadline to what the episode's wall
+    clock leaves, and the runner stops a batch at that deadline; a program that slept the episode away was killed
+    there, short of the request's deadline, and the grader took the missing results for a runner fault (a crash,
+    masked as ``infra_error``)."""
     return (
         result.failure == FailureKind.TIMEOUT
         and request.timeout_s is not None
-        and result.wall_s >= request.timeout_s
         and not (request.cpu_limit_s is not None and result.cpu_s > request.cpu_limit_s)
     )
 

@@ -144,6 +144,22 @@ def _listing(raw: bytes) -> tuple[set[str], set[str]]:
     return entries, {p for p in written.split("\0") if p}
 
 
+def shown(path: str) -> str:
+    """A path of the candidate's making as text a report can hold: bytes that are not UTF-8 (surrogate escapes from
+    the tree listing, or lone surrogates in the diff's text) become U+FFFD (a lone surrogate in a result made
+    ``--json``, ``--swe-log-dir`` and every result serialised after it raise)."""
+    return as_bytes(path).decode("utf-8", errors="replace")
+
+
+def as_bytes(text: str) -> bytes:
+    """``text`` of the candidate's making as the bytes it stands for: surrogate escapes back to their bytes, and a
+    surrogate that stands for no byte (only a prediction's text can hold one) in its UTF-8 form."""
+    try:
+        return text.encode("utf-8", errors="surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", errors="surrogatepass")
+
+
 class SweGraderConfig(BaseModel):
     """Deadlines and bounds of SWE grading."""
 
@@ -179,11 +195,12 @@ class SweGrader:
         protected = set(instance.test_files()) | files_of_test_ids(instance.fail_to_pass + instance.pass_to_pass)
         try:
             kept = strip_protected(model_patch, protected)
+            kept.diff.encode("utf-8", errors="surrogateescape")  # a lone surrogate that stands for no byte: not a diff
         except Exception as err:  # the candidate's diff text: whatever the parser meets in it is the candidate's
             result = self._outcome(instance, "patch_apply_failed", f"the diff cannot be read: {err!r}"[:500])
             self._save(instance, model_patch, "", "", result)
             return result
-        stripped = tuple(StrippedPath(path=s.path, reason=s.reason) for s in kept.stripped)
+        stripped = tuple(StrippedPath(path=shown(s.path), reason=s.reason) for s in kept.stripped)
         try:
             async with pool.acquire(owner=f"swe-grade:{instance.instance_id}") as ws:
                 result, text = await self._run(ws, instance, kept.diff)
@@ -226,7 +243,7 @@ class SweGrader:
             detail = f"test_patch does not apply (the instance is broken): {check.stderr_text[-800:]}"
             return self._outcome(instance, "infra_error", detail), ""
         await put_file(ws, MODEL_DIFF, diff.encode("utf-8", errors="surrogateescape"))
-        restored: tuple[StrippedPath, ...] = ()
+        restored: list[tuple[str, str]] = []  # (path as listed, why): reset as listed, reported as text
         if diff.strip():
             installed = await self._step(
                 ws, f"PYTHONSAFEPATH=1 python3 -c {shlex.quote(_INSTALLED)}", output_limit_bytes=LISTING_LIMIT_BYTES
@@ -250,12 +267,12 @@ class SweGrader:
                 return self._left_broken(instance, "listing the changed tree", after), ""
             protected = set(instance.test_files()) | files_of_test_ids(instance.fail_to_pass + instance.pass_to_pass)
             modules = frozenset(installed.stdout_text.split())
-            restored = tuple(
-                StrippedPath(path=path, reason=f"{reason} (changed in the applied tree)")
+            restored = [
+                (path, reason)
                 for path in sorted(changed_paths(before.stdout, after.stdout))
                 if (reason := protection(path, protected, modules))
-            )
-        paths = [*instance.test_files(), *(r.path for r in restored)]
+            ]
+        paths = [*instance.test_files(), *(path for path, _ in restored)]
         reset = await self._step(
             ws, _RESET, stdin=b"".join(p.encode("utf-8", errors="surrogateescape") + b"\0" for p in paths)
         )
@@ -275,7 +292,10 @@ class SweGrader:
         )
         text = framed_log(run)
         judged = await trio.to_thread.run_sync(self._judge, instance, run, text)  # 8 MiB of log: off the event loop
-        return judged.model_copy(update={"stripped": restored}), text
+        reported = tuple(
+            StrippedPath(path=shown(p), reason=f"{why} (changed in the applied tree)") for p, why in restored
+        )
+        return judged.model_copy(update={"stripped": reported}), text
 
     @staticmethod
     def _left_broken(instance: SweInstance, step: str, result: ExecResult) -> InstanceResult:
@@ -318,8 +338,8 @@ class SweGrader:
             return
         folder = self.config.log_dir / instance.instance_id
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "model.diff").write_text(submitted, errors="surrogateescape")
-        (folder / "applied.diff").write_text(applied, errors="surrogateescape")
+        (folder / "model.diff").write_bytes(as_bytes(submitted))
+        (folder / "applied.diff").write_bytes(as_bytes(applied))
         (folder / "test.log").write_text(text)
         (folder / "result.json").write_text(result.model_dump_json(indent=1) + "\n")
 

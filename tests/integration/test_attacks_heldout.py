@@ -10,20 +10,40 @@ SWE: package code prints a pytest-looking summary naming every F2P and P2P test 
 (an unfixed ``accumulate``), then floods the output past the log bound or hangs: the run is killed, and the grader
 took the statuses of the killed run's log (which cannot be checked against how the run ended) as the tests' outcomes,
 ``unresolved`` with every test passing: a reward of 1.0 under ``correctness: {mode: fraction}``.
+
+SWE: a prediction's path that is not UTF-8 (a protected file, given in a context diff the text filter does not read,
+named with a byte the tree listing returns as a surrogate escape) was reported as it was listed, and serialising the
+result raised: ``--swe-log-dir`` and ``--json`` crashed the whole evaluation. A diff text holding a lone surrogate
+that stands for no byte could not be written into the container: a grader crash, masked as ``infra_error``.
+
+CP: a program that sleeps just under its wall-clock backstop on every test spends the grading workspace's episode
+wall clock; the workspace cuts the next test's deadline to what the episode leaves, the runner stops the batch at
+that (shorter) deadline, and the grader, judging "killed at its deadline" by the request's own deadline, found fewer
+results than tests and no deadline kill: a grader crash, the whole task masked as ``infra_error``.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import trio
 
+from sandbox.failure import Verdict
 from sandbox.fleet import open_pool
+from sandbox.pool import WorkspacePool
 from sandbox.protocol import ExecRequest
+from tasks.grader import Grader, GraderConfig
+from tasks.submission import Submission
 from tasks.swe.evaluation import evaluate, grading_sandbox
 from tasks.swe.family import task_result
 from tasks.swe.grader import TEST_DIFF, SweGraderConfig, instance_sandbox
 from tasks.swe.workspace import REPO, copy_repo, put_file
+from tasks.task import Limits, StdinTest
+from tests.sandbox_support import sandbox_config
 from tests.swe_support import TOOLZ, images, repos_dir, shipped
+from tests.task_support import task
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -146,3 +166,71 @@ def test_a_forged_summary_in_a_killed_run_passes_no_test():
     assert "timeout" in results[1].detail
     honest = task_result(control, toolz.fail_to_pass, toolz.pass_to_pass, 2.0)
     assert control.resolved and honest.fraction == 1.0, control
+
+
+# A git section that git apply refuses (one context line off by a letter), so `patch --fuzz` applies the whole text,
+# context-diff sections after it included, which the text filter does not split out.
+FUZZED = """\
+diff --git a/toolz/itertoolz.py b/toolz/itertoolz.py
+--- a/toolz/itertoolz.py
++++ b/toolz/itertoolz.py
+@@ -54,6 +54,7 @@ def accumulate(binop, seq, initial=no_default):
+     See also:
+         itertools.accumulate :  In standard itertools for Python 3.2+
+     \"\"\"
++    # a context line above is off by one letter: git apply refuses, patch --fuzz does not
+     seq = iter(seq)
+     if not initial or initial == no_default:
+         try:
+"""
+
+
+def context_new_file(path: str) -> str:
+    return f"*** /dev/null\n--- b/{path}\n***************\n*** 0 ****\n--- 1 ----\n+ x = 1\n"
+
+
+def test_paths_that_are_not_text_are_graded_and_reported(tmp_path: Path):
+    toolz = shipped()[TOOLZ]
+    undecodable, plain = (FUZZED + context_new_file(f"toolz/tests/x{c}.py") for c in ("\udcff", "y"))
+    pairs = [(toolz, undecodable), (toolz, plain), (toolz, toolz.patch + "\n\ud800\n")]
+    report = evaluate(pairs, repos_dir(), SweGraderConfig(log_dir=tmp_path), grading_sandbox(None))
+    bad, control, surrogate = report.instances
+    json.loads(report.model_dump_json())  # the --json document
+    assert json.loads((tmp_path / TOOLZ / "result.json").read_text())["instance_id"] == TOOLZ
+    for result, name in ((bad, "x\ufffd.py"), (control, "xy.py")):
+        assert result.status == "unresolved" and not result.resolved, result
+        assert f"toolz/tests/{name}" in {s.path for s in result.stripped}, result.stripped
+    assert surrogate.status == "patch_apply_failed" and not surrogate.infra_error, surrogate
+
+
+# 1 s limit: CPU limit 1.25 s, backstop 11 s; 8 tests need 8 x 1 + 11 = 19 s of the episode's 20 s. Tests 4 and 5
+# (40 and 10 MiB of stdin) do not fit one runner call's 48 MiB (tasks.grader.MAX_BATCH_STDIN_BYTES): tests 5-8 are a
+# second call, whose deadlines the workspace cuts to what the episode leaves after four sleeps of 2.5 s (about 2 to
+# 8 s: the first call also carries 40 MiB), under the 10.5 s that test 5 sleeps (short of its backstop).
+CP_LIMIT_S = 1.0
+CP_EPISODE_S = 20.0
+CP_TESTS = tuple(
+    StdinTest(input=f"{i}\n" + "x" * ({4: 40 << 20, 5: 10 << 20}.get(i, 0)), output=f"{2 * i}\n") for i in range(1, 9)
+)
+
+
+def test_sleeping_through_the_episode_is_scored_not_masked():
+    sleeper = "import time\nn = int(input())\ntime.sleep(10.5 if n == 5 else 2.5)\nprint(n)\n"  # wrong, and late
+    honest = "print(2 * int(input()))\n"
+    config = GraderConfig(min_time_s=CP_LIMIT_S, speed_factor=1.0)
+
+    async def main():
+        sandbox = sandbox_config(pool={"size": 1}, episode={"wall_s": CP_EPISODE_S})
+        async with WorkspacePool(sandbox) as pool:
+            await pool.wait_ready(120)
+            grader = Grader(pool, config)
+            t = task(task_id="double", limits=Limits(time_s=CP_LIMIT_S), tests=CP_TESTS)
+            return [await grader.grade(t, Submission(task_id="double", completion=c)) for c in (sleeper, honest)]
+
+    slept, control = trio.run(main)
+    assert not slept.infra_error and not slept.passed, slept
+    verdicts = [t.verdict for t in slept.tests]
+    assert verdicts[:4] == [Verdict.WRONG_ANSWER] * 4 and verdicts[4] == Verdict.TIME_LIMIT, slept
+    assert slept.tests[4].wall_s < 10.5, slept  # killed (or refused) where the episode ran out, before its own backstop
+    assert Verdict.INFRA_ERROR not in verdicts, slept
+    assert control.passed and not control.infra_error, control
