@@ -207,12 +207,15 @@ class PolicyServer:
         if not job.done.done():
             job.done.set_result(results)
 
-    async def _run(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
-        if len(prompts) > self.options.max_sequences_per_request:
+    def _check_count(self, sequences: int) -> None:
+        if sequences > self.options.max_sequences_per_request:
             raise BadRequest(
-                f"{len(prompts)} sequences (prompts x n) in one request; at most "
+                f"{sequences} sequences (prompts x n) in one request; at most "
                 f"{self.options.max_sequences_per_request} (max_sequences_per_request)"
             )
+
+    async def _run(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
+        self._check_count(len(prompts))
         for prompt, p in zip(prompts, params):
             try:
                 self.engine.check_request(prompt, p)
@@ -272,6 +275,8 @@ class PolicyServer:
     async def completions(self, request: web.Request) -> web.Response:
         try:
             req = await self._parse(request, CompletionRequest)
+            count = 1 if isinstance(req.prompt, str) or isinstance(req.prompt[0], int) else len(req.prompt)
+            self._check_count(count * req.n)  # before tokenizing: a body of a million short texts is refused at once
             prompts = [p for p in self._prompts(req.prompt) for _ in range(req.n)]
             params = [req.sampling_params(req.max_tokens)] * len(prompts)
             if req.seed is not None:  # n samples of one prompt must differ: seed, seed + 1, ...
