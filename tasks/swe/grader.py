@@ -47,7 +47,7 @@ from tasks.swe import testlog
 from tasks.swe.diff import files_of_test_ids, protection, strip_protected
 from tasks.swe.instance import SweInstance
 from tasks.swe.resolution import InstanceResult, Status, StrippedPath, TestGroup, grade_log
-from tasks.swe.workspace import PRISTINE_REPO, REPO, copy_repo, put_file
+from tasks.swe.workspace import MAX_DIFF_BYTES, PRISTINE_REPO, REPO, copy_repo, put_file
 
 log = logging.getLogger(__name__)
 
@@ -195,9 +195,14 @@ class SweGrader:
         protected = set(instance.test_files()) | files_of_test_ids(instance.fail_to_pass + instance.pass_to_pass)
         try:
             kept = strip_protected(model_patch, protected)
-            kept.diff.encode("utf-8", errors="surrogateescape")  # a lone surrogate that stands for no byte: not a diff
+            size = len(kept.diff.encode("utf-8", errors="surrogateescape"))  # a lone surrogate: not a diff
         except Exception as err:  # the candidate's diff text: whatever the parser meets in it is the candidate's
             result = self._outcome(instance, "patch_apply_failed", f"the diff cannot be read: {err!r}"[:500])
+            self._save(instance, model_patch, "", "", result)
+            return result
+        if size > MAX_DIFF_BYTES:  # past a runner frame (256 MiB) writing it lost the runner: an infra_error, once
+            detail = f"the diff is {size} bytes, above the {MAX_DIFF_BYTES} bytes of any agent's diff"
+            result = self._outcome(instance, "patch_apply_failed", detail)
             self._save(instance, model_patch, "", "", result)
             return result
         stripped = tuple(StrippedPath(path=shown(s.path), reason=s.reason) for s in kept.stripped)

@@ -16,6 +16,9 @@ named with a byte the tree listing returns as a surrogate escape) was reported a
 result raised: ``--swe-log-dir`` and ``--json`` crashed the whole evaluation. A diff text holding a lone surrogate
 that stands for no byte could not be written into the container: a grader crash, masked as ``infra_error``.
 
+SWE: a prediction of 280 MiB (one new file's lines) made the request that writes it into the grading container pass
+a runner frame (256 MiB): the runner's stream was lost, a grader crash, masked as ``infra_error``.
+
 CP: a program that sleeps just under its wall-clock backstop on every test spends the grading workspace's episode
 wall clock; the workspace cuts the next test's deadline to what the episode leaves, the runner stops the batch at
 that (shorter) deadline, and the grader, judging "killed at its deadline" by the request's own deadline, found fewer
@@ -234,3 +237,14 @@ def test_sleeping_through_the_episode_is_scored_not_masked():
     assert slept.tests[4].wall_s < 10.5, slept  # killed (or refused) where the episode ran out, before its own backstop
     assert Verdict.INFRA_ERROR not in verdicts, slept
     assert control.passed and not control.infra_error, control
+
+
+def test_a_diff_past_a_runner_frame_is_the_candidates_failure():
+    toolz = shipped()[TOOLZ]
+    count = (280 << 20) // 1025
+    huge = f"diff --git a/blob b/blob\nnew file mode 100644\n--- /dev/null\n+++ b/blob\n@@ -0,0 +1,{count} @@\n"
+    huge += ("+" + "x" * 1023 + "\n") * count
+    flooded, control = grade([(toolz, huge), (toolz, toolz.patch)])
+    assert flooded.status == "patch_apply_failed" and not flooded.infra_error and flooded.reward == 0.0, flooded
+    assert "above the 16777216 bytes of any agent's diff" in flooded.detail, flooded
+    assert control.resolved, control
