@@ -220,3 +220,12 @@ def test_apps_rows_without_solutions_and_short_memory_units(tmp_path):
         assert loaded.errors == () and loaded.tasks[0].limits.memory_bytes == expected, limit
     bad = _load(tmp_path, "bad.jsonl", _jsonl({**taco, "memory_limit": "256 parsecs"}), "taco")
     assert bad.tasks == () and "is not a memory limit" in bad.errors[0].reason
+
+
+def test_endless_or_unreadable_config_paths_are_one_error(tmp_path):
+    with pytest.raises(ValueError, match="^/dev/zero: larger than"):  # read_text never returned here
+        read_config("/dev/zero")
+    with pytest.raises(ValueError, match="cannot read the config: Is a directory"):
+        read_config(tmp_path)
+    (tmp_path / "ok.toml").write_text("seed = 1\n[optimizer]\nlr = 0.5\n")
+    assert read_config(tmp_path / "ok.toml") == {"seed": 1, "optimizer": {"lr": 0.5}}
