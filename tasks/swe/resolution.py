@@ -4,8 +4,11 @@ Rules (the SWE-bench harness's, made stricter where a log can lie):
 
 * an F2P test passes only when its status is ``PASSED``;
 * a P2P test passes when ``PASSED``, ``XPASS`` or ``SKIPPED`` (a skip of a test
-  that passed before is not a regression); ``XFAIL`` is not a pass, so code
-  that calls ``pytest.xfail`` cannot turn failures into passes;
+  that passed before is not a regression), unless some skip in the log was
+  raised from the repository's own code outside the tests (``-rA`` prints where
+  each skip was raised): code that calls ``pytest.skip`` where a broken P2P
+  test would fail must not turn that failure into a pass; ``XFAIL`` is never a
+  pass, so code that calls ``pytest.xfail`` cannot either;
 * a test missing from the log fails;
 * resolved = every F2P and every P2P test passes, and the log is valid;
 * a log without evidence the session ran, a non-zero exit with no failure in
@@ -19,17 +22,32 @@ Statuses: ``resolved``, ``unresolved``, ``patch_apply_failed``, ``invalid``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tasks.swe.diff import files_of_test_ids, protection
 from tasks.swe.testlog import PytestLog, TestStatus
 
 Status = Literal["resolved", "unresolved", "patch_apply_failed", "invalid", "infra_error"]
 
 F2P_PASS = frozenset({TestStatus.PASSED})
 P2P_PASS = frozenset({TestStatus.PASSED, TestStatus.XPASS, TestStatus.SKIPPED})
+P2P_PASS_UNSKIPPED = P2P_PASS - {TestStatus.SKIPPED}
+
+
+def skipped_in_code(locations: Sequence[str], test_files: Iterable[str]) -> str | None:
+    """The first skip location (``path:line`` as ``-rA`` prints it) in the repository's code outside its tests, or
+    None: such a skip was raised by code a diff can change. Locations in test files (marks, ``pytest.skip`` in a
+    test, ``importorskip``) and outside the repository (absolute paths: installed packages) are not."""
+    files = frozenset(test_files)
+    for where in locations:
+        path, _, line = where.rpartition(":")
+        path = path if line.isdigit() else where
+        if path and not path.startswith("/") and protection(path, files) is None:
+            return where
+    return None
 
 
 class TestGroup(BaseModel):
@@ -136,7 +154,8 @@ def grade_log(
 ) -> InstanceResult:
     """Apply the F2P/P2P rules to a parsed log (``exit_code`` None: the command was killed, e.g. timeout)."""
     f2p = group(fail_to_pass, log.statuses, F2P_PASS)
-    p2p = group(pass_to_pass, log.statuses, P2P_PASS)
+    in_code = skipped_in_code(log.skipped_locations, files_of_test_ids([*fail_to_pass, *pass_to_pass]))
+    p2p = group(pass_to_pass, log.statuses, P2P_PASS_UNSKIPPED if in_code else P2P_PASS)
     problem = validity_problem(log, exit_code)
     if problem:
         return InstanceResult(
@@ -158,4 +177,7 @@ def grade_log(
         p2p=p2p,
         partial=(len(f2p.success) + len(p2p.success)) / total if total else 0.0,
         exit_code=exit_code,
+        detail=f"a skip was raised in the repository's code ({in_code}): a skipped P2P test does not pass"
+        if in_code
+        else "",
     )

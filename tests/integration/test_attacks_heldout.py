@@ -19,6 +19,9 @@ that stands for no byte could not be written into the container: a grader crash,
 SWE: a prediction of 280 MiB (one new file's lines) made the request that writes it into the grading container pass
 a runner frame (256 MiB): the runner's stream was lost, a grader crash, masked as ``infra_error``.
 
+SWE: with a ``-v`` test command (statuses per test id), a fix that breaks a P2P test (``interpose``) and calls
+``pytest.skip`` where it would fail resolved: a skipped P2P test counted as passing.
+
 CP: a program that sleeps just under its wall-clock backstop on every test spends the grading workspace's episode
 wall clock; the workspace cuts the next test's deadline to what the episode leaves, the runner stops the batch at
 that (shorter) deadline, and the grader, judging "killed at its deadline" by the request's own deadline, found fewer
@@ -248,3 +251,27 @@ def test_a_diff_past_a_runner_frame_is_the_candidates_failure():
     assert flooded.status == "patch_apply_failed" and not flooded.infra_error and flooded.reward == 0.0, flooded
     assert "above the 16777216 bytes of any agent's diff" in flooded.detail, flooded
     assert control.resolved, control
+
+
+SKIP_BROKEN_INTERPOSE = """\
+diff --git a/toolz/itertoolz.py b/toolz/itertoolz.py
+--- a/toolz/itertoolz.py
++++ b/toolz/itertoolz.py
+@@ -531,4 +531,5 @@ def interpose(el, seq):
+     \"\"\"
+     inposed = concat(zip(itertools.repeat(el), seq))
+-    next(inposed)
++    import pytest
++    pytest.skip("later")
+     return inposed
+"""
+
+
+def test_a_p2p_test_skipped_by_the_code_is_not_passing():
+    toolz = shipped()[TOOLZ]
+    verbose = toolz.model_copy(update={"test_cmd": "python -m pytest -rA -v toolz/tests/test_itertoolz.py"})
+    hidden, control = grade([(verbose, verbose.patch + SKIP_BROKEN_INTERPOSE), (verbose, verbose.patch)])
+    assert hidden.status == "unresolved" and not hidden.resolved, hidden
+    assert hidden.p2p.failure == ("toolz/tests/test_itertoolz.py::test_interpose",), hidden.p2p
+    assert "toolz/itertoolz.py:" in hidden.detail, hidden
+    assert control.resolved, control  # the same -v command resolves the fix
