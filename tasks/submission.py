@@ -76,8 +76,18 @@ def read_submissions(path: Path) -> tuple[list[Submission], list[RowError]]:
             errors.append(RowError(index=index, reason="task_id must be a string or an integer"))
         elif not isinstance(completion, str):
             errors.append(RowError(index=index, reason="completion must be a string"))
+        elif not _unicode(completion):  # a "\\ud800" escape: the program could never be written to a file
+            errors.append(RowError(index=index, reason="completion is not valid Unicode text (a lone surrogate)"))
         elif expect is not None and not isinstance(expect, str):
             errors.append(RowError(index=index, reason="expect must be a string"))
         else:
             submissions.append(Submission(task_id=str(task_id), completion=completion, expect=expect))
     return submissions, errors
+
+
+def _unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -229,3 +229,14 @@ def test_endless_or_unreadable_config_paths_are_one_error(tmp_path):
         read_config(tmp_path)
     (tmp_path / "ok.toml").write_text("seed = 1\n[optimizer]\nlr = 0.5\n")
     assert read_config(tmp_path / "ok.toml") == {"seed": 1, "optimizer": {"lr": 0.5}}
+
+
+def test_a_solution_with_a_lone_surrogate_is_an_unparseable_row(tmp_path):
+    from tasks.submission import read_submissions
+
+    path = tmp_path / "solutions.jsonl"
+    rows = [{"task_id": "a", "completion": "print(1)  # \udc80"}, {"task_id": "b", "completion": "print('é')"}]
+    path.write_bytes(b"\xef\xbb\xbf" + _jsonl(*rows))
+    submissions, errors = read_submissions(path)
+    assert [s.task_id for s in submissions] == ["b"] and submissions[0].completion == "print('é')"
+    assert [(e.index, e.reason) for e in errors] == [(0, "completion is not valid Unicode text (a lone surrogate)")]
