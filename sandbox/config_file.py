@@ -50,15 +50,36 @@ def read_config(path: str | Path, error: ErrorType = ValueError) -> Any:
     except tomllib.TOMLDecodeError as err:
         raise error(f"{path}: not valid TOML: {err}") from None
     except yaml.YAMLError as err:
-        raise error(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+        # PyYAML names the stream "<unicode string>": the file is already named at the front
+        where = " ".join(str(err).split()).replace(' in "<unicode string>",', " at")
+        raise error(f"{path}: not valid YAML: {where}") from None
     return {} if data is None else data
 
 
 def load_yaml(text: str) -> Any:
     """``yaml.safe_load(text)``, with a YAMLError instead for a key given twice in one mapping, collections
     nested past MAX_CONFIG_DEPTH or aliases that expand past MAX_CONFIG_NODES (a config file or a ``--set``)."""
-    _check_depth(text)
-    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
+    try:
+        _check_depth(text)
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
+    except _Refused:
+        raise
+    except yaml.YAMLError as err:
+        if _FAST_LOADER is yaml.SafeLoader or len(text) > _EXPLAINED_BYTES:
+            raise
+        fast_error = err
+    # libyaml says "found character that cannot start any token"; PyYAML names the tab and shows the line
+    try:
+        yaml.load(text, Loader=_ExplainingLoader)  # noqa: S506 (a SafeLoader)
+    except yaml.YAMLError as err:
+        raise err from None
+    except RecursionError:  # nesting libyaml did not get far enough to measure
+        pass
+    raise fast_error
+
+
+class _Refused(yaml.YAMLError):
+    """Valid YAML this reader refuses: a duplicated key, nesting past MAX_CONFIG_DEPTH, an alias bomb."""
 
 
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: 1 MiB in a second, pure Python in 30
@@ -73,12 +94,15 @@ def _check_depth(text: str) -> None:
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_CONFIG_DEPTH:
-                raise yaml.YAMLError(f"line {event.start_mark.line + 1}: nested more than {MAX_CONFIG_DEPTH} deep")
+                raise _Refused(f"line {event.start_mark.line + 1}: nested more than {MAX_CONFIG_DEPTH} deep")
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
 
 
-class _StrictLoader(_FAST_LOADER):  # type: ignore[misc, valid-type]
+_EXPLAINED_BYTES = 64 << 10  # a broken file this small is re-read by the pure-Python parser for its message
+
+
+class _Strict:
     """safe_load that refuses what PyYAML lets through: a key given twice in one mapping (PyYAML keeps the
     last silently) and aliases that expand past MAX_CONFIG_NODES (a billion-laughs file)."""
 
@@ -98,11 +122,19 @@ class _StrictLoader(_FAST_LOADER):  # type: ignore[misc, valid-type]
                 except TypeError:
                     continue  # an unhashable key: SafeConstructor rejects it itself
                 if first is not key_node:
-                    raise yaml.YAMLError(
+                    raise _Refused(
                         f"line {key_node.start_mark.line + 1}: the key {key!r} is given a second time "
                         f"(first on line {first.start_mark.line + 1})"
                     )
         return super().construct_mapping(node, deep=deep)
+
+
+class _StrictLoader(_Strict, _FAST_LOADER):  # type: ignore[misc, valid-type]
+    pass
+
+
+class _ExplainingLoader(_Strict, yaml.SafeLoader):
+    pass
 
 
 def _count_nodes(node: yaml.Node, sizes: dict[int, int], limit: int) -> int:
@@ -115,7 +147,7 @@ def _count_nodes(node: yaml.Node, sizes: dict[int, int], limit: int) -> int:
     elif isinstance(node, yaml.MappingNode):
         size += sum(_count_nodes(k, sizes, limit) + _count_nodes(v, sizes, limit) for k, v in node.value)
     if size > limit:
-        raise yaml.YAMLError(f"it expands to more than {limit} values (an alias bomb?)")
+        raise _Refused(f"it expands to more than {limit} values (an alias bomb?)")
     sizes[id(node)] = size
     return size
 

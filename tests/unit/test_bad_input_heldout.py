@@ -240,3 +240,18 @@ def test_a_solution_with_a_lone_surrogate_is_an_unparseable_row(tmp_path):
     submissions, errors = read_submissions(path)
     assert [s.task_id for s in submissions] == ["b"] and submissions[0].completion == "print('é')"
     assert [(e.index, e.reason) for e in errors] == [(0, "completion is not valid Unicode text (a lone surrogate)")]
+
+
+def test_a_tab_or_a_second_document_is_named_with_its_line(tmp_path):
+    tabs, multi = tmp_path / "tabs.yaml", tmp_path / "multi.yaml"
+    tabs.write_text("optimizer:\n\tlr: 1\n")
+    multi.write_text("seed: 1\n---\nseed: 2\n")
+    for path, words in ((tabs, ["'\\t'", "line 2"]), (multi, ["single document", "line 2"])):
+        with pytest.raises(ValueError) as caught:
+            read_config(path)
+        message = str(caught.value)
+        assert message.startswith(f"{path}: not valid YAML") and "<unicode string>" not in message, message
+        assert all(word in message for word in words), message
+    spaces = tmp_path / "spaces.yaml"
+    spaces.write_text("optimizer:\n  lr: 1\n")
+    assert read_config(spaces) == {"optimizer": {"lr": 1}}
