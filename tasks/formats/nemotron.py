@@ -24,14 +24,29 @@ def looks_like(row: dict[str, Any]) -> bool:
     return "responses_create_params" in row and "verifier_metadata" in row
 
 
-def _prompt(row: dict[str, Any]) -> str:
-    content = field.get(row, "responses_create_params.input.0.content", (str, list))
+def _text(content: Any, path: str) -> str:
     if isinstance(content, str):
         return content
-    parts = [part.get("text") for part in content if isinstance(part, dict)]
+    parts = [part.get("text") for part in content if isinstance(part, dict)] if isinstance(content, list) else []
     if not parts or not all(isinstance(part, str) for part in parts):
-        raise MalformedRow("responses_create_params.input.0.content has no text parts")
+        raise MalformedRow(f"{path} has no text parts")
     return "\n".join(parts)
+
+
+def _prompt(row: dict[str, Any]) -> str:
+    """The statement: ``input`` as one string (the Responses API allows it), or the text of its system,
+    developer and user messages in order (a system message first must not stand in for the problem)."""
+    given = field.get(row, "responses_create_params.input", (str, list))
+    if isinstance(given, str):
+        return given
+    texts = [
+        _text(message.get("content"), f"responses_create_params.input.{n}.content")
+        for n, message in enumerate(given)
+        if isinstance(message, dict) and message.get("role", "user") in ("system", "developer", "user")
+    ]
+    if not texts:
+        raise MalformedRow("responses_create_params.input has no system or user message")
+    return "\n\n".join(texts)
 
 
 def parse(index: int, row: dict[str, Any], name: str = "nemotron") -> Task:

@@ -255,3 +255,18 @@ def test_a_tab_or_a_second_document_is_named_with_its_line(tmp_path):
     spaces = tmp_path / "spaces.yaml"
     spaces.write_text("optimizer:\n  lr: 1\n")
     assert read_config(spaces) == {"optimizer": {"lr": 1}}
+
+
+def test_nemotron_prompts_given_as_a_string_or_after_a_system_message(tmp_path):
+    row = _first("nemotron.jsonl")
+    statement = row["responses_create_params"]["input"][0]["content"]
+    expected = _load(tmp_path, "n.jsonl", _jsonl(row)).tasks[0]
+    as_string = {**row, "responses_create_params": {"input": statement}}
+    assert _load(tmp_path, "s.jsonl", _jsonl(as_string)).tasks[0].prompt == expected.prompt == statement
+    system = {"role": "system", "content": "Answer in Python 3."}
+    with_system = {**row, "responses_create_params": {"input": [system, {"role": "user", "content": statement}]}}
+    prompt = _load(tmp_path, "y.jsonl", _jsonl(with_system)).tasks[0].prompt
+    assert prompt == "Answer in Python 3.\n\n" + statement  # the problem is not lost behind the system text
+    empty = {**row, "responses_create_params": {"input": [{"role": "assistant", "content": "hi"}]}}
+    bad = _load(tmp_path, "b.jsonl", _jsonl(empty), "nemotron")
+    assert bad.tasks == () and "no system or user message" in bad.errors[0].reason
