@@ -57,7 +57,10 @@ def _tests(io: dict[str, Any]) -> tuple[str, tuple[StdinTest | CallTest, ...]]:
 
 
 def parse(index: int, row: dict[str, Any], name: str = "taco") -> Task:
-    io = field.decoded(field.get(row, "input_output", (str, dict)), "input_output")
+    given = field.get(row, "input_output", (str, dict))
+    if given == "" or given == {}:  # APPS ships problems without tests this way
+        raise MalformedRow("input_output is empty: the problem has no tests")
+    io = field.decoded(given, "input_output")
     if not isinstance(io, dict):
         raise MalformedRow("input_output is not an object")
     kind, tests = _tests(io)

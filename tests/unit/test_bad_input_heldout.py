@@ -270,3 +270,10 @@ def test_nemotron_prompts_given_as_a_string_or_after_a_system_message(tmp_path):
     empty = {**row, "responses_create_params": {"input": [{"role": "assistant", "content": "hi"}]}}
     bad = _load(tmp_path, "b.jsonl", _jsonl(empty), "nemotron")
     assert bad.tasks == () and "no system or user message" in bad.errors[0].reason
+
+
+def test_an_apps_problem_without_tests_says_so(tmp_path):
+    apps = _first("apps.jsonl")
+    report = _load(tmp_path, "a.jsonl", _jsonl({**apps, "input_output": ""}, {**apps, "problem_id": 7}), "apps")
+    assert [t.task_id for t in report.tasks] == ["7"]
+    assert report.errors[0].reason == "input_output is empty: the problem has no tests"
