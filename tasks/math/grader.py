@@ -4,8 +4,10 @@ The answer is the text of the policy's final-channel message; nothing of it runs
 so nothing is compared inside one (the candidate never sees the gold either way). math-verify
 parses with sympy, which a crafted expression (a power tower, a 10^6-term sum) can keep busy for
 minutes or grow without bound, so the check runs in a child process with an address-space limit
-and is killed at ``timeout_s``: a ``time_limit`` or ``memory_limit`` verdict, the candidate's failure,
-scored 0. An answer longer than ``max_chars`` is refused without starting the check.
+and is killed ``timeout_s`` after it read the gold: a ``time_limit`` or ``memory_limit`` verdict, the
+candidate's failure, scored 0. Its start (the process, sympy's import, the gold) is the host's and the
+task's time, bounded apart by ``start_timeout_s``: on a loaded host a slow start never eats the answer's
+time (a fresh-clone CI under load once spent a 3 s limit on sympy's import and masked the answer). An answer longer than ``max_chars`` is refused without starting the check.
 
 One ``TaskResult`` with one test: ``passed`` when the answer is equivalent to the gold. Blame rests
 on how far the check got, not on what it printed: the check writes ``GOLD_READ`` once the gold
@@ -17,8 +19,10 @@ or ``MemoryError`` ``memory_limit`` and any other death ``runtime_error``: the a
 from __future__ import annotations
 
 import json
+import os
 import resource
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +38,7 @@ from tasks.math.check import GOLD_READ
 from tasks.math.problem import MathTask
 
 CHECK = Path(__file__).with_name("check.py")
+POLL_S = 0.02  # how often the check's stderr is read for GOLD_READ
 
 
 class MathGraderConfig(BaseModel):
@@ -41,7 +46,16 @@ class MathGraderConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    timeout_s: float = Field(20.0, gt=0, description="Wall-clock deadline of one check (process start included).")
+    timeout_s: float = Field(
+        20.0, gt=0, description="Wall-clock deadline of the answer's check, from the moment the gold is read."
+    )
+    start_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="Wall-clock bound on the check's start: the process, its imports and reading the gold (the host's "
+        "and the task's time: the answer is not looked at yet, so a loaded host cannot turn its slowness into the "
+        "answer's time_limit); past it the check is infra_error.",
+    )
     memory_mb: int = Field(2048, ge=256, description="Address-space limit of the check process.")
     max_chars: int = Field(512, ge=1, description="Longest answer read; a longer one is wrong unread.")
     max_answers: int = Field(8, ge=1, description="Most separate answers a reply may state before it is refused.")
@@ -83,30 +97,22 @@ class MathGrader:
         request = json.dumps(
             {"gold": gold, "answer": answer, "max_chars": config.max_chars, "max_answers": config.max_answers}
         ).encode("utf-8", errors="replace")
-        limit = config.memory_mb << 20
         async with self._limiter:
             with tempfile.TemporaryFile() as stderr:  # a file, not a pipe: what it holds survives the kill
-                with trio.move_on_after(config.timeout_s) as scope:
-                    try:
-                        done = await trio.run_process(
-                            [sys.executable, "-I", str(CHECK)],
-                            stdin=request,
-                            capture_stdout=True,
-                            stderr=stderr,
-                            check=False,
-                            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
-                        )
-                    except OSError as exc:
-                        return "infra_error", f"the math check could not start: {exc}"
+                try:
+                    done, seen = await self._run(request, stderr)
+                except OSError as exc:
+                    return "infra_error", f"the math check could not start: {exc}"
                 stderr.seek(0)
                 lines = stderr.read().decode("utf-8", errors="replace").strip().splitlines()
-        if GOLD_READ not in lines:  # it never got past the gold: the task's or the host's failure, not the answer's
-            why = f"ran past {config.timeout_s:g} s" if scope.cancelled_caught else f"failed (exit {done.returncode})"
-            reply = {} if scope.cancelled_caught else _reply(done.stdout)
+        past_gold = GOLD_READ in lines if done is not None else seen  # killed: what was seen before the kill
+        if not past_gold:  # it never got past the gold: the task's or the host's failure, not the answer's
+            why = f"ran past {config.start_timeout_s:g} s" if done is None else f"failed (exit {done.returncode})"
+            reply = {} if done is None else _reply(done.stdout)
             if reply.get("verdict") == "gold_error":
                 return "infra_error", _printable(str(reply.get("detail")))
             return "infra_error", f"the math check {why} before reading the gold: {(lines or [''])[-1][:300]}"
-        if scope.cancelled_caught:
+        if done is None:
             return "time_limit", f"the check of this answer ran past {config.timeout_s:g} s"
         reply = _reply(done.stdout)
         if "verdict" in reply and "detail" in reply:
@@ -114,6 +120,43 @@ class MathGrader:
         if "MemoryError" in lines[-1] or done.returncode == -signal.SIGKILL:
             return "memory_limit", f"the check of this answer ran out of its {config.memory_mb} MB"
         return "runtime_error", f"the check died on this answer (exit {done.returncode}): {lines[-1][:300]}"
+
+    async def _run(self, request: bytes, stderr) -> tuple[subprocess.CompletedProcess | None, bool]:
+        """Run the check: ``(its completed process, or None when it was killed; whether it was seen to read the
+        gold)``. It gets ``start_timeout_s`` to write ``GOLD_READ`` (or end), then ``timeout_s`` more to end; a kill
+        before the gold was seen read is the start's (infra), after it the answer's (time_limit)."""
+        limit = self.config.memory_mb << 20
+        ended, finished = trio.Event(), []
+
+        async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
+            finished.append(
+                await trio.run_process(
+                    [sys.executable, "-I", str(CHECK)],
+                    stdin=request,
+                    capture_stdout=True,
+                    stderr=stderr,
+                    check=False,
+                    preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+                    task_status=task_status,
+                )
+            )
+            ended.set()
+
+        def gold_read() -> bool:
+            return f"{GOLD_READ}\n".encode() in os.pread(stderr.fileno(), 1 << 16, 0)
+
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run)
+            with trio.move_on_after(self.config.start_timeout_s):
+                while not ended.is_set() and not gold_read():
+                    with trio.move_on_after(POLL_S):
+                        await ended.wait()
+            seen = gold_read()
+            if seen:
+                with trio.move_on_after(self.config.timeout_s):
+                    await ended.wait()
+            nursery.cancel_scope.cancel()  # a check still running is killed (run_process's cancellation)
+        return (finished[0] if finished else None), seen
 
 
 def _reply(stdout: bytes) -> dict:

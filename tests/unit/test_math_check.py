@@ -126,7 +126,22 @@ def test_a_huge_answer_is_refused_unread():
 def test_an_answer_that_keeps_sympy_busy_is_a_time_limit_not_a_hang():
     result = grade_sync(MathGrader(MathGraderConfig(timeout_s=3)), TASK, "9^{9^{9^{9}}}")
     assert result.tests[0].verdict == Verdict.TIME_LIMIT and not result.passed and not result.infra_error
-    assert result.wall_s < 10
+    assert "ran past 3 s" in result.detail and result.wall_s < 60  # killed, not a hang (start-up is not bounded here)
+
+
+def test_the_answers_time_starts_when_the_gold_is_read():
+    """The check's start (its process, sympy's import: ~1.6 s idle on the 2-core VM, much more under load) is not
+    the answer's time: a 0.5 s limit is enough for "42", however long the start took. Before, the limit covered the
+    start, and an overloaded host turned it into infra_error (a masked sample) or, had the gold been read, into
+    the answer's time_limit."""
+    result = grade_sync(MathGrader(MathGraderConfig(timeout_s=0.5)), TASK, "42")
+    assert result.passed and result.tests[0].verdict == Verdict.PASSED, result
+
+
+def test_a_check_that_cannot_read_the_gold_within_its_start_bound_is_masked():
+    result = grade_sync(MathGrader(MathGraderConfig(start_timeout_s=0.05)), TASK, "42")
+    assert result.infra_error and result.tests[0].verdict == Verdict.INFRA_ERROR
+    assert "ran past 0.05 s before reading the gold" in result.detail, result.detail
 
 
 def test_a_gold_the_checker_cannot_read_is_masked_not_scored():
