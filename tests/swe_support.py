@@ -71,3 +71,20 @@ def row(**overrides):
     }
     data.update(overrides)
     return data
+
+
+# A git section of toolz that git apply refuses (one context line off by a letter), so `patch --fuzz` (the harness's
+# fallback) applies the whole text, sections after it included, which the text filter may not split out.
+FUZZY_ACCUMULATE = """\
+diff --git a/toolz/itertoolz.py b/toolz/itertoolz.py
+--- a/toolz/itertoolz.py
++++ b/toolz/itertoolz.py
+@@ -54,6 +54,7 @@ def accumulate(binop, seq, initial=no_default):
+     See also:
+         itertools.accumulate :  In standard itertools for Python 3.2+
+     \"\"\"
++    # a context line above is off by one letter: git apply refuses, patch --fuzz does not
+     seq = iter(seq)
+     if not initial or initial == no_default:
+         try:
+"""

@@ -48,7 +48,7 @@ from tasks.swe.grader import TEST_DIFF, SweGraderConfig, instance_sandbox
 from tasks.swe.workspace import REPO, copy_repo, put_file
 from tasks.task import Limits, StdinTest
 from tests.sandbox_support import sandbox_config
-from tests.swe_support import TOOLZ, images, repos_dir, shipped
+from tests.swe_support import FUZZY_ACCUMULATE, TOOLZ, images, repos_dir, shipped
 from tests.task_support import task
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -174,30 +174,13 @@ def test_a_forged_summary_in_a_killed_run_passes_no_test():
     assert control.resolved and honest.fraction == 1.0, control
 
 
-# A git section that git apply refuses (one context line off by a letter), so `patch --fuzz` applies the whole text,
-# context-diff sections after it included, which the text filter does not split out.
-FUZZED = """\
-diff --git a/toolz/itertoolz.py b/toolz/itertoolz.py
---- a/toolz/itertoolz.py
-+++ b/toolz/itertoolz.py
-@@ -54,6 +54,7 @@ def accumulate(binop, seq, initial=no_default):
-     See also:
-         itertools.accumulate :  In standard itertools for Python 3.2+
-     \"\"\"
-+    # a context line above is off by one letter: git apply refuses, patch --fuzz does not
-     seq = iter(seq)
-     if not initial or initial == no_default:
-         try:
-"""
-
-
 def context_new_file(path: str) -> str:
     return f"*** /dev/null\n--- b/{path}\n***************\n*** 0 ****\n--- 1 ----\n+ x = 1\n"
 
 
 def test_paths_that_are_not_text_are_graded_and_reported(tmp_path: Path):
     toolz = shipped()[TOOLZ]
-    undecodable, plain = (FUZZED + context_new_file(f"toolz/tests/x{c}.py") for c in ("\udcff", "y"))
+    undecodable, plain = (FUZZY_ACCUMULATE + context_new_file(f"toolz/tests/x{c}.py") for c in ("\udcff", "y"))
     pairs = [(toolz, undecodable), (toolz, plain), (toolz, toolz.patch + "\n\ud800\n")]
     report = evaluate(pairs, repos_dir(), SweGraderConfig(log_dir=tmp_path), grading_sandbox(None))
     bad, control, surrogate = report.instances

@@ -19,7 +19,7 @@ from tasks.swe import grader as grader_module
 from tasks.swe.diff import StrippedDiff
 from tasks.swe.evaluation import evaluate, grading_sandbox
 from tasks.swe.grader import SweGrader, SweGraderConfig, grade_predictions
-from tests.swe_support import TOOLZ, images, repos_dir, shipped
+from tests.swe_support import FUZZY_ACCUMULATE, TOOLZ, images, repos_dir, shipped
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -225,18 +225,9 @@ def test_derived_test_ids_match_the_shipped_spec():
 # A unified section the text filter reads (with a fuzzy context line), then a context diff it cannot read:
 # git apply refuses the whole,
 # `patch --fuzz` (the harness's fallback) applies both, and the conftest forcing passes lands in the tree.
-CONTEXT_DIFF_CONFTEST = """\
-diff --git a/toolz/itertoolz.py b/toolz/itertoolz.py
---- a/toolz/itertoolz.py
-+++ b/toolz/itertoolz.py
-@@ -54,6 +54,7 @@ def accumulate(binop, seq, initial=no_default):
-     See also:
-         itertools.accumulate :  In standard itertools for Python 3.2+
-     \"\"\"
-+    # a context line above is off by one letter: git apply refuses, patch --fuzz does not
-     seq = iter(seq)
-     if not initial or initial == no_default:
-         try:
+CONTEXT_DIFF_CONFTEST = (
+    FUZZY_ACCUMULATE
+    + """\
 *** a/conftest.py
 --- b/conftest.py
 ***************
@@ -251,6 +242,7 @@ diff --git a/toolz/itertoolz.py b/toolz/itertoolz.py
 +     report = outcome.get_result()
 +     report.outcome = "passed"
 """
+)
 
 HOOK_PACKAGE = """\
 diff --git a/sitecustomize/__init__.py b/sitecustomize/__init__.py
