@@ -193,9 +193,10 @@ def test_a_gold_that_raises_is_the_tasks_fault_not_a_wrong_answer(monkeypatch):
 
 @pytest.mark.slow
 def test_a_gold_that_hangs_the_check_is_masked_and_an_answer_that_does_is_scored():
-    grader = MathGrader(MathGraderConfig(timeout_s=4))
+    # the gold's time is the start's (start_timeout_s), the answer's is timeout_s from the gold on
+    grader = MathGrader(MathGraderConfig(timeout_s=4, start_timeout_s=20))
     hanging_gold = grade_sync(grader, TASK.model_copy(update={"gold": "9^{9^{9^{9}}}"}), "1")
-    assert hanging_gold.infra_error and "before reading the gold" in hanging_gold.detail
+    assert hanging_gold.infra_error and "ran past 20 s before reading the gold" in hanging_gold.detail
     hanging_answer = grade_sync(grader, TASK, "9^{9^{9^{9}}}")
     assert hanging_answer.tests[0].verdict == Verdict.TIME_LIMIT and not hanging_answer.infra_error
 
@@ -228,8 +229,9 @@ def test_blame_follows_how_far_the_check_got(tmp_path, monkeypatch, body, verdic
 
 def test_a_check_that_hangs_before_the_gold_is_masked(tmp_path, monkeypatch):
     monkeypatch.setattr(math_grader, "CHECK", _fake_check(tmp_path, "import time; time.sleep(30)"))
-    result = grade_sync(MathGrader(MathGraderConfig(timeout_s=1)), TASK, "42")
+    result = grade_sync(MathGrader(MathGraderConfig(start_timeout_s=1)), TASK, "42")
     assert result.infra_error and "ran past 1 s before reading the gold" in result.detail
+    assert result.wall_s < 20  # killed at the start's bound, not waited out
 
 
 def test_a_check_that_hangs_after_the_gold_is_the_answers_time_limit(tmp_path, monkeypatch):
