@@ -18,7 +18,7 @@ import pytest
 import requests
 import yaml
 
-from tests.integration.test_server_policy import MODEL, start_server
+from tests.serve_support import MODEL, start_server
 from tests.tokenizer_support import train_tokenizer
 
 READ_TIMEOUT_S = 2.0

@@ -1,0 +1,44 @@
+"""The real `python -m gym serve` process on 127.0.0.1 (port 0), for the tests that drive it over HTTP."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from tests.policy_support import SMALL
+
+REPO = Path(__file__).resolve().parents[1]
+MODEL = {**SMALL, "vocab_size": 512, "max_position_embeddings": 256}
+
+
+def start_server(config: Path, seen: list[str] | None = None) -> tuple[subprocess.Popen, str]:
+    """The server and its URL; ``seen`` collects its log lines up to "listening"."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "2"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gym", "serve", str(config), "--port", "0"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
+    seen = [] if seen is None else seen
+    while True:
+        try:
+            line = lines.get(timeout=120)
+        except queue.Empty:
+            proc.kill()
+            raise RuntimeError("server did not start in 120s:\n" + "".join(seen)) from None
+        seen.append(line)
+        match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
+        if match:
+            return proc, match.group(1)
+        if proc.poll() is not None:
+            raise RuntimeError("server exited:\n" + "".join(seen))
