@@ -333,7 +333,8 @@ def test_hostile_bytes_and_output_are_scored_never_masked_nor_a_crash(built, tmp
         assert workers.results[0].tool_calls[0].outcome.failure == "ok", (name, workers.results[0].tool_calls[0])
         assert marker in (workers.results[0].answer or ""), (name, workers.results[0].answer)  # the attack is in
         assert not trajectory.masked and trajectory.reward_breakdown["correctness"] == reward, (name, trajectory)
-        assert trajectory.timings["grading"] < 60, (name, trajectory.timings)  # was 42 s for the colon line
+        # the parser's linear time on these lines is tests/unit/test_swe_testlog.py's (a ratio of about 500 to its
+        # bound); grading's wall time here is mostly the test run, 42 s idle and 69 s under load, not a signal
         assert len(workers.bundles) == 1, name  # rate 1.0: written, whatever bytes the diff holds
     replayed = gym("replay", str(tmp_path / "non-UTF-8_file_+_fix"))
     assert replayed.returncode == 0 and "1/1 bundles replayed identically" in replayed.stdout, replayed.stdout[-2000:]
