@@ -203,11 +203,20 @@ class Engine:
         return await AttachedStream.open(self, container_id)
 
     async def remove(self, container_id: str) -> None:
-        """Force-remove a container (with its anonymous volumes); a missing one is fine."""
+        """Force-remove a container (with its anonymous volumes); a missing one is fine, and so is one the engine is
+        removing already (a pool's start-up gc collecting an orphan while its dying owner's removal is under way)."""
         try:
-            await self.call("remove", self.client.api.remove_container, container_id, force=True, v=True)
+            await self.call("remove", self._remove_once, container_id)
         except docker.errors.NotFound:
             pass
+
+    def _remove_once(self, container_id: str) -> None:
+        try:
+            self.client.api.remove_container(container_id, force=True, v=True)
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409 and "already in progress" in str(exc.explanation or exc):
+                return
+            raise
 
     async def labelled(self) -> list[dict[str, Any]]:
         """All containers (running or not) that carry the gym label."""

@@ -228,3 +228,28 @@ def test_engine_that_never_answers_times_out(tmp_path):
         thread.join()
         server.close()
     assert time.monotonic() - started < 10
+
+
+def test_removals_of_one_container_at_once_all_succeed():
+    """Several removers of one container at once (a dying owner's release and another pool's start-up gc, as a CI
+    run once had): the engine answers all but one 409 "removal already in progress"; each is a removal done, not an
+    InfraError that fails a pool's start."""
+    from sandbox.docker_engine import Engine
+
+    client = docker.from_env(version="auto")
+    labels = Labels(owner=current_owner(), created=time.time(), deadline=time.time() + 3600)
+    container = client.containers.create(runner_image(), command=["sleep", "60"], labels=labels.as_dict())
+    container.start()
+    client.close()
+    engine = Engine(small_config())
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            for _ in range(8):
+                nursery.start_soon(engine.remove, container.id)
+
+    try:
+        trio.run(main)
+    finally:
+        engine.close()
+    assert container.id not in {c["Id"] for c in _all_gym()}
