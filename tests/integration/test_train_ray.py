@@ -169,10 +169,18 @@ def assert_on_policy(trajectories: list[dict], train_rows: list[dict], steps: in
     assert all(r["staleness/max"] == 0 for r in train_rows)
 
 
-def shared_gym_containers() -> list[dict]:
+def shared_gym_containers(settle_s: float = 60.0) -> list[dict]:
+    """The shared engine's gym containers once none is being removed (at most ``settle_s``): an actor that Ray ends
+    while its removal call is under way leaves the engine removing the container (state "removing"), which is not
+    a container left behind; one still there after the removal ended, or never removed, is."""
     client = docker.from_env(version="1.41", timeout=30)
     try:
-        return client.api.containers(all=True, filters={"label": Labels.MARK})
+        deadline = time.monotonic() + settle_s
+        while True:
+            containers = client.api.containers(all=True, filters={"label": Labels.MARK})
+            if time.monotonic() > deadline or not any(c["State"] == "removing" for c in containers):
+                return containers
+            time.sleep(0.5)
     finally:
         client.close()
 
