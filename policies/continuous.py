@@ -4,7 +4,8 @@ One worker thread owns the model. Callers `submit` prompts (any thread) and get 
 completions; the worker, between two decode steps, admits waiting sequences into free slots
 (prefilling them together, each distinct prompt once: the G samples of a GRPO group share one
 prefill), runs one decode step for every running sequence, and frees the slot of a sequence the
-moment it stops. No batch waits for its longest row.
+moment it stops. No batch waits for its longest row. With ``prefill_chunk`` an admitted group's
+prompts are prefilled that many columns a step, each chunk beside a decode step of the running rows.
 
 The cache is preallocated once: keys and values of shape (layers, slots, kv_heads, capacity,
 head_dim), capacity = the model's context. Running sequences occupy slots 0..n-1 and every one
