@@ -42,3 +42,13 @@ def start_server(config: Path, seen: list[str] | None = None) -> tuple[subproces
             return proc, match.group(1)
         if proc.poll() is not None:
             raise RuntimeError("server exited:\n" + "".join(seen))
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within 20 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +17,7 @@ import pytest
 import requests
 import yaml
 
-from tests.serve_support import MODEL, start_server
+from tests.serve_support import MODEL, start_server, stop_server
 from tests.tokenizer_support import train_tokenizer
 
 READ_TIMEOUT_S = 2.0
@@ -42,12 +41,7 @@ def server(tmp_path_factory):
     (tmp / "serve.yaml").write_text(yaml.safe_dump(config))
     proc, url = start_server(tmp / "serve.yaml")
     yield url, tmp
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_server(proc)
 
 
 def _post(url: str, path: str, body: bytes | dict) -> requests.Response:

@@ -6,8 +6,6 @@ tokens) that the test trains itself; loopback only.
 
 from __future__ import annotations
 
-import subprocess
-
 import openai
 import pytest
 import requests
@@ -16,7 +14,7 @@ import yaml
 from openai import OpenAI
 from safetensors.torch import save
 
-from tests.serve_support import MODEL, start_server
+from tests.serve_support import MODEL, start_server, stop_server
 from tests.tokenizer_support import train_tokenizer
 
 
@@ -35,12 +33,7 @@ def server(tmp_path_factory):
     # engine.threads sets the process's torch threads (OMP_NUM_THREADS above says 2)
     assert any("torch threads: 1" in line for line in log), "".join(log)
     yield url, tmp
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_server(proc)
 
 
 @pytest.fixture(scope="module")
