@@ -23,6 +23,13 @@ Figures: `tokens_per_s` (continuous), `tokens_per_s_batch`, `tokens_per_s_hf`, `
 token), `prefills` (distinct prompts the continuous engine prefilled), `new_tokens`, `requests`,
 `concurrency`, `group`, `prefill_chunk` (`--prefill-chunk`: prompt columns the continuous engine
 prefills a step), `threads`.
+
+``--against REV`` also runs the stream through the engine of git revision REV of this repository, as it
+was: its tree (`git archive`, ~4 MB) in a temporary directory, its `build_engine` on its own copy of the config
+and its trainer's `BatchingEngine`, in a subprocess (`policies.bench_against`), on the same threads, model,
+requests and seeds. It must build the same model (a weights fingerprint is compared). Figures:
+`tokens_per_s_against`, `speedup_vs_against`, `against` (the revision as given). Issue 16's "today's
+engine" is the revision before continuous batching: ``--against 5cdbac1^``.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -66,6 +75,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="T",
         help="stream: the continuous engine prefills T prompt columns a step (default: the config's engine.prefill_chunk)",
+    )
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        default=None,
+        help="stream: also run it through the engine of git revision REV of this repository (e.g. 5cdbac1^)",
     )
 
 
@@ -184,6 +199,49 @@ def _hf_generate(model, requests: list[_Request], batch: int, pad_token_id: int 
     return time.perf_counter() - started
 
 
+def _against(
+    args: argparse.Namespace, requests: list[_Request], threads: int, fingerprint: float, repo: Path = REPO
+) -> float:
+    """Seconds for the stream through revision ``args.against``'s engine (see the module docstring)."""
+    import io
+    import json
+    import subprocess
+    import sys
+    import tarfile
+    import tempfile
+
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", "--format=tar", args.against], capture_output=True, check=False
+    )
+    if archive.returncode != 0:
+        message = archive.stderr.decode(errors="replace").strip().splitlines()
+        raise SystemExit(f"bench generate --against {args.against}: git archive failed: {' '.join(message[-1:])}")
+    config = args.config.resolve()
+    try:
+        config = config.relative_to(repo)
+    except ValueError:
+        raise SystemExit(f"bench generate --against: --config must lie in the repository ({repo})") from None
+    with tempfile.TemporaryDirectory(prefix="bench-against-") as tmp:
+        tarfile.open(fileobj=io.BytesIO(archive.stdout)).extractall(tmp, filter="data")
+        if not (Path(tmp) / config).is_file():
+            raise SystemExit(f"bench generate --against {args.against}: that revision has no {config}")
+        listed = Path(tmp) / "requests.json"
+        listed.write_text(json.dumps([[r.prompt, r.max_tokens, r.seed] for r in requests]))
+        command = [sys.executable, str(Path(__file__).with_name("bench_against.py")), tmp, str(config), str(listed)]
+        command += ["--concurrency", str(args.concurrency), "--threads", str(threads)]
+        log.info("revision %s: running the stream through its engine", args.against)
+        done = subprocess.run(command, cwd=tmp, stdout=subprocess.PIPE, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"bench generate --against {args.against}: its engine failed (exit {done.returncode})")
+    result = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    if abs(result["fingerprint"] - fingerprint) > 1e-6 * max(1.0, abs(fingerprint)):
+        raise SystemExit(
+            f"bench generate --against {args.against}: its {config} builds another model "
+            f"(weights fingerprint {result['fingerprint']:.6f}, here {fingerprint:.6f})"
+        )
+    return float(result["seconds"])
+
+
 def run_stream(args: argparse.Namespace) -> dict:
     import statistics
 
@@ -218,6 +276,13 @@ def run_stream(args: argparse.Namespace) -> dict:
     log.info("HF generate: %d requested tokens in %.2fs", new_tokens, elapsed)
     figures["speedup_vs_batch"] = figures["tokens_per_s"] / figures["tokens_per_s_batch"]
     figures["speedup_vs_hf"] = figures["tokens_per_s"] / figures["tokens_per_s_hf"]
+    if args.against:
+        fingerprint = sum(float(p.detach().double().sum()) for p in policy.model.parameters())
+        elapsed = _against(args, requests, torch.get_num_threads(), fingerprint)
+        figures["tokens_per_s_against"] = new_tokens / elapsed
+        figures["speedup_vs_against"] = figures["tokens_per_s"] / figures["tokens_per_s_against"]
+        figures["against"] = args.against
+        log.info("revision %s: %d new tokens in %.2fs", args.against, new_tokens, elapsed)
     figures["ttft_p50_ms"] = 1000 * statistics.median(first - sent for sent, first, _, _ in timings)
     figures["tpot_p50_ms"] = 1000 * statistics.median(
         (done - first) / (n - 1) for _, first, done, n in timings if n > 1

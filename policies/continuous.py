@@ -41,6 +41,7 @@ from typing import Literal
 import torch
 from transformers import DynamicCache
 
+from policies.decode import LeanDecoder
 from policies.hf_adapter import CausalLMPolicy
 from policies.sampler import RowSampling, sample
 from policies.sampling import Completion, EngineError, SamplingParams
@@ -200,6 +201,7 @@ class ContinuousBatcher:
         pad_token_id: int = 0,
         version: Callable[[], int] = lambda: 0,
         prefill_chunk: int | None = None,
+        lean_decode: bool = True,
     ) -> None:
         config = policy.model.config
         self.policy = policy
@@ -216,6 +218,12 @@ class ContinuousBatcher:
             config.head_dim,
             next(policy.model.parameters()).dtype,
             policy.device,
+        )
+        # our policy decodes through `LeanDecoder` (the same step in few ops); other models through their forward
+        self.lean = (
+            LeanDecoder(policy.model, self.cache.capacity)
+            if lean_decode and LeanDecoder.supports(policy.model)
+            else None
         )
         self.running: list[_Sequence] = []
         self.waiting: deque[_Sequence] = deque()
@@ -365,11 +373,14 @@ class ContinuousBatcher:
         """One step for every running row: feed its last token, sample the next."""
         device, cache, rows = self.policy.device, self.cache, self.running
         cache.make_room(0)  # a free column at `end`
-        fed = torch.tensor([row.tokens[-1] for row in rows], dtype=torch.int64, device=device)[:, None]
+        fed = torch.tensor([row.tokens[-1] for row in rows], dtype=torch.int64, device=device)
         lengths = torch.tensor([row.length for row in rows], dtype=torch.int64, device=device)
-        columns = torch.arange(cache.start, cache.end + 1, device=device)
-        mask = (columns[None, :] >= (cache.end - lengths)[:, None]).to(torch.int64)
-        out = self.policy.step(fed, mask, lengths[:, None], cache)
+        if self.lean is not None:
+            out = self.lean.step(fed, lengths, cache)
+        else:
+            columns = torch.arange(cache.start, cache.end + 1, device=device)
+            mask = (columns[None, :] >= (cache.end - lengths)[:, None]).to(torch.int64)
+            out = self.policy.step(fed[:, None], mask, lengths[:, None], cache)
         cache.end += 1
         fed_routes = None if out.routes is None else out.routes[:, :, -1].unbind(1)  # (L, K) per row
         for b, row in enumerate(rows):

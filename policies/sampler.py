@@ -1,8 +1,9 @@
 """Turn next-token logits into sampled tokens and their logprobs, one row per sequence.
 
 Rows carry their own temperature, top-k, top-p and `torch.Generator`, so a sequence's samples
-depend on its seed, not on which other sequences share the batch. Sampling is Gumbel-max over
-the processed logprobs with per-row uniform noise, which draws exactly from softmax(processed).
+depend on its seed, not on which other sequences share the batch. Sampling inverts the cumulative
+distribution of softmax(processed) at one uniform draw per row (float64), which draws exactly from it:
+one number from the row's generator a step instead of one per vocabulary entry.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ class RowSampling:
     top_k: torch.Tensor  # (B,) int64; 0 = off
     top_p: torch.Tensor  # (B,) float32; 1 = off
     generators: list[torch.Generator]
+    plain: bool = False  # no row processes its logits (temperature 1 or 0, no top-k, no top-p): `_unprocessed`
+    any_greedy: bool = True  # some row has temperature 0
 
     @classmethod
     def build(cls, params: list[SamplingParams], seeds: list[int], device: torch.device) -> RowSampling:
@@ -41,6 +44,8 @@ class RowSampling:
             top_k=torch.tensor([p.top_k for p in params], dtype=torch.int64, device=device),
             top_p=torch.tensor([p.top_p for p in params], dtype=torch.float32, device=device),
             generators=generators,
+            plain=all(p.temperature in (0.0, 1.0) and p.top_k == 0 and p.top_p == 1.0 for p in params),
+            any_greedy=any(p.temperature == 0 for p in params),
         )
 
 
@@ -76,26 +81,47 @@ def processed_logprobs(logits: torch.Tensor, rows: RowSampling) -> torch.Tensor:
 
 def _unprocessed(rows: RowSampling) -> bool:
     """Every row samples softmax(logits) itself (temperature 1, or 0 = greedy; no top-k, no top-p): then the
-    processed log-probabilities are the raw ones, bit for bit, and need not be computed twice."""
-    unit = (rows.temperature == 1) | (rows.temperature == 0)
-    return bool(unit.all()) and not bool((rows.top_k > 0).any()) and not bool((rows.top_p < 1).any())
+    processed log-probabilities are the raw ones and need not be computed. Read from the settings the rows
+    were built from (`RowSampling.plain`), not from the tensors: no reduction and host sync a step."""
+    return rows.plain
 
 
 def sample(logits: torch.Tensor, rows: RowSampling) -> Sample:
-    """Draw one token per row of logits (B, V)."""
-    raw = torch.log_softmax(logits.float(), dim=-1)
-    logp = raw if _unprocessed(rows) else processed_logprobs(logits, rows)
-    noise = torch.stack(
-        [torch.rand(logits.shape[-1], generator=g, device=logits.device) for g in rows.generators]
-    ).clamp_(min=1e-12, max=1 - 1e-7)
-    sampled = torch.argmax(logp - noise.log_().neg_().log_(), dim=-1)  # Gumbel-max: logp - log(-log(u))
+    """Draw one token per row of logits (B, V).
+
+    Inverse CDF: with ``c = cumsum(p)`` in float64 (p = softmax(processed), unnormalised) and ``u ~ U[0, 1)``
+    from the row's generator, the token is the first ``i`` with ``c[i] > u * c[-1]``; a token of probability 0
+    (top-k, top-p) never is, since ``c`` does not grow there. Greedy rows (temperature 0) take the argmax.
+    When no row processes its logits (temperature 1 or greedy, no top-k, no top-p: the GRPO configs) the
+    sampled distribution is softmax(logits) itself: ``p = exp(logits - max)`` and the log-probability of the
+    token is ``logits[i] - max - log(c[-1])``, with no log-softmax over the vocabulary.
+    """
+    device = logits.device
+    u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64, device=device) for g in rows.generators])
+    logits = logits.float()
+    if _unprocessed(rows):
+        top = logits.amax(dim=-1, keepdim=True)
+        cdf = torch.cumsum((logits - top).exp_(), dim=-1, dtype=torch.float64)  # (B, V)
+        total = cdf[:, -1:]
+        tokens = _invert(cdf, total, u)
+        raw = (logits.gather(1, tokens[:, None]) - top - total.log().float())[:, 0]
+        if not rows.any_greedy:  # the GRPO case: no argmax over (B, V)
+            return Sample(tokens=tokens, logprobs=raw, raw_logprobs=raw)
+        greedy = rows.temperature == 0
+        tokens = torch.where(greedy, torch.argmax(logits, dim=-1), tokens)
+        raw = (logits.gather(1, tokens[:, None]) - top - total.log().float())[:, 0]
+        return Sample(tokens=tokens, logprobs=torch.where(greedy, torch.zeros_like(raw), raw), raw_logprobs=raw)
+    raw = torch.log_softmax(logits, dim=-1)
+    logp = processed_logprobs(logits, rows)
+    cdf = torch.cumsum(logp.exp(), dim=-1, dtype=torch.float64)
+    tokens = _invert(cdf, cdf[:, -1:], u)
     greedy = rows.temperature == 0
-    if not bool(greedy.any()):  # the GRPO case: no row is greedy, so no second argmax over (B, V)
-        return Sample(
-            tokens=sampled,
-            logprobs=logp.gather(1, sampled[:, None])[:, 0],
-            raw_logprobs=raw.gather(1, sampled[:, None])[:, 0],
-        )
-    tokens = torch.where(greedy, torch.argmax(raw, dim=-1), sampled)
+    tokens = torch.where(greedy, torch.argmax(raw, dim=-1), tokens)
     logprobs = torch.where(greedy, torch.zeros_like(rows.temperature), logp.gather(1, tokens[:, None])[:, 0])
     return Sample(tokens=tokens, logprobs=logprobs, raw_logprobs=raw.gather(1, tokens[:, None])[:, 0])
+
+
+def _invert(cdf: torch.Tensor, total: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """(B,) the first index ``i`` with ``cdf[i] > u * total`` (``u * total`` kept below ``total``)."""
+    target = torch.minimum(u[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, target, right=True)[:, 0]

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import shutil
+import subprocess
 from pathlib import Path
 
+import pytest
+
 from policies import bench
+from policies.serve_config import ServeConfig, build_engine
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,3 +46,38 @@ def test_the_stream_with_chunked_prefill_reports_its_chunk() -> None:
 def test_the_single_batch_workload_checks_kv_against_recompute() -> None:
     figures = bench.run(_args(batch=2, prompt_tokens=8, new_tokens=6))
     assert figures["token_agreement"] == 1.0 and figures["new_tokens"] == 12
+
+
+def test_the_stream_runs_through_another_revision_of_the_repository() -> None:
+    """``--against REV``: the same requests through REV's own engine in a subprocess (here HEAD's tree)."""
+    args = _args(requests=6, concurrency=3, group=3, prompt_tokens=8, new_tokens=4, against="HEAD")
+    figures = bench.run(args)
+    assert figures["against"] == "HEAD" and figures["tokens_per_s_against"] > 0
+    assert figures["speedup_vs_against"] == figures["tokens_per_s"] / figures["tokens_per_s_against"]
+
+
+def test_an_unknown_revision_is_one_error_naming_it() -> None:
+    args = _args(requests=2, concurrency=1, group=1, prompt_tokens=4, new_tokens=2, against="no-such-revision-0")
+    with pytest.raises(SystemExit, match="--against no-such-revision-0: git archive failed"):
+        bench.run(args)
+
+
+def test_a_revision_whose_config_builds_another_model_is_refused(tmp_path) -> None:
+    """The weights fingerprint of both sides must agree: a revision whose config seeds another model is no
+    baseline for this one."""
+    repo = tmp_path / "repo"
+    for name in ("policies", "trainer", "kernels", "configs", "sandbox"):
+        shutil.copytree(REPO / name, repo / name, ignore=shutil.ignore_patterns("__pycache__"))
+    config = repo / "configs" / "policy_tiny.yaml"
+    config.write_text(config.read_text().replace("seed: 0 ", "seed: 1 ", 1))
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "other seed"], check=True)
+    args = _args(requests=2, concurrency=1, group=1, prompt_tokens=4, new_tokens=2, against="HEAD")
+    requests = bench._workload(args, 8192)
+    policy = build_engine(ServeConfig.load(args.config)).policy  # seed 0, as here
+    args.config = config  # the revision's copy, seed 1
+    fingerprint = sum(float(p.detach().double().sum()) for p in policy.model.parameters())
+    with pytest.raises(SystemExit, match="builds another model"):
+        bench._against(args, requests, 1, fingerprint, repo=repo)

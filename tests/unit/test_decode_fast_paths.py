@@ -3,9 +3,10 @@
 * `all_experts_swiglu` (a CPU inference step with few rows runs every expert on every row) equals the grouped
   path (permute, grouped SwiGLU, unpermute), and `MoEBlock` takes it only without autograd, on the CPU, with
   every expert local and few rows.
-* `sample` reuses the raw log-probabilities when no row processes its logits (temperature 1 or greedy, no top-k
-  or top-p): the same tokens and logprobs as through `processed_logprobs`; a batch with no greedy row skips
-  the greedy argmax and samples the same.
+* `sample`, when no row processes its logits (temperature 1 or greedy, no top-k or top-p), inverts the CDF of
+  exp(logits - max) instead of taking log-softmaxes: the same tokens as the general formula through
+  `processed_logprobs` with the same draws, logprobs equal to float rounding; a greedy row among them leaves
+  the other rows' draws as they were.
 """
 
 from __future__ import annotations
@@ -104,21 +105,30 @@ def rows_of(params: list[SamplingParams]) -> RowSampling:
     return RowSampling.build(params, list(range(len(params))), torch.device("cpu"))
 
 
+def general_formula(logits: torch.Tensor, params: list[SamplingParams]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens, logprobs) by the general path with the same seeds: the processed distribution's CDF (float64)
+    inverted at one float64 draw per row; greedy rows take the argmax with logprob 0."""
+    reference = rows_of(params)
+    logp = processed_logprobs(logits, reference)
+    u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in reference.generators])
+    cdf = torch.cumsum(logp.exp(), dim=-1, dtype=torch.float64)
+    drawn = torch.searchsorted(cdf, u[:, None] * cdf[:, -1:], right=True)[:, 0]
+    greedy = reference.temperature == 0
+    tokens = torch.where(greedy, torch.argmax(logits, dim=-1), drawn)
+    return tokens, torch.where(greedy, torch.zeros(len(params)), logp.gather(1, tokens[:, None])[:, 0])
+
+
 def test_plain_rows_sample_as_through_the_processed_distribution():
     logits = torch.randn(32, 500, generator=torch.Generator().manual_seed(3)) * 3
     params = [SamplingParams(temperature=1.0 if b % 4 else 0.0) for b in range(32)]
     got = sample(logits, rows_of(params))
-    # the general formula, with the same seeds
-    reference = rows_of(params)
-    logp = processed_logprobs(logits, reference)
-    noise = torch.stack([torch.rand(500, generator=gen) for gen in reference.generators]).clamp_(1e-12, 1 - 1e-7)
-    drawn = torch.argmax(logp - torch.log(-torch.log(noise)), dim=-1)
-    greedy = reference.temperature == 0
-    tokens = torch.where(greedy, torch.argmax(logits, dim=-1), drawn)
+    tokens, logprobs = general_formula(logits, params)
     assert torch.equal(got.tokens, tokens)
-    want_logprobs = torch.where(greedy, torch.zeros(32), logp.gather(1, tokens[:, None])[:, 0])
-    assert torch.equal(got.logprobs, want_logprobs)
-    assert got.per_row() == list(zip(tokens.tolist(), want_logprobs.tolist(), got.raw_logprobs.tolist()))
+    assert torch.allclose(got.logprobs, logprobs, atol=1e-5, rtol=0)
+    assert (got.logprobs[::4] == 0).all()  # the greedy rows
+    raw = torch.log_softmax(logits, -1).gather(1, tokens[:, None])[:, 0]
+    assert torch.allclose(got.raw_logprobs, raw, atol=1e-5, rtol=0)
+    assert got.per_row() == list(zip(tokens.tolist(), got.logprobs.tolist(), got.raw_logprobs.tolist()))
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.8])
@@ -126,13 +136,11 @@ def test_a_batch_without_greedy_rows_samples_as_the_general_formula(temperature)
     logits = torch.randn(16, 400, generator=torch.Generator().manual_seed(5)) * 2
     params = [SamplingParams(temperature=temperature)] * 16
     got = sample(logits, rows_of(params))
-    reference = rows_of(params)
-    logp = processed_logprobs(logits, reference)
-    noise = torch.stack([torch.rand(400, generator=gen) for gen in reference.generators]).clamp_(1e-12, 1 - 1e-7)
-    tokens = torch.argmax(logp - torch.log(-torch.log(noise)), dim=-1)
+    tokens, logprobs = general_formula(logits, params)
     assert torch.equal(got.tokens, tokens)
-    assert torch.equal(got.logprobs, logp.gather(1, tokens[:, None])[:, 0])
-    assert torch.equal(got.raw_logprobs, torch.log_softmax(logits, -1).gather(1, tokens[:, None])[:, 0])
+    assert torch.allclose(got.logprobs, logprobs, atol=1e-5, rtol=0)
+    raw = torch.log_softmax(logits, -1).gather(1, tokens[:, None])[:, 0]
+    assert torch.allclose(got.raw_logprobs, raw, atol=1e-5, rtol=0)
     # and one greedy row among them takes the other path, leaving the sampled rows' draws as they were
     mixed = sample(logits, rows_of([SamplingParams(temperature=0.0)] + params[1:]))
     assert mixed.tokens[0] == torch.argmax(logits[0]) and mixed.logprobs[0] == 0

@@ -45,6 +45,9 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     "formatter (issue 18 item 5); dependency-free, it has no home below both stacks",
     ("policies.bench", "trainer.batching"): "`bench generate` measures generation as the trainer drives it "
     "(BatchingEngine); a benchmark script, imported only by `python -m gym bench generate`",
+    ("policies.bench_against", "trainer.batching"): "a script `bench generate --against REV` runs in a subprocess "
+    "with revision REV's files as its import root: the BatchingEngine it imports is that revision's",
+    ("policies.bench_against", "trainer.engine"): "the same script, for revisions before trainer.batching existed",
 }
 # packages that never import torch, at any level (STYLE.md rule 1)
 TORCH_FREE = ("sandbox", "images", "tasks", "gym")

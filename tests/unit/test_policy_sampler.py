@@ -6,7 +6,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from policies.sampler import RowSampling, processed_logprobs, sample
+from policies.sampler import RowSampling, _invert, processed_logprobs, sample
 from policies.sampling import Completion, SamplingParams
 
 LOGITS = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, -3.0]])
@@ -69,6 +69,32 @@ def test_draws_follow_the_distribution() -> None:
     probs = torch.softmax(LOGITS, dim=-1)[0]
     # binomial std at p=0.56, n=2e4 is 0.0035; 0.015 is > 4 sigma
     assert torch.allclose(freq, probs, atol=0.015)
+
+
+def test_processed_draws_follow_their_distribution() -> None:
+    n = 20000
+    r = rows(n=n, temperature=0.7, top_k=4)
+    out = sample(LOGITS.repeat(n, 1), r)
+    freq = torch.bincount(out.tokens, minlength=6).float() / n
+    probs = torch.softmax(LOGITS[0, :4] / 0.7, dim=-1)
+    assert freq[4:].sum() == 0
+    assert torch.allclose(freq[:4], probs, atol=0.015)  # > 4 binomial sigma at p ~ 0.6
+
+
+def test_inversion_never_lands_on_a_token_of_probability_zero() -> None:
+    cdf = torch.tensor([[0.0, 0.25, 0.25, 1.0, 1.0]], dtype=torch.float64)  # tokens 0, 2 and 4 have p = 0
+    total = cdf[:, -1:]
+    for u, token in [(0.0, 1), (0.2, 1), (0.25, 3), (0.9, 3), (1 - 2**-53, 3), (1.0, 3)]:
+        assert _invert(cdf, total, torch.tensor([u], dtype=torch.float64)).tolist() == [token]
+
+
+def test_a_step_takes_one_number_from_each_row_generator() -> None:
+    r = rows(n=3, seeds=[5, 6, 7])
+    sample(LOGITS.repeat(3, 1), r)
+    for seed, gen in zip([5, 6, 7], r.generators):
+        fresh = torch.Generator().manual_seed(seed)
+        torch.rand(1, generator=fresh, dtype=torch.float64)
+        assert torch.equal(torch.rand(1, generator=gen), torch.rand(1, generator=fresh))
 
 
 def test_seeded_rows_do_not_depend_on_the_batch() -> None:

@@ -1,0 +1,132 @@
+"""A one-token decode step of the RDEP MoE policy over the continuous engine's static cache, in few ops.
+
+`RdepMoeForCausalLM.forward` serves every caller (training, prefill, Hugging Face `generate`): it builds a
+4-D causal mask, a rotary table for the step's positions, output dataclasses and a `Cache.update` call per
+layer. On the CPU with the tiny policy a decode step's ops are so small that this per-call work is most of
+the step (about 1,100 aten calls for 16 rows). `LeanDecoder.step` computes the same thing for one new token
+per row and nothing else:
+
+- rotary cos/sin are rows of a table built once (by `rope_cos_sin`, so each entry is the value the model
+  computes for that position), read by the rows' positions;
+- keys/values are written into `SlotCache` at column ``end`` and attention reads the live window
+  ``[start, end]`` in place: ``softmax(q k^T / sqrt(D) + mask) v`` with the query heads of each key/value
+  head as that head's queries (GQA), the mask (B, 1, 1, W) additive (-inf before a row's start);
+- norms, projections, the MoE blocks (router, experts through the block's own dispatch, shared experts) and
+  the head are the model's own modules and weights, read at every step (an in-place weight update is seen
+  at once).
+
+So it reads the model's weights as they are and keeps no copy. It equals the model's forward up to float
+rounding of the attention (SDPA vs the explicit softmax): tests/unit/test_policy_engine.py checks continuous ==
+kv_cache == recompute token for token in float32. Per layer: ~25 ops for attention instead of ~90.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from policies.attention import rope_cos_sin
+from policies.experts import MoEBlock, all_experts_swiglu
+from policies.hf_adapter import StepOutput
+from policies.modeling import RdepMoeForCausalLM
+
+
+def _norm(norm, x: torch.Tensor) -> torch.Tensor:
+    """`RMSNorm.forward` as its ops, without the module call."""
+    return norm.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.eps))
+
+
+def _swiglu(mlp, x: torch.Tensor) -> torch.Tensor:
+    """`SwiGLU.forward` as its ops."""
+    return F.linear(F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight), mlp.down_proj.weight)
+
+
+def _moe(block: MoEBlock, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hidden (n, H), experts (n, 1, K)) of a MoE block for one token per row: `MoEBlock.forward` and
+    `Router.forward` as their ops where the block runs every expert on every row (inference on the CPU, few
+    rows, all experts here); anything else (a dispatcher across ranks, many rows, a training router counting
+    loads) goes through the block itself."""
+    router = block.router
+    if router.training or not block._all_experts(x):
+        out = block(x[:, None])
+        return out.hidden[:, 0], out.expert_idx
+    scores = torch.sigmoid(x.float() @ router.weight.float().t())  # (n, E)
+    chosen = torch.topk(scores + router.bias, router.top_k, dim=-1).indices
+    gate = scores.gather(1, chosen)
+    if router.norm_topk_prob:
+        gate = gate / gate.sum(dim=-1, keepdim=True).clamp_min(1e-20)
+    gate = gate * router.scaling
+    experts = block.experts
+    out = all_experts_swiglu(x, chosen - experts.first, gate, experts.w_gate, experts.w_up, experts.w_down)
+    if block.shared is not None:
+        out = out + _swiglu(block.shared, x)
+    return out, chosen[:, None]
+
+
+class LeanDecoder:
+    """`step`: one decode step of every running row of a `SlotCache` (see the module docstring)."""
+
+    def __init__(self, model: RdepMoeForCausalLM, capacity: int) -> None:
+        config = model.config
+        self.model = model
+        self.heads = config.num_attention_heads
+        self.kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        self.scale = 1.0 / math.sqrt(config.head_dim)
+        device = next(model.parameters()).device
+        cos, sin = rope_cos_sin(torch.arange(capacity, device=device)[None], config.head_dim, config.rope_theta)
+        self.cos, self.sin = cos[0], sin[0]  # (capacity, D) float32
+        # rotate_half as a matmul: x @ R = cat(-x[D/2:], x[:D/2]), exactly (one +-1 per column)
+        half = config.head_dim // 2
+        eye = torch.eye(half, device=device)
+        self.rotation = torch.zeros(config.head_dim, config.head_dim, device=device)
+        self.rotation[half:, :half] = -eye
+        self.rotation[:half, half:] = eye
+
+    @staticmethod
+    def supports(model: object) -> bool:
+        return isinstance(model, RdepMoeForCausalLM)
+
+    @torch.no_grad()
+    def step(self, fed: torch.Tensor, positions: torch.Tensor, cache) -> StepOutput:
+        """fed (n,) token ids, positions (n,) their positions (each row's token count so far); writes column
+        ``cache.end`` of slots 0..n-1. Returns logits (n, 1, V) and routes (L_moe, n, 1, K)."""
+        model, inner = self.model, self.model.model
+        n, start, end = cache.n, cache.start, cache.end
+        heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
+        x = inner.embed_tokens.weight[fed]  # (n, H)
+        dtype = x.dtype
+        rotation = self.rotation.to(dtype)
+        cos = self.cos[positions].to(dtype)[:, None]  # (n, 1, D)
+        sin = self.sin[positions].to(dtype)[:, None]
+        columns = torch.arange(start, end + 1, device=fed.device)
+        hidden = columns[None, :] < (end - positions)[:, None]  # before a row's own start
+        mask = torch.zeros(hidden.shape, dtype=dtype, device=fed.device).masked_fill_(hidden, float("-inf"))
+        mask = mask[:, None, None]  # (n, 1, 1, W)
+        routes = []
+        for index, layer in enumerate(inner.layers):
+            attention = layer.attn
+            h = _norm(layer.input_norm, x)
+            projection = torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight])
+            qkv = F.linear(h, projection).view(n, heads + 2 * kv_heads, dim)
+            qk = qkv[:, : heads + kv_heads]
+            qk = qk * cos + (qk @ rotation) * sin  # RoPE of the queries and keys at once
+            cache.keys[index, :n, :, end] = qk[:, heads:]
+            cache.values[index, :n, :, end] = qkv[:, heads + kv_heads :]
+            keys = cache.keys[index, :n, :, start : end + 1]  # (n, kv_heads, W, D)
+            values = cache.values[index, :n, :, start : end + 1]
+            scores = torch.matmul(qk[:, :heads].view(n, kv_heads, heads // kv_heads, dim), keys.transpose(-1, -2))
+            weights = torch.softmax(scores.mul_(self.scale).add_(mask), dim=-1, dtype=torch.float32).to(dtype)
+            out = torch.matmul(weights, values).view(n, heads * dim)  # (n, kv_heads, groups, D)
+            x = x + F.linear(out, attention.o_proj.weight)
+            h = _norm(layer.post_attn_norm, x)
+            if layer.is_moe:
+                moe, chosen = _moe(layer.mlp, h)
+                x = x + moe
+                routes.append(chosen)
+            else:
+                x = x + _swiglu(layer.mlp, h)
+        logits = F.linear(_norm(inner.norm, x), model.lm_head.weight)[:, None]  # (n, 1, V)
+        return StepOutput(logits=logits, routes=torch.stack(routes) if routes else None)
