@@ -122,6 +122,9 @@ def sample(logits: torch.Tensor, rows: RowSampling) -> Sample:
 
 
 def _invert(cdf: torch.Tensor, total: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """(B,) the first index ``i`` with ``cdf[i] > u * total`` (``u * total`` kept below ``total``)."""
+    """(B,) the first index ``i`` with ``cdf[i] > u * total`` (``u * total`` kept below ``total``).
+
+    A row whose logits are not finite (NaN from a broken checkpoint) has no such index; it still gets a token
+    id of the vocabulary (the last) with a NaN log-probability, and the other rows are unaffected."""
     target = torch.minimum(u[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(cdf, target, right=True)[:, 0]
+    return torch.searchsorted(cdf, target, right=True)[:, 0].clamp_(max=cdf.shape[-1] - 1)

@@ -88,6 +88,17 @@ def test_inversion_never_lands_on_a_token_of_probability_zero() -> None:
         assert _invert(cdf, total, torch.tensor([u], dtype=torch.float64)).tolist() == [token]
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_a_row_of_non_finite_logits_gets_a_vocabulary_token_and_spares_its_batch(bad: float) -> None:
+    logits = LOGITS.repeat(3, 1)
+    logits[1] = bad
+    for r in (rows(n=3, seeds=[1, 2, 3]), rows(n=3, seeds=[1, 2, 3], top_k=3)):
+        out = sample(logits, r)
+        assert 0 <= int(out.tokens[1]) < 6
+        alone = sample(LOGITS.repeat(3, 1), rows(n=3, seeds=[1, 2, 3], top_k=r.top_k[0].item()))
+        assert out.tokens[0] == alone.tokens[0] and out.tokens[2] == alone.tokens[2]
+
+
 def test_a_step_takes_one_number_from_each_row_generator() -> None:
     r = rows(n=3, seeds=[5, 6, 7])
     sample(LOGITS.repeat(3, 1), r)
