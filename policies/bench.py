@@ -210,8 +210,18 @@ def _against(
     import tarfile
     import tempfile
 
+    if args.against.startswith("-"):
+        raise SystemExit(f"bench generate --against {args.against}: a revision, not an option")
+    resolved = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{args.against}^{{commit}}"],
+        capture_output=True,
+        check=False,
+    )
+    if resolved.returncode != 0:
+        raise SystemExit(f"bench generate --against {args.against}: no such commit in {repo}")
+    commit = resolved.stdout.decode().strip()
     archive = subprocess.run(
-        ["git", "-C", str(repo), "archive", "--format=tar", args.against], capture_output=True, check=False
+        ["git", "-C", str(repo), "archive", "--format=tar", commit], capture_output=True, check=False
     )
     if archive.returncode != 0:
         message = archive.stderr.decode(errors="replace").strip().splitlines()

@@ -57,9 +57,10 @@ def test_the_stream_runs_through_another_revision_of_the_repository() -> None:
 
 
 def test_an_unknown_revision_is_one_error_naming_it() -> None:
-    args = _args(requests=2, concurrency=1, group=1, prompt_tokens=4, new_tokens=2, against="no-such-revision-0")
-    with pytest.raises(SystemExit, match="--against no-such-revision-0: git archive failed"):
-        bench.run(args)
+    for rev, error in [("no-such-revision-0", "no such commit"), ("--output=/tmp/x", "a revision, not an option")]:
+        args = _args(requests=2, concurrency=1, group=1, prompt_tokens=4, new_tokens=2, against=rev)
+        with pytest.raises(SystemExit, match=f"--against {rev}: {error}"):
+            bench.run(args)
 
 
 def test_a_revision_whose_config_builds_another_model_is_refused(tmp_path) -> None:
