@@ -115,7 +115,7 @@ class MoEBlock(nn.Module):
         batch, length, hidden = x.shape
         flat = x.reshape(-1, hidden)
         routing = self.router(flat, None if routes is None else routes.reshape(batch * length, -1))
-        if self._all_experts(flat):
+        if self.runs_all_experts(flat):
             local = routing.expert_idx - self.experts.first
             experts = self.experts
             out = all_experts_swiglu(flat, local, routing.gate, experts.w_gate, experts.w_up, experts.w_down)
@@ -129,7 +129,7 @@ class MoEBlock(nn.Module):
             aux_loss=routing.aux_loss,
         )
 
-    def _all_experts(self, flat: torch.Tensor) -> bool:
+    def runs_all_experts(self, flat: torch.Tensor) -> bool:
         """An inference step on the CPU with every expert here and few rows: run all experts on all rows."""
         return (
             not torch.is_grad_enabled()
