@@ -27,7 +27,8 @@ prefills a step), `threads`.
 ``--against REV`` also runs the stream through the engine of git revision REV of this repository, as it
 was: its tree (`git archive`, ~4 MB) in a temporary directory, its `build_engine` on its own copy of the config
 and its trainer's `BatchingEngine`, in a subprocess (`policies.bench_against`), on the same threads, model,
-requests and seeds. It must build the same model (a weights fingerprint is compared). Figures:
+requests and seeds, and the same allocator thresholds as this process (`policies.allocator`, through
+glibc's environment variables). It must build the same model (a weights fingerprint is compared). Figures:
 `tokens_per_s_against`, `speedup_vs_against`, `against` (the revision as given). Issue 16's "today's
 engine" is the revision before continuous batching: ``--against 5cdbac1^``.
 """
@@ -205,10 +206,13 @@ def _against(
     """Seconds for the stream through revision ``args.against``'s engine (see the module docstring)."""
     import io
     import json
+    import os
     import subprocess
     import sys
     import tarfile
     import tempfile
+
+    from policies import allocator
 
     if args.against.startswith("-"):
         raise SystemExit(f"bench generate --against {args.against}: a revision, not an option")
@@ -240,16 +244,24 @@ def _against(
         command = [sys.executable, str(Path(__file__).with_name("bench_against.py")), tmp, str(config), str(listed)]
         command += ["--concurrency", str(args.concurrency), "--threads", str(threads)]
         log.info("revision %s: running the stream through its engine", args.against)
-        done = subprocess.run(command, cwd=tmp, stdout=subprocess.PIPE, check=False)
+        # the same allocator thresholds as this process's engines (`policies.allocator`), which REV may predate
+        env = {
+            **os.environ,
+            "MALLOC_MMAP_THRESHOLD_": str(allocator.MMAP_THRESHOLD_MAX),
+            "MALLOC_TRIM_THRESHOLD_": str(allocator.TRIM_BYTES),
+        }
+        done = subprocess.run(command, cwd=tmp, env=env, stdout=subprocess.PIPE, check=False)
     if done.returncode != 0:
         raise SystemExit(f"bench generate --against {args.against}: its engine failed (exit {done.returncode})")
     result = json.loads(done.stdout.decode().strip().splitlines()[-1])
-    if abs(result["fingerprint"] - fingerprint) > 1e-6 * max(1.0, abs(fingerprint)):
-        raise SystemExit(
-            f"bench generate --against {args.against}: its {config} builds another model "
-            f"(weights fingerprint {result['fingerprint']:.6f}, here {fingerprint:.6f})"
-        )
+    same_model(float(result["fingerprint"]), fingerprint, f"bench generate --against {args.against}: its {config}")
     return float(result["seconds"])
+
+
+def same_model(theirs: float, ours: float, what: str) -> None:
+    """SystemExit unless two weights fingerprints (sums of every parameter, float64) agree to 1e-6 relative."""
+    if abs(theirs - ours) > 1e-6 * max(1.0, abs(ours)):
+        raise SystemExit(f"{what} builds another model (weights fingerprint {theirs:.6f}, here {ours:.6f})")
 
 
 def run_stream(args: argparse.Namespace) -> dict:
