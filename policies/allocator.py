@@ -5,13 +5,16 @@ head's output). glibc serves blocks above its mmap threshold with fresh `mmap` p
 the heap back (`trim`) once more than its trim threshold is free; both thresholds adapt to a few MiB. So a
 step's big tensors land on pages the kernel must fault in and zero again, every step: on the project's VM,
 sampling 64 rows of the tiny policy's 8,192-token vocabulary took 12-17 ms that way and 3.3-3.5 ms with the
-thresholds raised (`policies/allocator.py`'s test and docs/engine.md).
+thresholds raised (tests/unit/test_allocator.py, docs/engine.md).
 
 `keep_freed_memory()` raises both through `mallopt` (glibc only; elsewhere it does nothing and says so):
 blocks up to 32 MiB (glibc's ceiling for the mmap threshold on 64-bit) come from the heap, and up to
 ``trim_bytes`` of free heap stay mapped. The process keeps its high-water mark of small blocks instead of
 returning it; a big model's weights (one block each above 32 MiB) are unaffected. Process-wide and
-idempotent; the generation engine calls it when it starts.
+idempotent. `gym serve` and `bench generate` call it before they build the engine; the trainer does not:
+a `make run` with it drew other tokens from policy version 1 on than one without it (the engine's own
+outputs are the same with and without it, tested on a 64-request stream), and until that is understood the
+trainer's runs stay as they were.
 """
 
 from __future__ import annotations

@@ -269,6 +269,7 @@ def run_stream(args: argparse.Namespace) -> dict:
 
     import torch
 
+    from policies import allocator
     from policies.generation import GenerationEngine
     from policies.serve_config import ServeConfig, build_engine
 
@@ -276,6 +277,7 @@ def run_stream(args: argparse.Namespace) -> dict:
     threads = args.threads or config.engine.threads
     if threads:
         torch.set_num_threads(threads)
+    allocator.keep_freed_memory()  # as `gym serve`; the --against process gets the same thresholds
     served = build_engine(config)
     policy = served.policy
     requests = _workload(args, served.vocab_size)

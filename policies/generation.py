@@ -33,7 +33,6 @@ import torch
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import load_file
 
-from policies.allocator import keep_freed_memory
 from policies.continuous import ContinuousBatcher, append_sample, completion_routes, left_padded
 from policies.hf_adapter import CausalLMPolicy
 from policies.sampler import RowSampling, sample
@@ -79,7 +78,6 @@ class GenerationEngine:
         weights_version: int = 0,
         prefill_chunk: int | None = None,
     ) -> None:
-        keep_freed_memory()  # a step's big tensors reuse freed heap instead of fresh pages (policies/allocator.py)
         self.policy = policy
         self.max_batch_size = max_batch_size
         if mode == "continuous" and not policy.is_moe:

@@ -35,6 +35,7 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def run(args: argparse.Namespace) -> int:
+    from policies.allocator import keep_freed_memory
     from policies.serve_config import ServeConfig, ServeConfigError, build_engine
 
     config = ServeConfig.load(args.config)
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if config.engine.threads is not None:
         torch.set_num_threads(config.engine.threads)
     log.info("torch threads: %d", torch.get_num_threads())
+    keep_freed_memory()  # a step's big tensors reuse freed heap instead of fresh pages (policies/allocator.py)
     engine = build_engine(config)
     if tokenizer is not None and tokenizer.vocab_size > engine.vocab_size:
         raise ServeConfigError(

@@ -83,3 +83,41 @@ def test_a_refused_threshold_is_a_warning_not_an_error(monkeypatch, caplog) -> N
     monkeypatch.setattr(ctypes, "CDLL", lambda name: type("Refusing", (), {"mallopt": staticmethod(mallopt)})())
     assert allocator.keep_freed_memory() is False
     assert "refused" in caplog.text
+
+
+def test_gym_serve_applies_it_before_building_its_engine(monkeypatch) -> None:
+    import argparse
+
+    import policies.serve_config as serve_config
+    from policies import serve_cli
+
+    order: list[str] = []
+
+    class Stop(Exception):
+        pass
+
+    def build_engine(config):
+        order.append("engine")
+        raise Stop
+
+    monkeypatch.setattr(allocator, "keep_freed_memory", lambda: order.append("allocator") or True)
+    monkeypatch.setattr(serve_config, "build_engine", build_engine)
+    args = argparse.Namespace(config=REPO / "configs" / "policy_tiny.yaml", host="127.0.0.1", port=0)
+    try:
+        serve_cli.run(args)
+    except Stop:
+        pass
+    assert order == ["allocator", "engine"]
+
+
+def test_the_trainers_engine_leaves_the_c_library_as_it_is(monkeypatch) -> None:
+    """`GenerationEngine` (the trainer's in-process engine) does not raise the thresholds (the module docstring
+    says why)."""
+    from policies.generation import GenerationEngine
+    from policies.hf_adapter import CausalLMPolicy
+    from tests.policy_support import small_model
+
+    monkeypatch.setattr(allocator, "_applied", None)
+    for mode in ("continuous", "kv_cache"):
+        GenerationEngine(CausalLMPolicy(small_model()), mode=mode)
+    assert allocator._applied is None
