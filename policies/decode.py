@@ -4,7 +4,7 @@
 4-D causal mask, a rotary table for the step's positions, output dataclasses, module calls and a
 `Cache.update` per layer. On the CPU with the tiny policy a decode step's ops are so small that this per-call
 work is most of the step. `LeanDecoder.step` computes the same thing for one new token per row and nothing
-else (the torch profiler counts 754 aten calls, views included, for 16 rows of the tiny policy against the
+else (the torch profiler counts 768 aten calls, views included, for 16 rows of the tiny policy against the
 forward's 1,112):
 
 - rotary cos/sin are rows of a table built once (by `rope_cos_sin`, so each entry is the value the model
@@ -13,10 +13,10 @@ forward's 1,112):
 - keys/values are written into `SlotCache` at column ``end`` and attention reads the live window
   ``[start, end]`` in place: ``softmax(q k^T / sqrt(D) + mask) v`` with the query heads of each key/value
   head as that head's queries (GQA), the mask (B, 1, 1, W) additive (-inf before a row's start);
-- norms, MLPs, routers and the every-expert MoE path run as their ops on the model's own weights, read at
-  every step (an in-place update is seen at once; nothing is copied); a MoE block that does not run every
-  expert on every row (a dispatcher across ranks, many rows, a GPU) or a router counting loads is called as
-  a module.
+- norms, MLPs and routers are the model's own modules, the every-expert MoE path their ops on the model's
+  own weights, read at every step (an in-place update is seen at once; nothing is copied); a MoE block
+  that does not run every expert on every row (a dispatcher across ranks, many rows, a GPU) is called as a
+  module.
 
 It equals the model's forward up to float rounding (SDPA vs the explicit softmax, one fused projection):
 logits within 1e-5 (measured ~2e-7), routes and written keys/values equal (tests/unit/test_lean_decode.py).
@@ -39,36 +39,22 @@ if TYPE_CHECKING:  # the engine imports this module
     from policies.continuous import SlotCache
 
 
-def _norm(norm, x: torch.Tensor) -> torch.Tensor:
-    """`RMSNorm.forward` as its ops, without the module call."""
-    return norm.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.eps))
-
-
-def _swiglu(mlp, x: torch.Tensor) -> torch.Tensor:
-    """`SwiGLU.forward` as its ops."""
-    return F.linear(F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight), mlp.down_proj.weight)
-
-
 def _moe(block: MoEBlock, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(hidden (n, H), experts (n, 1, K)) of a MoE block for one token per row: `MoEBlock.forward` and
-    `Router.forward` as their ops where the block runs every expert on every row (inference on the CPU, few
-    rows, all experts here); anything else (a dispatcher across ranks, many rows, a training router counting
-    loads) goes through the block itself."""
-    router = block.router
-    if router.training or not block.runs_all_experts(x):
+    """(hidden (n, H), experts (n, 1, K)) of a MoE block for one token per row: the block's router, then every
+    expert on every row where the block itself would (`MoEBlock.runs_all_experts`: inference on the CPU, few
+    rows, all experts here), without the block's reshapes; anything else (a dispatcher across ranks, many rows)
+    goes through the block itself."""
+    if not block.runs_all_experts(x):
         out = block(x[:, None])
         return out.hidden[:, 0], out.expert_idx
-    scores = torch.sigmoid(x.float() @ router.weight.float().t())  # (n, E)
-    chosen = torch.topk(scores + router.bias, router.top_k, dim=-1).indices
-    gate = scores.gather(1, chosen)
-    if router.norm_topk_prob:
-        gate = gate / gate.sum(dim=-1, keepdim=True).clamp_min(1e-20)
-    gate = gate * router.scaling
+    routing = block.router(x)
     experts = block.experts
-    out = all_experts_swiglu(x, chosen - experts.first, gate, experts.w_gate, experts.w_up, experts.w_down)
+    out = all_experts_swiglu(
+        x, routing.expert_idx - experts.first, routing.gate, experts.w_gate, experts.w_up, experts.w_down
+    )
     if block.shared is not None:
-        out = out + _swiglu(block.shared, x)
-    return out, chosen[:, None]
+        out = out + block.shared(x)
+    return out, routing.expert_idx[:, None]
 
 
 class LeanDecoder:
@@ -114,7 +100,7 @@ class LeanDecoder:
         routes = []
         for index, layer in enumerate(inner.layers):
             attention = layer.attn
-            h = _norm(layer.input_norm, x)
+            h = layer.input_norm(x)
             projection = torch.cat([attention.q_proj.weight, attention.k_proj.weight, attention.v_proj.weight])
             qkv = F.linear(h, projection).view(n, heads + 2 * kv_heads, dim)
             qk = qkv[:, : heads + kv_heads]
@@ -127,12 +113,12 @@ class LeanDecoder:
             weights = torch.softmax(scores.mul_(self.scale).add_(mask), dim=-1, dtype=torch.float32).to(dtype)
             out = torch.matmul(weights, values).view(n, heads * dim)  # (n, kv_heads, groups, D)
             x = x + F.linear(out, attention.o_proj.weight)
-            h = _norm(layer.post_attn_norm, x)
+            h = layer.post_attn_norm(x)
             if layer.is_moe:
                 moe, chosen = _moe(layer.mlp, h)
                 x = x + moe
                 routes.append(chosen)
             else:
-                x = x + _swiglu(layer.mlp, h)
-        logits = F.linear(_norm(inner.norm, x), model.lm_head.weight)[:, None]  # (n, 1, V)
+                x = x + layer.mlp(h)
+        logits = F.linear(inner.norm(x), model.lm_head.weight)[:, None]  # (n, 1, V)
         return StepOutput(logits=logits, routes=torch.stack(routes) if routes else None)
