@@ -201,7 +201,7 @@ def _hf_generate(model, requests: list[_Request], batch: int, pad_token_id: int 
 
 
 def _against(
-    args: argparse.Namespace, requests: list[_Request], threads: int, fingerprint: float, repo: Path = REPO
+    args: argparse.Namespace, requests: list[_Request], threads: int, ours: float, repo: Path = REPO
 ) -> float:
     """Seconds for the stream through revision ``args.against``'s engine (see the module docstring)."""
     import io
@@ -254,8 +254,14 @@ def _against(
     if done.returncode != 0:
         raise SystemExit(f"bench generate --against {args.against}: its engine failed (exit {done.returncode})")
     result = json.loads(done.stdout.decode().strip().splitlines()[-1])
-    same_model(float(result["fingerprint"]), fingerprint, f"bench generate --against {args.against}: its {config}")
+    same_model(float(result["fingerprint"]), ours, f"bench generate --against {args.against}: its {config}")
     return float(result["seconds"])
+
+
+def fingerprint(model) -> float:
+    """The weights fingerprint `same_model` compares: the float64 sum of every parameter (the `--against` script
+    computes it the same way in its own process, which imports the other revision's modules, not this one)."""
+    return sum(float(p.detach().double().sum()) for p in model.parameters())
 
 
 def same_model(theirs: float, ours: float, what: str) -> None:
@@ -301,8 +307,7 @@ def run_stream(args: argparse.Namespace) -> dict:
     figures["speedup_vs_batch"] = figures["tokens_per_s"] / figures["tokens_per_s_batch"]
     figures["speedup_vs_hf"] = figures["tokens_per_s"] / figures["tokens_per_s_hf"]
     if args.against:
-        fingerprint = sum(float(p.detach().double().sum()) for p in policy.model.parameters())
-        elapsed = _against(args, requests, torch.get_num_threads(), fingerprint)
+        elapsed = _against(args, requests, torch.get_num_threads(), fingerprint(policy.model))
         figures["tokens_per_s_against"] = new_tokens / elapsed
         figures["speedup_vs_against"] = figures["tokens_per_s"] / figures["tokens_per_s_against"]
         figures["against"] = args.against

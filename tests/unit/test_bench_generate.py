@@ -68,8 +68,7 @@ def test_a_revision_whose_config_builds_another_model_is_refused() -> None:
     for seed in (0, 1):
         config = ServeConfig.load(REPO / "configs" / "policy_tiny.yaml")
         config = config.model_copy(update={"policy": config.policy.model_copy(update={"seed": seed})})
-        model = build_engine(config).policy.model
-        fingerprints.append(sum(float(p.detach().double().sum()) for p in model.parameters()))
+        fingerprints.append(bench.fingerprint(build_engine(config).policy.model))
     bench.same_model(fingerprints[0], fingerprints[0] + 1e-9, "REV")
     with pytest.raises(SystemExit, match="REV builds another model"):
         bench.same_model(fingerprints[1], fingerprints[0], "REV")
