@@ -200,9 +200,7 @@ def _hf_generate(model, requests: list[_Request], batch: int, pad_token_id: int 
     return time.perf_counter() - started
 
 
-def _against(
-    args: argparse.Namespace, requests: list[_Request], threads: int, ours: float, repo: Path = REPO
-) -> float:
+def _against(args: argparse.Namespace, requests: list[_Request], threads: int, ours: float, repo: Path = REPO) -> float:
     """Seconds for the stream through revision ``args.against``'s engine (see the module docstring)."""
     import io
     import json
