@@ -3,7 +3,9 @@
 Rows carry their own temperature, top-k, top-p and `torch.Generator`, so a sequence's samples
 depend on its seed, not on which other sequences share the batch. Sampling inverts the cumulative
 distribution of softmax(processed) at one uniform draw per row (float64), which draws exactly from it:
-one number from the row's generator a step instead of one per vocabulary entry.
+one number from the row's generator a step instead of one per vocabulary entry. The inversion is blocked
+(`_invert`): the mass of each block of `BLOCK` tokens, then the cumulative sum of one block per row, instead
+of a float64 cumulative sum over the whole vocabulary (which cost more than the rest of a step's sampling).
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from policies.sampling import SamplingParams
+
+BLOCK = 64  # tokens per block of the inversion (`_invert`)
 
 
 @dataclass(frozen=True)
@@ -89,21 +94,20 @@ def _unprocessed(rows: RowSampling) -> bool:
 def sample(logits: torch.Tensor, rows: RowSampling) -> Sample:
     """Draw one token per row of logits (B, V).
 
-    Inverse CDF: with ``c = cumsum(p)`` in float64 (p = softmax(processed), unnormalised) and ``u ~ U[0, 1)``
-    from the row's generator, the token is the first ``i`` with ``c[i] > u * c[-1]``; a token of probability 0
-    (top-k, top-p) never is, since ``c`` does not grow there. Greedy rows (temperature 0) take the argmax.
-    When no row processes its logits (temperature 1 or greedy, no top-k, no top-p: the GRPO configs) the
-    sampled distribution is softmax(logits) itself: ``p = exp(logits - max)`` and the log-probability of the
-    token is ``logits[i] - max - log(c[-1])``, with no log-softmax over the vocabulary.
+    Inverse CDF (`_invert`): with ``p = softmax(processed)`` unnormalised, its cumulative sum ``c`` (float64)
+    and ``u ~ U[0, 1)`` from the row's generator, the token is the first ``i`` with ``c[i] > u * c[-1]``; a
+    token of probability 0 (top-k, top-p) never is, since ``c`` does not grow there. Greedy rows
+    (temperature 0) take the argmax. When no row processes its logits (temperature 1 or greedy, no top-k, no
+    top-p: the GRPO configs) the sampled distribution is softmax(logits) itself: ``p = exp(logits - max)`` and
+    the log-probability of the token is ``logits[i] - max - log(c[-1])``, with no log-softmax over the
+    vocabulary.
     """
     device = logits.device
     u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64, device=device) for g in rows.generators])
     logits = logits.float()
     if _unprocessed(rows):
         top = logits.amax(dim=-1, keepdim=True)
-        cdf = torch.cumsum((logits - top).exp_(), dim=-1, dtype=torch.float64)  # (B, V)
-        total = cdf[:, -1:]
-        tokens = _invert(cdf, total, u)
+        tokens, total = _invert((logits - top).exp_(), u)
         raw = (logits.gather(1, tokens[:, None]) - top - total.log().float())[:, 0]
         if not rows.any_greedy:  # the GRPO case: no argmax over (B, V)
             return Sample(tokens=tokens, logprobs=raw, raw_logprobs=raw)
@@ -113,18 +117,36 @@ def sample(logits: torch.Tensor, rows: RowSampling) -> Sample:
         return Sample(tokens=tokens, logprobs=torch.where(greedy, torch.zeros_like(raw), raw), raw_logprobs=raw)
     raw = torch.log_softmax(logits, dim=-1)
     logp = processed_logprobs(logits, rows)
-    cdf = torch.cumsum(logp.exp(), dim=-1, dtype=torch.float64)
-    tokens = _invert(cdf, cdf[:, -1:], u)
+    tokens, _ = _invert(logp.exp(), u)
     greedy = rows.temperature == 0
     tokens = torch.where(greedy, torch.argmax(raw, dim=-1), tokens)
     logprobs = torch.where(greedy, torch.zeros_like(rows.temperature), logp.gather(1, tokens[:, None])[:, 0])
     return Sample(tokens=tokens, logprobs=logprobs, raw_logprobs=raw.gather(1, tokens[:, None])[:, 0])
 
 
-def _invert(cdf: torch.Tensor, total: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """(B,) the first index ``i`` with ``cdf[i] > u * total`` (``u * total`` kept below ``total``).
+def _invert(weights: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens (B,), total (B, 1) float64): for each row of ``weights`` (B, V), probabilities up to a factor
+    (>= 0, float32), the first index ``i`` with ``c[i] > u * total``, ``c`` the cumulative sum, u (B,) float64 in
+    [0, 1); ``total`` is the row's mass.
 
-    A row whose logits are not finite (NaN from a broken checkpoint) has no such index; it still gets a token
-    id of the vocabulary (the last) with a NaN log-probability, and the other rows are unaffected."""
-    target = torch.minimum(u[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
-    return torch.searchsorted(cdf, target, right=True)[:, 0].clamp_(max=cdf.shape[-1] - 1)
+    In two levels, so no cumulative sum runs over the whole vocabulary and only (B, V / BLOCK) numbers become
+    float64 (a float64 copy of the weights cost more than all the rest): the masses of blocks of `BLOCK` tokens
+    (summed in float32) and their cumulative sum ``edges`` (float64) find the block (the first whose end exceeds the target), then
+    the cumulative sum of that block's weights (float64) finds the token, at the target less the mass before the
+    block. The target is kept below ``total`` and the in-block target below the block's own cumulative sum, so
+    the chosen index is one where the sum grows: a token of weight 0 never is (the block's sum and its
+    cumulative sum may round apart). A row whose weights are not finite (NaN logits from a broken checkpoint)
+    still gets a token id of the vocabulary, with a NaN log-probability; the other rows are unaffected."""
+    rows, vocabulary = weights.shape
+    pad = -vocabulary % BLOCK
+    blocks = (F.pad(weights, (0, pad)) if pad else weights).view(rows, -1, BLOCK)
+    edges = blocks.sum(dim=-1).double().cumsum_(dim=-1)  # (B, blocks): mass up to each block's end
+    total = edges[:, -1:]
+    zero = torch.zeros_like(total)
+    target = torch.minimum(u[:, None] * total, torch.nextafter(total, zero))  # (B, 1)
+    block = torch.searchsorted(edges, target, right=True).clamp_(max=edges.shape[1] - 1)  # (B, 1)
+    before = torch.where(block > 0, edges.gather(1, (block - 1).clamp_(min=0)), zero)
+    inside = blocks.gather(1, block[:, :, None].expand(rows, 1, BLOCK))[:, 0].cumsum(dim=-1, dtype=torch.float64)
+    rest = torch.minimum(target - before, torch.nextafter(inside[:, -1:], zero))
+    index = torch.searchsorted(inside, rest, right=True).clamp_(max=BLOCK - 1)
+    return (block * BLOCK + index)[:, 0].clamp_(max=vocabulary - 1), total

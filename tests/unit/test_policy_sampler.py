@@ -6,7 +6,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from policies.sampler import RowSampling, _invert, processed_logprobs, sample
+from policies.sampler import BLOCK, RowSampling, _invert, processed_logprobs, sample
 from policies.sampling import Completion, SamplingParams
 
 LOGITS = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, -3.0]])
@@ -82,10 +82,43 @@ def test_processed_draws_follow_their_distribution() -> None:
 
 
 def test_inversion_never_lands_on_a_token_of_probability_zero() -> None:
-    cdf = torch.tensor([[0.0, 0.25, 0.25, 1.0, 1.0]], dtype=torch.float64)  # tokens 0, 2 and 4 have p = 0
-    total = cdf[:, -1:]
+    weights = torch.tensor([[0.0, 0.25, 0.0, 0.75, 0.0]])  # tokens 0, 2 and 4 have p = 0
     for u, token in [(0.0, 1), (0.2, 1), (0.25, 3), (0.9, 3), (1 - 2**-53, 3), (1.0, 3)]:
-        assert _invert(cdf, total, torch.tensor([u], dtype=torch.float64)).tolist() == [token]
+        tokens, total = _invert(weights, torch.tensor([u], dtype=torch.float64))
+        assert tokens.tolist() == [token] and total.tolist() == [[1.0]]
+
+
+def test_blocked_inversion_lands_where_the_whole_cumulative_sum_does() -> None:
+    """Across blocks (a vocabulary that is not a multiple of BLOCK, whole blocks of weight 0, weight on both sides
+    of a block edge, weights 1e-30 beside 1): at 4,096 evenly spaced u the token is the one the float64 cumulative
+    sum over the whole row gives, and never one of weight 0, including at u = 0 and u -> 1."""
+    vocabulary = 5 * BLOCK + 17
+    weights = torch.rand(3, vocabulary, generator=torch.Generator().manual_seed(0))
+    weights[:, BLOCK : 3 * BLOCK] = 0  # two empty blocks
+    weights[1, : BLOCK - 1] = 0  # row 1: the mass starts at the last token of block 0
+    weights[2] = 0
+    weights[2, [BLOCK - 1, BLOCK * 3, vocabulary - 1]] = torch.tensor([1e-30, 1.0, 0.5])
+    weights[0] = 0
+    weights[0, [0, 3 * BLOCK]] = torch.tensor([0.25, 0.75])  # row 0: u = 0.25 lands exactly on the end of block 0
+    grid = [0.0, *((k + 0.5) / 4096 for k in range(4096)), 0.25, 0.75, 1 - 2**-53]
+    cdf = torch.cumsum(weights.double(), dim=-1)
+    for u in torch.tensor(grid, dtype=torch.float64):
+        tokens, _ = _invert(weights, u.repeat(3))
+        reference = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)[:, 0]
+        assert torch.equal(tokens, reference), float(u)
+        assert (weights.gather(1, tokens[:, None]) > 0).all(), float(u)
+    tokens, _ = _invert(weights, torch.ones(3, dtype=torch.float64))  # u = 1 (never drawn): still a token of weight
+    assert (weights.gather(1, tokens[:, None]) > 0).all()
+
+
+def test_a_block_whose_float32_mass_exceeds_its_cumulative_sum_still_yields_a_token_of_weight() -> None:
+    """The block masses are float32 sums: [1, 1e-8 x 62, 0] sums to 1.00000083 in float32, its float64 cumulative
+    sum ends at 1.00000062; a target in between must land on the last token of weight (62), not past it."""
+    weights = torch.tensor([[1.0] + [1e-8] * 62 + [0.0]])
+    assert weights.sum().double() > weights.double().cumsum(-1)[0, -1]
+    for u in (1 - 1e-9, 1 - 2**-53, 1.0):
+        tokens, _ = _invert(weights, torch.tensor([u], dtype=torch.float64))
+        assert tokens.tolist() == [62], u
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
