@@ -230,7 +230,9 @@ def test_a_herd_whose_processes_keep_each_other_waiting_is_time_limit_at_its_bac
 
 
 def test_many_busy_processes_end_at_their_cpu_limit(idle):
+    # The runner's own record of which limit ended the tree, not the wall clock: at load average 28 a fresh-clone
+    # CI's tree passed its CPU limit but was killed 12.8 s after its start (the runner, too, waited for a CPU).
     result = idle["64 busy processes"]
     test = _only(result)
     assert test.verdict == Verdict.TIME_LIMIT and not result.infra_error, test
-    assert LIMIT_S * 1.25 <= test.cpu_s and test.wall_s < BACKSTOP_S
+    assert LIMIT_S * 1.25 <= test.cpu_s and "killed at its CPU limit" in test.detail, test

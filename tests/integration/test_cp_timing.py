@@ -56,9 +56,8 @@ def grade(program: str, tests: int = 1, config: GraderConfig = CONFIG):
 def test_a_cpu_bound_loop_is_killed_at_its_cpu_limit():
     result = grade("while True:\n    pass\n")
     (test,) = result.tests
-    assert test.verdict == Verdict.TIME_LIMIT and "CPU" in test.detail
+    assert test.verdict == Verdict.TIME_LIMIT and "killed at its CPU limit" in test.detail  # not the backstop
     assert LIMIT_S <= test.cpu_s < LIMIT_S * 1.25 + 0.5  # killed at the limit plus the margin, polled every 20 ms
-    assert test.wall_s < LIMIT_S * 10 + 1.0  # before the wall-clock backstop
 
 
 def test_cpu_burned_by_forked_children_counts():
@@ -75,13 +74,14 @@ def test_cpu_burned_by_forked_children_counts():
     assert test.verdict == Verdict.TIME_LIMIT and test.cpu_s >= LIMIT_S
     # the CPU limit ended it, not the backstop: on a busy host the starvation grace may run it past the backstop,
     # and it still ends at its CPU limit (a CI run: 1.28 s of CPU at 12.75 s of wall)
-    assert "killed after" in test.detail and test.cpu_s >= LIMIT_S * 1.25, test
+    assert "killed at its CPU limit" in test.detail and test.cpu_s >= LIMIT_S * 1.25, test
 
 
 def test_a_sleeper_is_killed_at_the_backstop_and_the_rest_is_not_run():
     result = grade("import time\ntime.sleep(100)\n", tests=3)
     first, *rest = result.tests
     assert first.verdict == Verdict.TIME_LIMIT and first.cpu_s < 0.5
+    assert "killed at its wall-clock deadline" in first.detail, first
     assert LIMIT_S * 10 + 1.0 <= first.wall_s < LIMIT_S * 10 + 5.0
     assert [t.verdict for t in rest] == ["not_run", "not_run"] and "backstop" in rest[0].detail
     assert not result.passed and not result.infra_error

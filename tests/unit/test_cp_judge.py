@@ -39,6 +39,22 @@ def test_failure_kinds_map_to_verdicts(failure, stderr, verdict):
     assert failure_verdict(result(failure, stderr=stderr, exit_code=1))[0] == verdict
 
 
+@pytest.mark.parametrize(
+    "runner_detail, which",
+    [
+        ("CPU limit of 0.625s passed; process group killed. ", "its CPU limit"),
+        ("deadline of 6.000s passed; process group killed. ", "its wall-clock deadline"),
+        (
+            "starved of CPU by the host: ...; process group killed at the deadline of 6.000s plus its grace. ",
+            "its wall-clock deadline",
+        ),
+    ],
+)
+def test_a_time_limit_says_which_limit_ended_it(runner_detail, which):
+    timed_out = ExecResult(failure=FailureKind.TIMEOUT, detail=runner_detail, cpu_s=0.7, wall_s=1.2)
+    assert failure_verdict(timed_out) == (Verdict.TIME_LIMIT, f"killed at {which} after 0.70s CPU, 1.20s wall")
+
+
 def test_ok_has_no_failure_verdict():
     assert failure_verdict(result()) is None
 
