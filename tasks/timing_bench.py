@@ -8,9 +8,10 @@ one (the reference after ``--slow-factor`` x the limit of CPU work per test).
 Every submission is graded four times: idle and while ``--load`` containers of our own keep every core
 busy (the load of RL rollouts: other workspaces running code), each under the ``cpu`` time model (the
 default: CPU time of the process tree, a wall-clock backstop) and the ``wall`` model (a wall-clock
-deadline). Figures per condition: the share of accepted submissions that pass, how many wrong and too
-slow ones pass (a judge must keep both at 0), borderline re-runs, and the CPU/wall ratio of the
-accepted submissions' tests (p50): how much of a core a test got.
+deadline). Figures per condition: the share of scored accepted submissions that pass, how many wrong and too
+slow ones pass (a judge must keep both at 0), masked results (``infra_errors``) and how many of them the
+host starved of CPU (``starved_masks``), borderline re-runs, and the CPU/wall ratio of the accepted
+submissions' tests (p50): how much of a core a test got.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from tasks.task import Limits, Task
 log = logging.getLogger(__name__)
 
 KINDS = ("accepted", "wrong", "slow")
+STARVED_DETAIL = "starved of CPU by the host"  # the grader's detail of a test it masks for starvation
 BURN = "import time as _t\n_end = _t.process_time() + {seconds}\nwhile _t.process_time() < _end:\n    pass\n"
 
 
@@ -104,14 +106,25 @@ def busy_containers(count: int) -> Iterator[None]:
             subprocess.run(["docker", "rm", "-f", *running], capture_output=True)
 
 
+def starved(result: TaskResult) -> bool:
+    """Masked because the host starved a test of CPU (the grader's detail says so), not for any other fault."""
+    return result.infra_error and any(t.detail.startswith(STARVED_DETAIL) for t in result.tests)
+
+
 def figures(entries: list[tuple[str, Task, Submission]], results: list[TaskResult]) -> dict[str, float]:
+    """Per condition: ``accepted_pass_share`` is over the accepted submissions that were scored (a masked
+    sample is not scored: `TaskResult.infra_error`); ``infra_errors`` counts every masked result and
+    ``starved_masks`` those the host starved of CPU, so ``infra_errors - starved_masks`` is what anything
+    else masked."""
     by_kind = {kind: [r for (k, _, _), r in zip(entries, results) if k == kind] for kind in KINDS}
     ratios = [t.cpu_s / t.wall_s for r in by_kind["accepted"] for t in r.tests if t.wall_s > 0]
+    scored = [r for r in by_kind["accepted"] if not r.infra_error]
     return {
-        "accepted_pass_share": sum(r.passed for r in by_kind["accepted"]) / max(len(by_kind["accepted"]), 1),
+        "accepted_pass_share": sum(r.passed for r in scored) / max(len(scored), 1),
         "wrong_passed": float(sum(r.passed for r in by_kind["wrong"])),
         "slow_passed": float(sum(r.passed for r in by_kind["slow"])),
         "infra_errors": float(sum(r.infra_error for r in results)),
+        "starved_masks": float(sum(map(starved, results))),
         "reruns": float(sum(r.reruns for r in results)),
         "cpu_wall_ratio_p50": statistics.median(ratios) if ratios else 0.0,
     }

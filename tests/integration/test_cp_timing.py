@@ -181,5 +181,7 @@ def test_the_timing_bench_keeps_wrong_and_slow_submissions_out(tmp_path):
             assert (
                 figures[f"{model}_{condition}_wrong_passed"] == 0 and figures[f"{model}_{condition}_slow_passed"] == 0
             )
-            assert figures[f"{model}_{condition}_infra_errors"] == 0
+            # a mask only where the host starved a test of CPU: a fresh-clone CI beside other work (load average 9-16)
+            # once starved one; any other mask is a fault of the judge or the sandbox
+            assert figures[f"{model}_{condition}_infra_errors"] == figures[f"{model}_{condition}_starved_masks"]
     assert figures["cpu_idle_accepted_pass_share"] == 1.0
