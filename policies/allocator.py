@@ -1,11 +1,13 @@
 """Keep freed memory in the process instead of handing it back to the OS after every decode step.
 
-A decode step allocates and frees the same few MiB every time (logits (B, V), the sampler's float64 CDF, the
-head's output). glibc serves blocks above its mmap threshold with fresh `mmap` pages, and gives the top of
-the heap back (`trim`) once more than its trim threshold is free; both thresholds adapt to a few MiB. So a
-step's big tensors land on pages the kernel must fault in and zero again, every step: on the project's VM,
-sampling 64 rows of the tiny policy's 8,192-token vocabulary took 12-17 ms that way and 3.3-3.5 ms with the
-thresholds raised (tests/unit/test_allocator.py, docs/engine.md).
+A decode step allocates and frees the same few MiB every time (logits (B, V), their exponentials, the head's
+output). glibc serves blocks above its mmap threshold with fresh `mmap` pages, and gives the top of the heap
+back (`trim`) once more than its trim threshold is free; both thresholds adapt to a few MiB. So a step's big
+tensors land on pages the kernel must fault in and zero again: on the project's VM, sampling 64 rows of the
+tiny policy's 8,192-token vocabulary with the float64 CDF of the time took 12-17 ms that way and 3.3-3.5 ms
+with the thresholds raised. The sampler's blocked inversion (5b83ca6) no longer makes that block; a whole
+engine step at 64 rows still faults 160 pages without the thresholds and 46-60 with them
+(tests/unit/test_allocator.py, docs/engine.md).
 
 `keep_freed_memory()` raises both through `mallopt` (glibc only; elsewhere it does nothing and says so):
 blocks up to 32 MiB (glibc's ceiling for the mmap threshold on 64-bit) come from the heap, and up to
