@@ -41,14 +41,6 @@ def test_the_stream_with_chunked_prefill_reports_its_chunk() -> None:
     assert figures["prefill_chunk"] == 4 and figures["tokens_per_s"] > 0 and figures["requests"] == 8
 
 
-def test_the_stream_in_decode_lanes_reports_them_and_refuses_zero() -> None:
-    figures = bench.run(_args(requests=16, concurrency=16, group=2, prompt_tokens=16, new_tokens=8, lanes=2))
-    assert figures["lanes"] == 2 and figures["tokens_per_s"] > 0 and figures["requests"] == 16
-    assert bench.run(_args(requests=4, concurrency=4, group=2, prompt_tokens=8, new_tokens=4))["lanes"] == 1
-    with pytest.raises(SystemExit, match="--lanes 0"):
-        bench.run(_args(requests=4, concurrency=4, group=2, prompt_tokens=8, new_tokens=4, lanes=0))
-
-
 def test_the_single_batch_workload_checks_kv_against_recompute() -> None:
     figures = bench.run(_args(batch=2, prompt_tokens=8, new_tokens=6))
     assert figures["token_agreement"] == 1.0 and figures["new_tokens"] == 12
