@@ -22,7 +22,7 @@ Figures: `tokens_per_s` (continuous), `tokens_per_s_batch`, `tokens_per_s_hf`, `
 `speedup_vs_hf`, `ttft_p50_ms` / `tpot_p50_ms` (continuous: submit to first token, then per later
 token), `prefills` (distinct prompts the continuous engine prefilled), `new_tokens`, `requests`,
 `concurrency`, `group`, `prefill_chunk` (`--prefill-chunk`: prompt columns the continuous engine
-prefills a step), `lanes` (`--lanes`: the continuous engine's decode lanes, `policies.continuous`), `threads`.
+prefills a step), `threads`.
 
 ``--against REV`` also runs the stream through the engine of git revision REV of this repository, as it
 was: its tree (`git archive`, ~4 MB) in a temporary directory, its `build_engine` on its own copy of the config
@@ -76,13 +76,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="T",
         help="stream: the continuous engine prefills T prompt columns a step (default: the config's engine.prefill_chunk)",
-    )
-    parser.add_argument(
-        "--lanes",
-        type=int,
-        default=None,
-        metavar="L",
-        help="stream: decode lanes of the continuous engine (default: the config's engine.lanes)",
     )
     parser.add_argument(
         "--against",
@@ -296,12 +289,7 @@ def run_stream(args: argparse.Namespace) -> dict:
     warm = requests[: args.concurrency]
     figures: dict = {}
     chunk = args.prefill_chunk or config.engine.prefill_chunk
-    lanes = config.engine.lanes if args.lanes is None else args.lanes
-    if lanes < 1:
-        raise SystemExit(f"bench generate --lanes {lanes}: at least 1")
-    continuous = GenerationEngine(
-        policy, max_batch_size=args.concurrency, mode="continuous", prefill_chunk=chunk, lanes=lanes
-    )
+    continuous = GenerationEngine(policy, max_batch_size=args.concurrency, mode="continuous", prefill_chunk=chunk)
     batch = GenerationEngine(policy, max_batch_size=args.concurrency, mode="kv_cache")
     for name, engine in (("batch", batch), ("continuous", continuous)):
         _through_batching_engine(engine, warm, args.concurrency)  # warm-up
@@ -334,7 +322,6 @@ def run_stream(args: argparse.Namespace) -> dict:
         group=args.group,
         prompt_tokens=args.prompt_tokens,
         prefill_chunk=chunk,
-        lanes=lanes,
         threads=torch.get_num_threads(),
     )
     return figures

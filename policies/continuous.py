@@ -34,8 +34,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_all
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -50,7 +49,6 @@ from policies.sampling import Completion, EngineError, SamplingParams
 log = logging.getLogger(__name__)
 
 _LIVE: weakref.WeakSet[ContinuousBatcher] = weakref.WeakSet()
-LANE_ROWS = 4  # fewest running rows per lane before a decode step is split into lanes
 
 
 @atexit.register
@@ -204,10 +202,7 @@ class ContinuousBatcher:
         version: Callable[[], int] = lambda: 0,
         prefill_chunk: int | None = None,
         lean_decode: bool = True,
-        lanes: int = 1,
     ) -> None:
-        if lanes < 1:
-            raise ValueError(f"lanes must be >= 1, got {lanes}")
         config = policy.model.config
         self.policy = policy
         self.slots = slots
@@ -230,15 +225,6 @@ class ContinuousBatcher:
             if lean_decode and LeanDecoder.supports(policy.model)
             else None
         )
-        # decode lanes: the running rows split into `lanes` slot ranges stepped and sampled at once, one on the
-        # worker, the others on helper threads (torch releases the GIL inside its ops); lean steps only
-        self.lanes = lanes if self.lean is not None else 1
-        self.lane_pool = (
-            ThreadPoolExecutor(max_workers=self.lanes - 1, thread_name_prefix="continuous-lane")
-            if self.lanes > 1
-            else None
-        )
-        self.lane_steps = 0  # decode steps split into lanes
         self.running: list[_Sequence] = []
         self.waiting: deque[_Sequence] = deque()
         self.updates: deque[tuple[Callable[[], object], Future]] = deque()
@@ -263,8 +249,6 @@ class ContinuousBatcher:
             self.wakeup.set()
         if threading.current_thread() is not self.thread:
             self.thread.join(timeout=30)
-            if self.lane_pool is not None:
-                self.lane_pool.shutdown(wait=False)
 
     # -- callers (any thread)
     def submit(self, prompts: list[list[int]], params: list[SamplingParams], seeds: list[int]) -> Future:
@@ -391,64 +375,26 @@ class ContinuousBatcher:
         cache.make_room(0)  # a free column at `end`
         fed = torch.tensor([row.tokens[-1] for row in rows], dtype=torch.int64, device=device)
         lengths = torch.tensor([row.length for row in rows], dtype=torch.int64, device=device)
-        if self.lanes > 1 and len(rows) >= LANE_ROWS * self.lanes:
-            drawn, fed_routes = self._in_lanes(fed, lengths)
+        if self.lean is not None:
+            out = self.lean.step(fed, lengths, cache)
         else:
-            if self.lean is not None:
-                out = self.lean.step(fed, lengths, cache)
-            else:
-                columns = torch.arange(cache.start, cache.end + 1, device=device)
-                mask = (columns[None, :] >= (cache.end - lengths)[:, None]).to(torch.int64)
-                out = self.policy.step(fed[:, None], mask, lengths[:, None], cache)
-            fed_routes = None if out.routes is None else out.routes[:, :, -1].unbind(1)  # (L, K) per row
-            drawn = self._draw(rows, out.logits[:, -1])
+            columns = torch.arange(cache.start, cache.end + 1, device=device)
+            mask = (columns[None, :] >= (cache.end - lengths)[:, None]).to(torch.int64)
+            out = self.policy.step(fed[:, None], mask, lengths[:, None], cache)
         cache.end += 1
+        fed_routes = None if out.routes is None else out.routes[:, :, -1].unbind(1)  # (L, K) per row
         for b, row in enumerate(rows):
             row.length += 1
             if fed_routes is not None and row.params.return_routed_experts:
                 row.routes.append(fed_routes[b])
-        self._settle(rows, drawn)
-
-    def _in_lanes(self, fed: torch.Tensor, lengths: torch.Tensor) -> tuple[list, list | None]:
-        """The lean step and sampling of the running rows in `lanes` contiguous slot ranges at once: each lane
-        writes only its own slots' column ``end`` and samples from its own rows' generators, so the rows get what
-        one step of all of them gives (tests/unit/test_continuous_lanes.py). Returns what `_draw` returns and the
-        routes (L, K) of each row (or None), in row order; a lane's error is raised once every lane is done."""
-        rows, lanes = self.running, self.lanes
-        edges = [len(rows) * i // lanes for i in range(lanes + 1)]
-        self.lane_steps += 1
-
-        def lane(i: int) -> tuple[list, list | None]:
-            with torch.no_grad():  # grad mode is per thread
-                lo, hi = edges[i], edges[i + 1]
-                out = self.lean.step(fed[lo:hi], lengths[lo:hi], self.cache, first=lo)
-                routes = None if out.routes is None else list(out.routes[:, :, -1].unbind(1))
-                return self._draw(rows[lo:hi], out.logits[:, -1]), routes
-
-        others = [self.lane_pool.submit(lane, i) for i in range(1, lanes)]
-        try:
-            parts = [lane(0)]
-        finally:
-            wait_all(others)  # no lane still writes the cache when this step ends or fails
-        parts += [future.result() for future in others]
-        drawn = [one for part, _ in parts for one in part]
-        routes = None if parts[0][1] is None else [r for _, part in parts for r in part]
-        return drawn, routes
-
-    def _draw(self, rows: list[_Sequence], logits: torch.Tensor) -> list[tuple[int, float, float]]:
-        """Each row's sample (`Sample.per_row`) from its logits (B, V) and its own generator."""
-        return sample(
-            logits, RowSampling.of([r.params for r in rows], [r.generator for r in rows], logits.device)
-        ).per_row()
+        self._take(rows, out.logits[:, -1])
 
     def _take(self, rows: list[_Sequence], logits: torch.Tensor) -> None:
-        self._settle(rows, self._draw(rows, logits))
-
-    def _settle(self, rows: list[_Sequence], drawn: list[tuple[int, float, float]]) -> None:
         """Append each row's sample; free the slots of rows that stopped, resolve finished jobs."""
+        drawn = sample(logits, RowSampling.of([r.params for r in rows], [r.generator for r in rows], logits.device))
         finished = []
         now = time.perf_counter()
-        for row, one in zip(rows, drawn):
+        for row, one in zip(rows, drawn.per_row()):
             append_sample(row, one)
             row.first_token = row.first_token or now
             if row.finish_reason is not None:

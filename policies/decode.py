@@ -82,13 +82,11 @@ class LeanDecoder:
         return isinstance(model, RdepMoeForCausalLM)
 
     @torch.no_grad()
-    def step(self, fed: torch.Tensor, positions: torch.Tensor, cache: SlotCache, first: int = 0) -> StepOutput:
-        """fed (n,) token ids, positions (n,) their positions (each row's token count so far) of the rows in
-        slots ``first .. first + n - 1``; writes column ``cache.end`` of those slots and reads no other slot (so
-        two lanes may step disjoint slots at once). Returns logits (n, 1, V) and routes (L_moe, n, 1, K)."""
+    def step(self, fed: torch.Tensor, positions: torch.Tensor, cache: SlotCache) -> StepOutput:
+        """fed (n,) token ids, positions (n,) their positions (each row's token count so far); writes column
+        ``cache.end`` of slots 0..n-1. Returns logits (n, 1, V) and routes (L_moe, n, 1, K)."""
         model, inner = self.model, self.model.model
-        n, start, end = fed.shape[0], cache.start, cache.end
-        slots = slice(first, first + n)
+        n, start, end = cache.n, cache.start, cache.end
         heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
         x = inner.embed_tokens.weight[fed]  # (n, H)
         dtype = x.dtype
@@ -107,10 +105,10 @@ class LeanDecoder:
             qkv = F.linear(h, projection).view(n, heads + 2 * kv_heads, dim)
             qk = qkv[:, : heads + kv_heads]
             qk = qk * cos + (qk @ rotation) * sin  # RoPE of the queries and keys at once
-            cache.keys[index, slots, :, end] = qk[:, heads:]
-            cache.values[index, slots, :, end] = qkv[:, heads + kv_heads :]
-            keys = cache.keys[index, slots, :, start : end + 1]  # (n, kv_heads, W, D)
-            values = cache.values[index, slots, :, start : end + 1]
+            cache.keys[index, :n, :, end] = qk[:, heads:]
+            cache.values[index, :n, :, end] = qkv[:, heads + kv_heads :]
+            keys = cache.keys[index, :n, :, start : end + 1]  # (n, kv_heads, W, D)
+            values = cache.values[index, :n, :, start : end + 1]
             scores = torch.matmul(qk[:, :heads].view(n, kv_heads, heads // kv_heads, dim), keys.transpose(-1, -2))
             weights = torch.softmax(scores.mul_(self.scale).add_(mask), dim=-1, dtype=torch.float32).to(dtype)
             out = torch.matmul(weights, values).view(n, heads * dim)  # (n, kv_heads, groups, D)

@@ -77,7 +77,6 @@ class GenerationEngine:
         pad_token_id: int = 0,
         weights_version: int = 0,
         prefill_chunk: int | None = None,
-        lanes: int = 1,
     ) -> None:
         self.policy = policy
         self.max_batch_size = max_batch_size
@@ -90,7 +89,7 @@ class GenerationEngine:
         self._batcher: ContinuousBatcher | None = None
         if self.mode == "continuous":
             self._batcher = ContinuousBatcher(
-                policy, max_batch_size, pad_token_id, lambda: self.weights_version, prefill_chunk, lanes=lanes
+                policy, max_batch_size, pad_token_id, lambda: self.weights_version, prefill_chunk
             )
 
     @property

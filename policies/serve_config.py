@@ -64,10 +64,6 @@ class EngineOptions(BaseModel):
     prefill_chunk: int | None = Field(None, ge=1)
     """continuous: prompt columns prefilled per decode step, so a long prompt never stalls the running rows for
     more than one chunk (None: an admitted group's prompts are prefilled in one step)."""
-    lanes: int = Field(1, ge=1)
-    """continuous, our policy: decode lanes, the running rows split into this many slot ranges stepped and
-    sampled at once on as many threads (each op on one torch thread: set ``threads: 1``); with 2 lanes on the
-    2-core VM the tiny policy decodes a 64-request stream faster than on one (docs/engine.md)."""
     threads: int | None = Field(None, ge=1)
     """torch intra-op CPU threads of the server process (`gym serve`; None: torch's default, one per core). A
     small model decodes faster on one: the tiny policy about 1.45x over two on the 2-core VM (docs/engine.md)."""
@@ -151,5 +147,4 @@ def build_engine(config: ServeConfig):  # -> GenerationEngine (imports torch laz
         mode=config.engine.mode,
         pad_token_id=config.engine.pad_token_id,
         prefill_chunk=config.engine.prefill_chunk,
-        lanes=config.engine.lanes,
     )
