@@ -131,9 +131,9 @@ def _invert(weights: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch
 
     In two levels, so no cumulative sum runs over the whole vocabulary and only (B, V / BLOCK) numbers become
     float64 (a float64 copy of the weights cost more than all the rest): the masses of blocks of `BLOCK` tokens
-    (summed in float32) and their cumulative sum ``edges`` (float64) find the block (the first whose end exceeds the target), then
-    the cumulative sum of that block's weights (float64) finds the token, at the target less the mass before the
-    block. The target is kept below ``total`` and the in-block target below the block's own cumulative sum, so
+    (summed in float32) and their cumulative sum ``edges`` (float64) find the block (the first whose end
+    exceeds the target), then the cumulative sum of that block's weights (float64) finds the token, at the
+    target less the mass before the block. The target is kept below ``total`` and the in-block target below the block's own cumulative sum, so
     the chosen index is one where the sum grows: a token of weight 0 never is (the block's sum and its
     cumulative sum may round apart). A row whose weights are not finite (NaN logits from a broken checkpoint)
     still gets a token id of the vocabulary, with a NaN log-probability; the other rows are unaffected."""
