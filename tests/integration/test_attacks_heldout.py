@@ -40,7 +40,7 @@ from sandbox.failure import Verdict
 from sandbox.fleet import open_pool
 from sandbox.pool import WorkspacePool
 from sandbox.protocol import ExecRequest
-from tasks.grader import Grader, GraderConfig
+from tasks.grader import Grader, GraderConfig, TaskResult
 from tasks.submission import Submission
 from tasks.swe.evaluation import evaluate, grading_sandbox
 from tasks.swe.family import task_result
@@ -198,6 +198,7 @@ def test_paths_that_are_not_text_are_graded_and_reported(tmp_path: Path):
 # 8 s: the first call also carries 40 MiB), under the 10.5 s that test 5 sleeps (short of its backstop).
 CP_LIMIT_S = 1.0
 CP_EPISODE_S = 20.0
+CONTROL_EPISODE_S = 60.0
 CP_TESTS = tuple(
     StdinTest(input=f"{i}\n" + "x" * ({4: 40 << 20, 5: 10 << 20}.get(i, 0)), output=f"{2 * i}\n") for i in range(1, 9)
 )
@@ -208,13 +209,17 @@ def test_sleeping_through_the_episode_is_scored_not_masked():
     honest = "print(2 * int(input()))\n"
     config = GraderConfig(min_time_s=CP_LIMIT_S, speed_factor=1.0)
 
-    async def main():
-        sandbox = sandbox_config(pool={"size": 1}, episode={"wall_s": CP_EPISODE_S})
+    async def graded(completion: str, episode_s: float) -> TaskResult:
+        sandbox = sandbox_config(pool={"size": 1}, episode={"wall_s": episode_s})
         async with WorkspacePool(sandbox) as pool:
             await pool.wait_ready(120)
-            grader = Grader(pool, config)
             t = task(task_id="double", limits=Limits(time_s=CP_LIMIT_S), tests=CP_TESTS)
-            return [await grader.grade(t, Submission(task_id="double", completion=c)) for c in (sleeper, honest)]
+            return await Grader(pool, config).grade(t, Submission(task_id="double", completion=completion))
+
+    async def main():
+        # the honest control shows the task is passable; it gets an episode of its own, 60 s: at load average 24 a
+        # fresh-clone CI's honest run of these 8 tests (50 MiB of stdin) took 21 s and ran out of the sleeper's 20 s
+        return [await graded(sleeper, CP_EPISODE_S), await graded(honest, CONTROL_EPISODE_S)]
 
     slept, control = trio.run(main)
     assert not slept.infra_error and not slept.passed, slept
