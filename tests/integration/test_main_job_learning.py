@@ -33,8 +33,8 @@ masked sample fails the test anyway.
 With the one-draw sampler (6df4b70; a seed samples other tokens than before) two fresh-clone CIs measured held-out
 pass@1 0.094 -> 0.320 and 0.094 -> 0.297, control 0.094 -> 0.094 both times, second half learning - control +0.152
 both times (the run took 985 s in a CI beside other work: its warm start 375 s, 16 steps of 21-49 s, two
-evaluations of 59 and 71 s); with the blocked inversion (5b83ca6) a fresh-clone CI measured 0.094 -> 0.297 and
-+0.137 (827 s).
+evaluations of 59 and 71 s); with the blocked inversion (5b83ca6) two fresh-clone CIs measured 0.094 -> 0.297 and
++0.137 (827 s), and 0.094 -> 0.320 and +0.152.
 Margins: HELDOUT_RISE 0.05 is a third of the measured rise (the binomial spread of 128 held-out episodes at 0.1-0.2
 is 0.03-0.04); PAIRED_RISE 0.08 sits 3 spreads under the measured +0.184; the control's held-out pass@1 was
 measured equal to the learning run's before (0.0859 both; the same figures again without the control's evaluation
