@@ -86,6 +86,9 @@ UNSPLITTABLE = (
 )
 
 
+STARVED_DETAIL = "starved of CPU by the host"  # how the detail of a test masked for starvation begins
+
+
 class GraderConfig(BaseModel):
     """How tests are run and compared."""
 
@@ -485,7 +488,7 @@ class Grader:
                 verdict=Verdict.INFRA_ERROR,
                 wall_s=round(result.wall_s, 4),
                 cpu_s=round(result.cpu_s, 4),
-                detail=f"starved of CPU by the host: waited {result.run_delay_s or 0.0:.2f}s for a CPU in "
+                detail=f"{STARVED_DETAIL}: waited {result.run_delay_s or 0.0:.2f}s for a CPU in "
                 f"{result.wall_s:.2f}s of wall time, {result.cpu_s:.2f}s of CPU used (limit {limit:.2f}s)",
             )
         if self._borderline(request, result):  # still over its limit after the re-run

@@ -30,14 +30,13 @@ from images.inputs import runner_image
 from sandbox.config import SandboxConfig
 from tasks import generator
 from tasks.formats import codecontests
-from tasks.grader import GraderConfig, TaskResult, grade_pairs
+from tasks.grader import STARVED_DETAIL, GraderConfig, TaskResult, grade_pairs
 from tasks.submission import Submission
 from tasks.task import Limits, Task
 
 log = logging.getLogger(__name__)
 
 KINDS = ("accepted", "wrong", "slow")
-STARVED_DETAIL = "starved of CPU by the host"  # the grader's detail of a test it masks for starvation
 BURN = "import time as _t\n_end = _t.process_time() + {seconds}\nwhile _t.process_time() < _end:\n    pass\n"
 
 
