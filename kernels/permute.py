@@ -27,10 +27,21 @@ def routing(expert_idx: Tensor, num_experts: int) -> tuple[Tensor, Tensor]:
     if expert_idx.dim() != 2 or expert_idx.dtype != torch.int64:
         raise ValueError(f"expert_idx must be int64 (T, K), got {expert_idx.dtype} {tuple(expert_idx.shape)}")
     flat = expert_idx.reshape(-1)
+    if capturing(flat):
+        # inside a CUDA graph capture: bincount reads its largest id on the host (a sync capture forbids), so
+        # count with scatter_add; the ids are the router's top-k there, in range by construction
+        counts = torch.zeros(num_experts, dtype=torch.int64, device=flat.device)
+        counts.scatter_add_(0, flat, torch.ones_like(flat))
+        return torch.argsort(flat, stable=True), counts
     counts = torch.bincount(flat, minlength=num_experts)  # raises on negative ids
     if counts.shape[0] != num_experts:
         raise ValueError(f"expert_idx holds ids >= num_experts={num_experts} (largest is {counts.shape[0] - 1})")
     return torch.argsort(flat, stable=True), counts
+
+
+def capturing(tensor: Tensor) -> bool:
+    """Whether ``tensor``'s device is inside a CUDA graph capture on the current stream (never on the CPU)."""
+    return tensor.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def inverse(row_map: Tensor) -> Tensor:

@@ -22,7 +22,10 @@ Figures: `tokens_per_s` (continuous), `tokens_per_s_batch`, `tokens_per_s_hf`, `
 `speedup_vs_hf`, `ttft_p50_ms` / `tpot_p50_ms` (continuous: submit to first token, then per later
 token), `prefills` (distinct prompts the continuous engine prefilled), `new_tokens`, `requests`,
 `concurrency`, `group`, `prefill_chunk` (`--prefill-chunk`: prompt columns the continuous engine
-prefills a step), `threads`.
+prefills a step), `threads`, `device`, `dtype`; on a GPU `cuda_graphs` (decode graphs captured),
+`graph_replays` and `graph_failure` (why capture was given up, or null); in bf16 the engine's logprobs
+against the trainer's (`logprob_gap`: `trainer_logprob_gap_mean` / `_max`). ``--skip-batch`` leaves the batch
+engine out; ``--fixed`` makes every prompt P and every budget O tokens; ``--warmup-tokens T`` caps the warm-up requests' budgets.
 
 ``--against REV`` also runs the stream through the engine of git revision REV of this repository, as it
 was: its tree (`git archive`, ~4 MB) in a temporary directory, its `build_engine` on its own copy of the config
@@ -36,6 +39,7 @@ engine" is the revision before continuous batching: ``--against 5cdbac1^``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import random
 import time
@@ -76,6 +80,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="T",
         help="stream: the continuous engine prefills T prompt columns a step (default: the config's engine.prefill_chunk)",
+    )
+    parser.add_argument(
+        "--fixed",
+        action="store_true",
+        help="stream: every prompt exactly --prompt-tokens and every budget exactly --new-tokens (default: mixed)",
+    )
+    parser.add_argument(
+        "--skip-batch", action="store_true", help="stream: leave out the per-call batch engine (slow on a GPU)"
+    )
+    parser.add_argument(
+        "--warmup-tokens",
+        type=int,
+        default=0,
+        metavar="T",
+        help="stream: cap the warm-up requests' budgets at T tokens (default: their own budgets)",
     )
     parser.add_argument(
         "--against",
@@ -141,9 +160,11 @@ def _workload(args: argparse.Namespace, vocab_size: int) -> list[_Request]:
     requests: list[_Request] = []
     while len(requests) < args.requests:
         length = rng.randint(max(1, args.prompt_tokens // 2), args.prompt_tokens * 3 // 2)
+        length = args.prompt_tokens if args.fixed else length
         prompt = [rng.randrange(10, vocab_size) for _ in range(length)]
         for _ in range(min(args.group, args.requests - len(requests))):
             budget = rng.randint(max(1, args.new_tokens // 4), args.new_tokens)
+            budget = args.new_tokens if args.fixed else budget
             requests.append(_Request(prompt, budget, rng.randrange(1 << 31)))
     return requests
 
@@ -179,10 +200,11 @@ def _hf_generate(model, requests: list[_Request], batch: int, pad_token_id: int 
 
     from policies.continuous import left_padded
 
+    device = next(model.parameters()).device
     started = time.perf_counter()
     for start in range(0, len(requests), batch):
         chunk = requests[start : start + batch]
-        ids, mask, _ = left_padded([r.prompt for r in chunk], pad_token_id, torch.device("cpu"))
+        ids, mask, _ = left_padded([r.prompt for r in chunk], pad_token_id, device)
         torch.manual_seed(chunk[0].seed)
         with torch.no_grad():
             model.generate(
@@ -287,11 +309,21 @@ def run_stream(args: argparse.Namespace) -> dict:
     requests = _workload(args, served.vocab_size)
     new_tokens = sum(r.max_tokens for r in requests)
     warm = requests[: args.concurrency]
+    if args.warmup_tokens:
+        warm = [dataclasses.replace(r, max_tokens=min(r.max_tokens, args.warmup_tokens)) for r in warm]
     figures: dict = {}
     chunk = args.prefill_chunk or config.engine.prefill_chunk
-    continuous = GenerationEngine(policy, max_batch_size=args.concurrency, mode="continuous", prefill_chunk=chunk)
-    batch = GenerationEngine(policy, max_batch_size=args.concurrency, mode="kv_cache")
-    for name, engine in (("batch", batch), ("continuous", continuous)):
+    continuous = GenerationEngine(
+        policy,
+        max_batch_size=args.concurrency,
+        mode="continuous",
+        prefill_chunk=chunk,
+        cuda_graphs=config.engine.cuda_graphs,
+    )
+    engines = [("continuous", continuous)]
+    if not args.skip_batch:
+        engines.insert(0, ("batch", GenerationEngine(policy, max_batch_size=args.concurrency, mode="kv_cache")))
+    for name, engine in engines:
         _through_batching_engine(engine, warm, args.concurrency)  # warm-up
         elapsed = _through_batching_engine(engine, requests, args.concurrency)
         figures[f"tokens_per_s_{name}"] = new_tokens / elapsed
@@ -302,7 +334,8 @@ def run_stream(args: argparse.Namespace) -> dict:
     elapsed = _hf_generate(policy.model, requests, args.concurrency)
     figures["tokens_per_s_hf"] = new_tokens / elapsed
     log.info("HF generate: %d requested tokens in %.2fs", new_tokens, elapsed)
-    figures["speedup_vs_batch"] = figures["tokens_per_s"] / figures["tokens_per_s_batch"]
+    if not args.skip_batch:
+        figures["speedup_vs_batch"] = figures["tokens_per_s"] / figures["tokens_per_s_batch"]
     figures["speedup_vs_hf"] = figures["tokens_per_s"] / figures["tokens_per_s_hf"]
     if args.against:
         elapsed = _against(args, requests, torch.get_num_threads(), fingerprint(policy.model))
@@ -315,6 +348,11 @@ def run_stream(args: argparse.Namespace) -> dict:
         (done - first) / (n - 1) for _, first, done, n in timings if n > 1
     )
     figures["prefills"] = continuous._batcher.prefills - len(set(map(lambda r: tuple(r.prompt), warm)))
+    graphs = continuous._batcher.graphs
+    if graphs is not None and graphs.capture:
+        figures.update(cuda_graphs=len(graphs.graphs), graph_replays=graphs.replays, graph_failure=graphs.failed)
+    if next(policy.model.parameters()).dtype != torch.float32:
+        figures.update(logprob_gap(continuous, requests[: args.group * 4]))
     figures.update(
         new_tokens=new_tokens,
         requests=len(requests),
@@ -323,5 +361,38 @@ def run_stream(args: argparse.Namespace) -> dict:
         prompt_tokens=args.prompt_tokens,
         prefill_chunk=chunk,
         threads=torch.get_num_threads(),
+        device=str(policy.device),
+        dtype=str(next(policy.model.parameters()).dtype).removeprefix("torch."),
     )
     return figures
+
+
+def logprob_gap(engine, requests: list[_Request]) -> dict:
+    """The engine's logprobs against the trainer's: ``requests`` sampled with their routes, then scored by a
+    float32 copy of the model replaying those routes (R3, what the trainer computes). Figures: mean and max
+    |logprob difference| over the sampled tokens, and the tokens compared."""
+    import copy
+
+    import torch
+
+    from policies.sampling import SamplingParams
+
+    params = [SamplingParams(max_tokens=r.max_tokens, seed=r.seed, return_routed_experts=True) for r in requests]
+    completions = engine.generate_batch([r.prompt for r in requests], params)
+    trainer = copy.deepcopy(engine.policy.model).float()
+    device = engine.policy.device
+    gaps = []
+    with torch.no_grad():
+        for request, c in zip(requests, completions):
+            ids = torch.tensor([request.prompt + c.token_ids], device=device)
+            routes = torch.tensor(c.routed_experts, device=device)[:, None]  # (L, 1, T, K)
+            logits = trainer(ids, routed_experts=routes).logits[0, len(request.prompt) - 1 : -1].float()
+            exact = torch.log_softmax(logits, dim=-1).gather(1, ids[0, len(request.prompt) :, None])[:, 0]
+            gaps.append((exact - torch.tensor(c.raw_logprobs, device=device)).abs())
+    gap = torch.cat(gaps)
+    del trainer
+    return {
+        "trainer_logprob_gap_mean": float(gap.mean()),
+        "trainer_logprob_gap_max": float(gap.max()),
+        "trainer_tokens_compared": gap.numel(),
+    }

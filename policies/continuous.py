@@ -41,6 +41,7 @@ from typing import Literal
 import torch
 from transformers import DynamicCache
 
+from policies.cuda_graphs import GraphDecoder
 from policies.decode import LeanDecoder
 from policies.hf_adapter import CausalLMPolicy
 from policies.sampler import RowSampling, sample
@@ -106,6 +107,7 @@ class SlotCache:
         self.keys = torch.zeros(shape, dtype=dtype, device=device)
         self.values = torch.zeros(shape, dtype=dtype, device=device)
         self.capacity = capacity
+        self.compact = False  # move the live window back to column 0 once the dead columns before it outnumber it
         self.n = 0  # running rows: slots 0..n-1
         self.start = 0  # first live column
         self.end = 0  # the column the next step writes
@@ -128,9 +130,10 @@ class SlotCache:
         if self.n == 0:
             self.start = self.end = need_end
             return
-        if need_end <= self.end < self.capacity:
-            return
         width = self.end - self.start
+        dead = self.compact and self.start > width and need_end <= width
+        if need_end <= self.end < self.capacity and not dead:
+            return
         new_end = max(need_end, width)
         if new_end >= self.capacity:
             raise EngineError(f"the KV cache of {self.capacity} columns cannot hold a window of {new_end + 1}")
@@ -202,6 +205,7 @@ class ContinuousBatcher:
         version: Callable[[], int] = lambda: 0,
         prefill_chunk: int | None = None,
         lean_decode: bool = True,
+        cuda_graphs: bool | None = None,
     ) -> None:
         config = policy.model.config
         self.policy = policy
@@ -225,6 +229,15 @@ class ContinuousBatcher:
             if lean_decode and LeanDecoder.supports(policy.model)
             else None
         )
+        # CUDA graphs of the lean step (`policies.cuda_graphs`): by default on a GPU; True on the CPU runs their
+        # static-shape step eagerly (what the tests compare)
+        use_graphs = policy.device.type == "cuda" if cuda_graphs is None else cuda_graphs
+        self.graphs = (
+            GraphDecoder(self.lean, self.cache, capture=policy.device.type == "cuda")
+            if use_graphs and self.lean is not None
+            else None
+        )
+        self.cache.compact = self.graphs is not None  # a graph attends columns [0, width): keep `end` small
         self.running: list[_Sequence] = []
         self.waiting: deque[_Sequence] = deque()
         self.updates: deque[tuple[Callable[[], object], Future]] = deque()
@@ -232,6 +245,7 @@ class ContinuousBatcher:
         self.wakeup = threading.Event()  # set with every notify: the idle worker waits on it holding no reference
         self.prefills = 0  # distinct prompts prefilled (prefix sharing makes it < prompts admitted)
         self.admitted = 0
+        self.max_end = 0  # the largest write column a decode step used
         self.steps: deque[tuple[int, int]] = deque(maxlen=100_000)  # (prompt columns prefilled, rows decoded) a step
         # (submitted, first token, done, tokens) of the latest finished rows, perf_counter seconds (bench generate)
         self.timings: deque[tuple[float, float, float, int]] = deque(maxlen=100_000)
@@ -373,9 +387,12 @@ class ContinuousBatcher:
         """One step for every running row: feed its last token, sample the next."""
         device, cache, rows = self.policy.device, self.cache, self.running
         cache.make_room(0)  # a free column at `end`
+        self.max_end = max(self.max_end, cache.end)
         fed = torch.tensor([row.tokens[-1] for row in rows], dtype=torch.int64, device=device)
         lengths = torch.tensor([row.length for row in rows], dtype=torch.int64, device=device)
-        if self.lean is not None:
+        if self.graphs is not None:
+            out = self.graphs.step(fed, lengths, cache)
+        elif self.lean is not None:
             out = self.lean.step(fed, lengths, cache)
         else:
             columns = torch.arange(cache.start, cache.end + 1, device=device)

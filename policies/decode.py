@@ -85,16 +85,46 @@ class LeanDecoder:
     def step(self, fed: torch.Tensor, positions: torch.Tensor, cache: SlotCache) -> StepOutput:
         """fed (n,) token ids, positions (n,) their positions (each row's token count so far); writes column
         ``cache.end`` of slots 0..n-1. Returns logits (n, 1, V) and routes (L_moe, n, 1, K)."""
-        model, inner = self.model, self.model.model
         n, start, end = cache.n, cache.start, cache.end
+        columns = torch.arange(start, end + 1, device=fed.device)
+        hidden = columns[None, :] < (end - positions)[:, None]  # before a row's own start
+
+        def write(index: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+            cache.keys[index, :n, :, end] = keys
+            cache.values[index, :n, :, end] = values
+
+        return self._layers(fed, positions, hidden, write, slice(start, end + 1), cache)
+
+    @torch.no_grad()
+    def step_static(
+        self, fed: torch.Tensor, positions: torch.Tensor, end: torch.Tensor, width: int, cache: SlotCache
+    ) -> StepOutput:
+        """The same step with every shape fixed by (rows, ``width``) and the write column a tensor, as a CUDA graph
+        needs (`policies.cuda_graphs`): fed, positions (m,) for slots 0..m-1, end (1,) int64 the write column
+        (``end < width``); attends columns ``[0, width)`` and masks those before a row's start or after ``end``.
+        A padding row (fed 0, position 0) sees only its own column ``end``: finite, and never read by a real row.
+        Returns logits (m, 1, V) and routes (L_moe, m, 1, K)."""
+        m = fed.shape[0]
+        columns = torch.arange(width, device=fed.device)
+        hidden = (columns[None, :] < (end - positions)[:, None]) | (columns[None, :] > end)
+
+        def write(index: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+            cache.keys[index, :m].index_copy_(2, end, keys[:, :, None])
+            cache.values[index, :m].index_copy_(2, end, values[:, :, None])
+
+        return self._layers(fed, positions, hidden, write, slice(0, width), cache)
+
+    def _layers(self, fed, positions, hidden, write, window: slice, cache: SlotCache) -> StepOutput:
+        """The layers of a step: ``hidden`` (n, W) True where a row must not attend, ``write(layer, keys (n, kv_heads,
+        D), values)`` stores the step's keys/values, ``window`` the cache columns attended."""
+        model, inner = self.model, self.model.model
+        n = fed.shape[0]
         heads, kv_heads, dim = self.heads, self.kv_heads, self.head_dim
         x = inner.embed_tokens.weight[fed]  # (n, H)
         dtype = x.dtype
         rotation = self.rotation.to(dtype)
         cos = self.cos[positions].to(dtype)[:, None]  # (n, 1, D)
         sin = self.sin[positions].to(dtype)[:, None]
-        columns = torch.arange(start, end + 1, device=fed.device)
-        hidden = columns[None, :] < (end - positions)[:, None]  # before a row's own start
         mask = torch.zeros(hidden.shape, dtype=dtype, device=fed.device).masked_fill_(hidden, float("-inf"))
         mask = mask[:, None, None]  # (n, 1, 1, W)
         routes = []
@@ -105,10 +135,9 @@ class LeanDecoder:
             qkv = F.linear(h, projection).view(n, heads + 2 * kv_heads, dim)
             qk = qkv[:, : heads + kv_heads]
             qk = qk * cos + (qk @ rotation) * sin  # RoPE of the queries and keys at once
-            cache.keys[index, :n, :, end] = qk[:, heads:]
-            cache.values[index, :n, :, end] = qkv[:, heads + kv_heads :]
-            keys = cache.keys[index, :n, :, start : end + 1]  # (n, kv_heads, W, D)
-            values = cache.values[index, :n, :, start : end + 1]
+            write(index, qk[:, heads:], qkv[:, heads + kv_heads :])
+            keys = cache.keys[index, :n, :, window]  # (n, kv_heads, W, D)
+            values = cache.values[index, :n, :, window]
             scores = torch.matmul(qk[:, :heads].view(n, kv_heads, heads // kv_heads, dim), keys.transpose(-1, -2))
             weights = torch.softmax(scores.mul_(self.scale).add_(mask), dim=-1, dtype=torch.float32).to(dtype)
             out = torch.matmul(weights, values).view(n, heads * dim)  # (n, kv_heads, groups, D)

@@ -77,6 +77,7 @@ class GenerationEngine:
         pad_token_id: int = 0,
         weights_version: int = 0,
         prefill_chunk: int | None = None,
+        cuda_graphs: bool | None = None,
     ) -> None:
         self.policy = policy
         self.max_batch_size = max_batch_size
@@ -89,7 +90,12 @@ class GenerationEngine:
         self._batcher: ContinuousBatcher | None = None
         if self.mode == "continuous":
             self._batcher = ContinuousBatcher(
-                policy, max_batch_size, pad_token_id, lambda: self.weights_version, prefill_chunk
+                policy,
+                max_batch_size,
+                pad_token_id,
+                lambda: self.weights_version,
+                prefill_chunk,
+                cuda_graphs=cuda_graphs,
             )
 
     @property

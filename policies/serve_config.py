@@ -64,6 +64,9 @@ class EngineOptions(BaseModel):
     prefill_chunk: int | None = Field(None, ge=1)
     """continuous: prompt columns prefilled per decode step, so a long prompt never stalls the running rows for
     more than one chunk (None: an admitted group's prompts are prefilled in one step)."""
+    cuda_graphs: bool | None = None
+    """continuous, RDEP policy: replay the decode step from CUDA graphs captured at bucketed (rows, window)
+    shapes (policies/cuda_graphs.py; None: on when the device is a GPU)."""
     threads: int | None = Field(None, ge=1)
     """torch intra-op CPU threads of the server process (`gym serve`; None: torch's default, one per core). A
     small model decodes faster on one: the tiny policy about 1.45x over two on the 2-core VM (docs/engine.md)."""
@@ -147,4 +150,5 @@ def build_engine(config: ServeConfig):  # -> GenerationEngine (imports torch laz
         mode=config.engine.mode,
         pad_token_id=config.engine.pad_token_id,
         prefill_chunk=config.engine.prefill_chunk,
+        cuda_graphs=config.engine.cuda_graphs,
     )

@@ -13,7 +13,8 @@ the completion (so a group's rewards differ even when every turn is cut at the b
 trainers do the full work).
 
 Figures (``--json``): tokens_per_s_ours, tokens_per_s_trl (null when TRL cannot run here, with
-``trl_error`` saying why), ratio, step_s_ours, step_s_trl, tokens_per_step, trl_version.
+``trl_error`` saying why), ratio, step_s_ours, sample_s_ours (the sampling part of our step), step_s_trl,
+tokens_per_step, trl_version.
 """
 
 from __future__ import annotations
@@ -49,10 +50,11 @@ def run(args: argparse.Namespace) -> dict:
     torch.manual_seed(0)
     config = TrainConfig.load(CONFIG)
     setup = _Setup(config, args)
-    ours = setup.bench_ours()
+    ours, sampling = setup.bench_ours()
     figures = {
         "tokens_per_step": setup.tokens_per_step,
         "step_s_ours": ours,
+        "sample_s_ours": sampling,
         "tokens_per_s_ours": setup.tokens_per_step / ours,
     }
     trl_error, trl_s, version = None, None, None
@@ -105,8 +107,9 @@ class _Setup:
 
         return build_model(self.config.policy, self.args.dtype, self.args.device)
 
-    def bench_ours(self) -> float:
-        """Median seconds of one GRPO step of this trainer."""
+    def bench_ours(self) -> tuple[float, float]:
+        """Median seconds of one GRPO step of this trainer, and of the step's sampling (the engine's
+        `generate_batch` of every completion)."""
         import torch
 
         from gym.trajectory import Trajectory
@@ -133,7 +136,7 @@ class _Setup:
             micro_batch_size=args.prompts * args.group_size,
             norm_length=args.max_tokens,
         )
-        times = []
+        times, sampling = [], []
         for step in range(args.steps + 1):
             started = time.perf_counter()
             prompts = [p for p in self.prompts for _ in range(args.group_size)]
@@ -146,7 +149,9 @@ class _Setup:
                 )
                 for i in range(len(prompts))
             ]
+            sampled = time.perf_counter()
             completions = engine.generate_batch(prompts, params)
+            sampled = time.perf_counter() - sampled
             scored, tokens = [], 0
             for g in range(args.prompts):
                 members = completions[g * args.group_size : (g + 1) * args.group_size]
@@ -174,9 +179,16 @@ class _Setup:
             sync.push({k: v.detach() for k, v in model.state_dict().items()}, step + 1)
             if step:
                 times.append(time.perf_counter() - started)
+                sampling.append(sampled)
                 self.tokens_per_step = tokens
-            log.info("ours: step %d %.2f s (%d tokens)", step, time.perf_counter() - started, tokens)
-        return statistics.median(times)
+            log.info(
+                "ours: step %d %.2f s, sampling %.2f s (%d tokens)",
+                step,
+                time.perf_counter() - started,
+                sampled,
+                tokens,
+            )
+        return statistics.median(times), statistics.median(sampling)
 
     def bench_trl(self) -> tuple[float, float]:
         """Median seconds of one GRPOTrainer step on the same model, prompts and reward, and its tokens/step."""

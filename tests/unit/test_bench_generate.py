@@ -41,6 +41,33 @@ def test_the_stream_with_chunked_prefill_reports_its_chunk() -> None:
     assert figures["prefill_chunk"] == 4 and figures["tokens_per_s"] > 0 and figures["requests"] == 8
 
 
+def test_fixed_lengths_skip_batch_and_a_capped_warm_up() -> None:
+    """``--fixed``: every prompt P and every budget O tokens; ``--skip-batch`` leaves the batch engine out;
+    ``--warmup-tokens`` caps only the warm-up (the measured tokens are the requests' own)."""
+    args = _args(requests=6, concurrency=3, group=2, prompt_tokens=10, new_tokens=7, fixed=True)
+    requests = bench._workload(args, 8192)
+    assert all(len(r.prompt) == 10 and r.max_tokens == 7 for r in requests)
+    assert len({tuple(r.prompt) for r in requests}) == 3
+    figures = bench.run(_args(**{**vars(args), "skip_batch": True, "warmup_tokens": 2}))
+    assert "tokens_per_s_batch" not in figures and "speedup_vs_batch" not in figures
+    assert figures["new_tokens"] == 42 and figures["tokens_per_s"] > 0 and figures["tokens_per_s_hf"] > 0
+    assert figures["device"] == "cpu" and figures["dtype"] == "float32" and "cuda_graphs" not in figures
+    assert "trainer_logprob_gap_mean" not in figures  # float32: the engine is the trainer's arithmetic
+
+
+def test_a_bf16_stream_reports_the_logprob_gap_to_the_trainer(tmp_path) -> None:
+    """In bf16 the engine's logprobs are compared with a float32 copy replaying the rollout's routes."""
+    config = (REPO / "configs" / "policy_tiny.yaml").read_text().replace("dtype: float32", "dtype: bfloat16")
+    assert "dtype: bfloat16" in config
+    (tmp_path / "bf16.yaml").write_text(config)
+    args = _args(requests=4, concurrency=2, group=2, prompt_tokens=8, new_tokens=6, skip_batch=True)
+    args.config = tmp_path / "bf16.yaml"
+    figures = bench.run(args)
+    assert figures["dtype"] == "bfloat16" and figures["trainer_tokens_compared"] > 0
+    # bf16 rounding: measured mean ~1e-3 on the tiny policy; a wrong route or an off-by-one token is > 1
+    assert 0 < figures["trainer_logprob_gap_mean"] < 0.05 and figures["trainer_logprob_gap_max"] < 0.5
+
+
 def test_the_single_batch_workload_checks_kv_against_recompute() -> None:
     figures = bench.run(_args(batch=2, prompt_tokens=8, new_tokens=6))
     assert figures["token_agreement"] == 1.0 and figures["new_tokens"] == 12

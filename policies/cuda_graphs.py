@@ -1,0 +1,121 @@
+"""CUDA graphs of the continuous engine's decode step, at a few bucketed shapes.
+
+A decode step of the RDEP policy is hundreds of small kernels (a few per layer for attention, the router,
+the grouped experts' permute / SwiGLU / unpermute Triton kernels); on a GPU their launches, not their
+arithmetic, bound a step. A CUDA graph records the step's kernels once and replays them with one launch.
+A graph fixes every shape and address, so `GraphDecoder` runs `LeanDecoder.step_static`:
+
+- **rows** are padded to a bucket (1, 2, 4, ... up to the slots): the running rows are slots 0..n-1 and
+  slots n..m-1 are free, so padding rows (token 0 at position 0) write their own column and nobody reads it;
+- **the window** is columns ``[0, width)`` of the static cache, ``width`` the bucket (64, 128, 256, ... up
+  to the capacity) above ``end``; the write column ``end`` and the rows' positions are tensors the graph
+  reads. The cache keeps ``end`` small: with ``SlotCache.compact`` the live window moves back to column 0
+  once the dead columns before it outnumber the live ones (one copy of the window);
+- **inputs** live in static buffers the step copies into; **outputs** (logits, routes) in the graph's own
+  memory, which the next replay overwrites: the engine samples from the logits before the next step and
+  clones the routes.
+
+Graphs are captured lazily, one per (rows, width) bucket met, after one eager run of that shape on a side
+stream (Triton compiles, cuBLAS picks its kernels), and share one memory pool (their replays never
+overlap: the engine runs one step at a time and consumes each step's outputs before the next). The weights
+are read in place at every replay, so an in-place update (`load_state_dict`) is seen by every graph.
+
+Without capture (the CPU, or ``capture=False``) the same static step runs eagerly: the tests check it
+against the dynamic step on the CPU and the captured graphs against it on a GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from policies.decode import LeanDecoder
+from policies.hf_adapter import StepOutput
+
+if TYPE_CHECKING:  # the engine imports this module
+    from policies.continuous import SlotCache
+
+log = logging.getLogger(__name__)
+
+MIN_WIDTH = 64  # the smallest window bucket (columns)
+
+
+def row_bucket(rows: int, slots: int) -> int:
+    """The padded row count of a step of ``rows`` running rows: the next power of two, at most ``slots``."""
+    return min(slots, 1 << max(0, rows - 1).bit_length())
+
+
+def width_bucket(end: int, capacity: int) -> int:
+    """The attended columns of a step writing column ``end``: the next power of two above it (at least
+    `MIN_WIDTH`), at most ``capacity``."""
+    return min(capacity, max(MIN_WIDTH, 1 << end.bit_length()))
+
+
+@dataclass
+class _Graph:
+    graph: torch.cuda.CUDAGraph
+    out: StepOutput
+
+
+class GraphDecoder:
+    """`step`: a `LeanDecoder` step through static shapes, replayed from CUDA graphs when ``capture``."""
+
+    def __init__(self, lean: LeanDecoder, cache: SlotCache, capture: bool) -> None:
+        slots, device = cache.keys.shape[1], cache.keys.device
+        self.lean, self.capture = lean, capture
+        self.slots, self.capacity = slots, cache.capacity
+        self.fed = torch.zeros(slots, dtype=torch.int64, device=device)
+        self.positions = torch.zeros(slots, dtype=torch.int64, device=device)
+        self.end = torch.zeros(1, dtype=torch.int64, device=device)
+        self.graphs: dict[tuple[int, int], _Graph] = {}
+        self.pool = torch.cuda.graph_pool_handle() if capture else None
+        self.replays = 0
+        self.failed: str | None = None  # why capture was given up (then every step runs eagerly)
+
+    @torch.no_grad()
+    def step(self, fed: torch.Tensor, positions: torch.Tensor, cache: SlotCache) -> StepOutput:
+        """As `LeanDecoder.step` (fed, positions (n,) of slots 0..n-1, writes column ``cache.end``); logits
+        (n, 1, V) are valid until the next step, routes (L_moe, n, 1, K) are the caller's."""
+        n = cache.n
+        rows, width = row_bucket(n, self.slots), width_bucket(cache.end, self.capacity)
+        self.fed[:n].copy_(fed)
+        self.fed[n:rows].zero_()
+        self.positions[:n].copy_(positions)
+        self.positions[n:rows].zero_()
+        self.end.fill_(cache.end)
+        if self.capture and self.failed is None:
+            graph = self.graphs.get((rows, width)) or self._record(rows, width, cache)
+            if graph is not None:
+                graph.graph.replay()
+                self.replays += 1
+                out = graph.out
+                routes = None if out.routes is None else out.routes[:, :n].clone()
+                return StepOutput(logits=out.logits[:n], routes=routes)
+        out = self.lean.step_static(self.fed[:rows], self.positions[:rows], self.end, width, cache)
+        return StepOutput(logits=out.logits[:n], routes=None if out.routes is None else out.routes[:, :n])
+
+    def _record(self, rows: int, width: int, cache: SlotCache) -> _Graph | None:
+        """Capture the (rows, width) step; on failure log why, give up capturing and return None. The eager
+        warm-up and the capture compute the very step about to run (same inputs), so their cache writes are
+        the step's own."""
+        args = (self.fed[:rows], self.positions[:rows], self.end, width, cache)
+        try:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self.lean.step_static(*args)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: CUDA calls of other threads (callers seeding generators, a trainer) may go on meanwhile
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                out = self.lean.step_static(*args)
+        except Exception as exc:  # a kernel that cannot be captured: decode eagerly from now on
+            self.failed = f"{type(exc).__name__}: {exc}"
+            log.warning("CUDA graph capture of a decode step failed; decoding without graphs: %s", self.failed)
+            return None
+        self.graphs[(rows, width)] = captured = _Graph(graph, out)
+        log.info("captured the decode step of %d rows over %d columns (%d graphs)", rows, width, len(self.graphs))
+        return captured
