@@ -6,7 +6,8 @@ back (`trim`) once more than its trim threshold is free; both thresholds adapt t
 tensors land on pages the kernel must fault in and zero again: on the project's VM, sampling 64 rows of the
 tiny policy's 8,192-token vocabulary with the float64 CDF of the time took 12-17 ms that way and 3.3-3.5 ms
 with the thresholds raised. The sampler's blocked inversion (5b83ca6) no longer makes that block; a whole
-engine step at 64 rows still faults 160 pages without the thresholds and 46-60 with them
+engine step at 64 rows faulted 160 pages without the thresholds and 46-60 with them, and since a step reads its
+samples in one copy and skips routes nobody asked for, 85 and 52; at 128 rows ~600 and ~140
 (tests/unit/test_allocator.py, docs/engine.md).
 
 `keep_freed_memory()` raises both through `mallopt` (glibc only; elsewhere it does nothing and says so):

@@ -44,7 +44,7 @@ from transformers import DynamicCache
 from policies.cuda_graphs import GraphDecoder
 from policies.decode import LeanDecoder
 from policies.hf_adapter import CausalLMPolicy
-from policies.sampler import RowSampling, sample
+from policies.sampler import RowSampling, row_generator, sample
 from policies.sampling import Completion, EngineError, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -267,13 +267,11 @@ class ContinuousBatcher:
     # -- callers (any thread)
     def submit(self, prompts: list[list[int]], params: list[SamplingParams], seeds: list[int]) -> Future:
         job = _Job(future=Future(), completions=[None] * len(prompts), remaining=len(prompts))
-        device = self.policy.device
         with self.condition:
             if self.closed:
                 raise EngineError("the generation engine was closed")
             for i, (prompt, p, seed) in enumerate(zip(prompts, params, seeds)):
-                generator = torch.Generator(device=device)
-                generator.manual_seed(seed)
+                generator = row_generator(seed)
                 self.waiting.append(_Sequence(job=job, index=i, prompt=list(prompt), params=p, generator=generator))
             if not prompts:
                 job.future.set_result([])
@@ -353,8 +351,8 @@ class ContinuousBatcher:
         stop = width if self.prefill_chunk is None else min(width, p.done + self.prefill_chunk)
         out = self.policy.step(p.ids[:, p.done : stop], p.mask[:, :stop], p.positions[:, p.done : stop], p.cache)
         columns, p.done = stop - p.done, stop
-        if out.routes is not None:
-            p.routes.append(out.routes)
+        if out.routes is not None and any(row.params.return_routed_experts for row in p.rows):
+            p.routes.append(out.routes.cpu())  # completions' routes are assembled on the CPU
         if stop == width:
             self._place(p, out.logits[:, -1], torch.cat(p.routes, dim=2) if p.routes else None)
             self.prefilling = None  # after: a failed placement fails every admitted row (`_step`)
@@ -399,7 +397,9 @@ class ContinuousBatcher:
             mask = (columns[None, :] >= (cache.end - lengths)[:, None]).to(torch.int64)
             out = self.policy.step(fed[:, None], mask, lengths[:, None], cache)
         cache.end += 1
-        fed_routes = None if out.routes is None else out.routes[:, :, -1].unbind(1)  # (L, K) per row
+        fed_routes = None
+        if out.routes is not None and any(row.params.return_routed_experts for row in rows):
+            fed_routes = out.routes[:, :, -1].cpu().unbind(1)  # (L, K) per row, on the CPU: one copy a step
         for b, row in enumerate(rows):
             row.length += 1
             if fed_routes is not None and row.params.return_routed_experts:

@@ -20,6 +20,14 @@ from policies.sampling import SamplingParams
 BLOCK = 64  # tokens per block of the inversion (`_invert`)
 
 
+def row_generator(seed: int) -> torch.Generator:
+    """A row's generator, seeded: on the CPU whatever device samples, so a row's uniforms are the same on every
+    device and a GPU step draws them without one kernel launch per row (a CPU draw is a microsecond or two)."""
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return generator
+
+
 @dataclass(frozen=True)
 class RowSampling:
     """Per-row sampling settings as tensors, built once per batch."""
@@ -33,13 +41,8 @@ class RowSampling:
 
     @classmethod
     def build(cls, params: list[SamplingParams], seeds: list[int], device: torch.device) -> RowSampling:
-        """Fresh generators seeded with ``seeds``."""
-        generators = []
-        for seed in seeds:
-            gen = torch.Generator(device=device)
-            gen.manual_seed(seed)
-            generators.append(gen)
-        return cls.of(params, generators, device)
+        """Fresh generators seeded with ``seeds`` (`row_generator`)."""
+        return cls.of(params, [row_generator(seed) for seed in seeds], device)
 
     @classmethod
     def of(cls, params: list[SamplingParams], generators: list[torch.Generator], device: torch.device) -> RowSampling:
@@ -61,8 +64,10 @@ class Sample:
     raw_logprobs: torch.Tensor  # (B,) float32 under softmax(logits)
 
     def per_row(self) -> list[tuple[int, float, float]]:
-        """Each row's (token, logprob, raw logprob) as Python numbers: three copies instead of 3 x B reads."""
-        return list(zip(self.tokens.tolist(), self.logprobs.tolist(), self.raw_logprobs.tolist()))
+        """Each row's (token, logprob, raw logprob) as Python numbers, read in one copy (a token id is exact in
+        float64): on a GPU one wait for the step instead of three."""
+        table = torch.stack([self.tokens.double(), self.logprobs.double(), self.raw_logprobs.double()], dim=1)
+        return [(int(token), logprob, raw) for token, logprob, raw in table.tolist()]
 
 
 def processed_logprobs(logits: torch.Tensor, rows: RowSampling) -> torch.Tensor:
@@ -103,7 +108,8 @@ def sample(logits: torch.Tensor, rows: RowSampling) -> Sample:
     vocabulary.
     """
     device = logits.device
-    u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64, device=device) for g in rows.generators])
+    u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64, device=g.device) for g in rows.generators])
+    u = u.to(device)  # one copy to a GPU
     logits = logits.float()
     if _unprocessed(rows):
         top = logits.amax(dim=-1, keepdim=True)
