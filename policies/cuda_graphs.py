@@ -11,9 +11,12 @@ A graph fixes every shape and address, so `GraphDecoder` runs `LeanDecoder.step_
   to the capacity) above ``end``; the write column ``end`` and the rows' positions are tensors the graph
   reads. The cache keeps ``end`` small: with ``SlotCache.compact`` the live window moves back to column 0
   once the dead columns before it outnumber the live ones (one copy of the window);
-- **inputs** live in static buffers the step copies into; **outputs** (logits, routes) in the graph's own
-  memory, which the next replay overwrites: the engine samples from the logits before the next step and
-  clones the routes.
+- **inputs** live in static buffers the step copies into; **outputs** (logits, routes, samples) in the
+  graph's own memory, which the next replay overwrites: the engine reads them before the next step and
+  clones the routes;
+- **sampling** is recorded too: every graph also samples each row from softmax(logits) at a uniform the
+  engine draws from the row's generator beforehand (`policies.sampler.plain_sample`, the GRPO case: no
+  temperature, top-k, top-p or greedy row); a step with any such row samples the logits eagerly instead.
 
 Graphs are captured lazily, one per (rows, width) bucket met, after one eager run of that shape on a side
 stream (Triton compiles, cuBLAS picks its kernels), and share one memory pool (their replays never
@@ -34,6 +37,7 @@ import torch
 
 from policies.decode import LeanDecoder
 from policies.hf_adapter import StepOutput
+from policies.sampler import plain_sample
 
 if TYPE_CHECKING:  # the engine imports this module
     from policies.continuous import SlotCache
@@ -58,6 +62,7 @@ def width_bucket(end: int, capacity: int) -> int:
 class _Graph:
     graph: torch.cuda.CUDAGraph
     out: StepOutput
+    sampled: tuple[torch.Tensor, torch.Tensor]  # tokens, logprobs (`plain_sample`)
 
 
 class GraphDecoder:
@@ -70,15 +75,20 @@ class GraphDecoder:
         self.fed = torch.zeros(slots, dtype=torch.int64, device=device)
         self.positions = torch.zeros(slots, dtype=torch.int64, device=device)
         self.end = torch.zeros(1, dtype=torch.int64, device=device)
+        self.u = torch.full((slots,), 0.5, dtype=torch.float64, device=device)
         self.graphs: dict[tuple[int, int], _Graph] = {}
         self.pool = torch.cuda.graph_pool_handle() if capture else None
         self.replays = 0
+        self.sampled = 0  # steps whose rows were sampled by the recorded `plain_sample`
         self.failed: str | None = None  # why capture was given up (then every step runs eagerly)
 
     @torch.no_grad()
-    def step(self, fed: torch.Tensor, positions: torch.Tensor, cache: SlotCache) -> StepOutput:
-        """As `LeanDecoder.step` (fed, positions (n,) of slots 0..n-1, writes column ``cache.end``); logits
-        (n, 1, V) are valid until the next step, routes (L_moe, n, 1, K) are the caller's."""
+    def step(
+        self, fed: torch.Tensor, positions: torch.Tensor, cache: SlotCache, u: torch.Tensor | None = None
+    ) -> tuple[StepOutput, tuple[torch.Tensor, torch.Tensor] | None]:
+        """As `LeanDecoder.step` (fed, positions (n,) of slots 0..n-1, writes column ``cache.end``), and with
+        ``u`` (n,) float64 each row's sample from softmax(logits) at it (`plain_sample`: tokens, logprobs (n,)).
+        Logits (n, 1, V) and samples are valid until the next step; routes (L_moe, n, 1, K) are the caller's."""
         n = cache.n
         rows, width = row_bucket(n, self.slots), width_bucket(cache.end, self.capacity)
         self.fed[:n].copy_(fed)
@@ -86,36 +96,47 @@ class GraphDecoder:
         self.positions[:n].copy_(positions)
         self.positions[n:rows].zero_()
         self.end.fill_(cache.end)
+        if u is not None:
+            self.u[:n].copy_(u)
+            self.sampled += 1
         if self.capture and self.failed is None:
             graph = self.graphs.get((rows, width)) or self._record(rows, width, cache)
             if graph is not None:
                 graph.graph.replay()
                 self.replays += 1
-                out = graph.out
+                out, (tokens, logprobs) = graph.out, graph.sampled
                 routes = None if out.routes is None else out.routes[:, :n].clone()
-                return StepOutput(logits=out.logits[:n], routes=routes)
+                sampled = None if u is None else (tokens[:n], logprobs[:n])
+                return StepOutput(logits=out.logits[:n], routes=routes), sampled
+        out, (tokens, logprobs) = self._run(rows, width, cache)
+        routes = None if out.routes is None else out.routes[:, :n]
+        sampled = None if u is None else (tokens[:n], logprobs[:n])
+        return StepOutput(logits=out.logits[:n], routes=routes), sampled
+
+    def _run(self, rows: int, width: int, cache: SlotCache) -> tuple[StepOutput, tuple[torch.Tensor, torch.Tensor]]:
+        """The recorded work: the static step of slots 0..rows-1, then every row's sample at ``self.u`` (padding
+        rows and rows that sample eagerly read a stale or the initial 0.5: harmless, never used)."""
         out = self.lean.step_static(self.fed[:rows], self.positions[:rows], self.end, width, cache)
-        return StepOutput(logits=out.logits[:n], routes=None if out.routes is None else out.routes[:, :n])
+        return out, plain_sample(out.logits[:, -1], self.u[:rows])
 
     def _record(self, rows: int, width: int, cache: SlotCache) -> _Graph | None:
         """Capture the (rows, width) step; on failure log why, give up capturing and return None. The eager
         warm-up and the capture compute the very step about to run (same inputs), so their cache writes are
         the step's own."""
-        args = (self.fed[:rows], self.positions[:rows], self.end, width, cache)
         try:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
-                self.lean.step_static(*args)
+                self._run(rows, width, cache)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             # thread_local: CUDA calls of other threads (callers seeding generators, a trainer) may go on meanwhile
             with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-                out = self.lean.step_static(*args)
+                out, sampled = self._run(rows, width, cache)
         except Exception as exc:  # a kernel that cannot be captured: decode eagerly from now on
             self.failed = f"{type(exc).__name__}: {exc}"
             log.warning("CUDA graph capture of a decode step failed; decoding without graphs: %s", self.failed)
             return None
-        self.graphs[(rows, width)] = captured = _Graph(graph, out)
+        self.graphs[(rows, width)] = captured = _Graph(graph, out, sampled)
         log.info("captured the decode step of %d rows over %d columns (%d graphs)", rows, width, len(self.graphs))
         return captured

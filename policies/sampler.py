@@ -96,8 +96,9 @@ def _unprocessed(rows: RowSampling) -> bool:
     return rows.plain
 
 
-def sample(logits: torch.Tensor, rows: RowSampling) -> Sample:
-    """Draw one token per row of logits (B, V).
+def sample(logits: torch.Tensor, rows: RowSampling, u: torch.Tensor | None = None) -> Sample:
+    """Draw one token per row of logits (B, V), at ``u`` (B,) if given (`uniforms`, drawn beforehand), else at
+    a fresh draw.
 
     Inverse CDF (`_invert`): with ``p = softmax(processed)`` unnormalised, its cumulative sum ``c`` (float64)
     and ``u ~ U[0, 1)`` from the row's generator, the token is the first ``i`` with ``c[i] > u * c[-1]``; a
@@ -105,22 +106,20 @@ def sample(logits: torch.Tensor, rows: RowSampling) -> Sample:
     (temperature 0) take the argmax. When no row processes its logits (temperature 1 or greedy, no top-k, no
     top-p: the GRPO configs) the sampled distribution is softmax(logits) itself: ``p = exp(logits - max)`` and
     the log-probability of the token is ``logits[i] - max - log(c[-1])``, with no log-softmax over the
-    vocabulary.
+    vocabulary (`plain_sample`).
     """
-    device = logits.device
-    u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64, device=g.device) for g in rows.generators])
-    u = u.to(device)  # one copy to a GPU
-    logits = logits.float()
+    u = uniforms(rows, logits.device) if u is None else u
     if _unprocessed(rows):
-        top = logits.amax(dim=-1, keepdim=True)
-        tokens, total = _invert((logits - top).exp_(), u)
-        raw = (logits.gather(1, tokens[:, None]) - top - total.log().float())[:, 0]
         if not rows.any_greedy:  # the GRPO case: no argmax over (B, V)
+            tokens, raw = plain_sample(logits, u)
             return Sample(tokens=tokens, logprobs=raw, raw_logprobs=raw)
+        logits = logits.float()
+        tokens, top, log_total = _softmax_draw(logits, u)
         greedy = rows.temperature == 0
         tokens = torch.where(greedy, torch.argmax(logits, dim=-1), tokens)
-        raw = (logits.gather(1, tokens[:, None]) - top - total.log().float())[:, 0]
+        raw = (logits.gather(1, tokens[:, None]) - top - log_total)[:, 0]
         return Sample(tokens=tokens, logprobs=torch.where(greedy, torch.zeros_like(raw), raw), raw_logprobs=raw)
+    logits = logits.float()
     raw = torch.log_softmax(logits, dim=-1)
     logp = processed_logprobs(logits, rows)
     tokens, _ = _invert(logp.exp(), u)
@@ -128,6 +127,28 @@ def sample(logits: torch.Tensor, rows: RowSampling) -> Sample:
     tokens = torch.where(greedy, torch.argmax(raw, dim=-1), tokens)
     logprobs = torch.where(greedy, torch.zeros_like(rows.temperature), logp.gather(1, tokens[:, None])[:, 0])
     return Sample(tokens=tokens, logprobs=logprobs, raw_logprobs=raw.gather(1, tokens[:, None])[:, 0])
+
+
+def uniforms(rows: RowSampling, device: torch.device) -> torch.Tensor:
+    """A step's draw: one float64 number in [0, 1) from each row's generator, as (B,) on ``device``."""
+    u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64, device=g.device) for g in rows.generators])
+    return u.to(device)  # one copy to a GPU
+
+
+def plain_sample(logits: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens (B,), logprobs (B,) float32): rows sampled from softmax(logits) at u (B,) float64, the sample of
+    rows that process nothing (`RowSampling.plain`, no greedy row). Every shape is fixed by (B, V) and nothing
+    is read on the host, so the continuous engine's CUDA graphs record it with the decode step."""
+    logits = logits.float()
+    tokens, top, log_total = _softmax_draw(logits, u)
+    return tokens, (logits.gather(1, tokens[:, None]) - top - log_total)[:, 0]
+
+
+def _softmax_draw(logits: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(tokens, max (B, 1), log of the mass of exp(logits - max) (B, 1) float32) of float32 logits at u."""
+    top = logits.amax(dim=-1, keepdim=True)
+    tokens, total = _invert((logits - top).exp_(), u)
+    return tokens, top, total.log().float()
 
 
 def _invert(weights: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -41,6 +41,7 @@ def test_captured_steps_sample_what_eager_steps_sample() -> None:
     batcher = graphs._batcher
     assert batcher.graphs.failed is None, batcher.graphs.failed
     assert batcher.graphs.replays > 0 and len(batcher.graphs.graphs) >= 2
+    assert batcher.graphs.sampled > 0  # plain rows were sampled inside the graphs
     for a, b in zip(got, want, strict=True):
         assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
         assert max(abs(x - y) for x, y in zip(a.raw_logprobs, b.raw_logprobs)) < 1e-4

@@ -82,6 +82,27 @@ def test_the_engine_with_the_static_step_samples_what_it_samples_without() -> No
         assert a.routed_experts == b.routed_experts
 
 
+@pytest.mark.parametrize("processed", [False, True])
+def test_rows_sampled_with_the_step_or_after_it_draw_what_the_eager_sampler_draws(processed) -> None:
+    """Rows that process nothing are sampled with the step (what the graphs record) at a draw taken before it;
+    a batch with a top-k row samples the logits after the step; both draw what the engine without graphs
+    draws, one number per row and step from each row's generator."""
+    policy = CausalLMPolicy(small_model())
+    params = [SamplingParams(max_tokens=n, seed=n) for n in (12, 7, 16)]
+    if processed:
+        params[1] = SamplingParams(max_tokens=30, seed=1, top_k=5)  # runs longest: no step is plain
+    results = {}
+    for graphs in (False, True):
+        engine = GenerationEngine(policy, max_batch_size=4, cuda_graphs=graphs)
+        results[graphs] = engine.generate_batch(PROMPTS, params)
+        if graphs:
+            decoder = engine._batcher.graphs
+            assert (decoder.sampled == 0) if processed else (decoder.sampled > 10)
+        engine._batcher.close()
+    for a, b in zip(results[True], results[False], strict=True):
+        _same(a, b)
+
+
 def test_compaction_moves_the_window_back_to_column_0() -> None:
     model = small_model()
     cache = filled_cache(model, 2, 70, 80)
