@@ -18,12 +18,24 @@ idempotent. `gym serve` and `bench generate` call it before they build the engin
 a `make run` with it drew other tokens from policy version 1 on than one without it (the engine's own
 outputs are the same with and without it, tested on a 64-request stream), and until that is understood the
 trainer's runs stay as they were.
+
+`freeze_startup_objects()` is the garbage collector's side of the same idea: a full (generation 2) collection
+visits every tracked object, and a trainer or server process holds ~430,000 of them from its start-up alone
+(modules, transformers' import tables, the model) that live as long as it does. A step makes hundreds of
+thousands of containers (each completion's routes are nested lists), so a full collection runs about once a
+GRPO step, in the middle of sampling: 390-450 ms each in the tiny policy's `bench trainer` on the 2-core VM
+under load, adding that to every other step's sampling (on an H100 the sampling part alternated between ~0.25 s
+and ~0.5 s). `gc.freeze()` after start-up moves those objects to the permanent generation, which collections
+skip: the same collections took 17-27 ms. Garbage cycles among the frozen objects are never freed (there are
+none to speak of after the `gc.collect()` before it). The trainer's loop, `gym serve`, `bench generate` and
+`bench trainer` call it once everything is built.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 
 log = logging.getLogger(__name__)
@@ -56,3 +68,13 @@ def keep_freed_memory(trim_bytes: int = TRIM_BYTES) -> bool:
     if not _applied:
         log.warning("mallopt refused the mmap/trim thresholds: decode steps may fault in fresh pages")
     return _applied
+
+
+def freeze_startup_objects() -> int:
+    """Collect, then move every object alive now out of the collector's sight (`gc.freeze`, see the module
+    docstring). Returns how many objects are frozen."""
+    gc.collect()
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    log.info("froze %d start-up objects: full collections skip them", frozen)
+    return frozen

@@ -307,6 +307,7 @@ def run_stream(args: argparse.Namespace) -> dict:
     served = build_engine(config)
     policy = served.policy
     requests = _workload(args, served.vocab_size)
+    allocator.freeze_startup_objects()  # as `gym serve` and the trainer
     new_tokens = sum(r.max_tokens for r in requests)
     warm = requests[: args.concurrency]
     if args.warmup_tokens:

@@ -35,7 +35,7 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def run(args: argparse.Namespace) -> int:
-    from policies.allocator import keep_freed_memory
+    from policies.allocator import freeze_startup_objects, keep_freed_memory
     from policies.serve_config import ServeConfig, ServeConfigError, build_engine
 
     config = ServeConfig.load(args.config)
@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
             f"vocabulary is {engine.vocab_size}: ids past it could not be embedded"
         )
     server = PolicyServer(engine, config.server, tokenizer, scorer=scorer)
+    freeze_startup_objects()  # full collections skip what lives as long as the server (policies/allocator.py)
     try:
         asyncio.run(serve(server, sock))
     except KeyboardInterrupt:

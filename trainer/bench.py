@@ -113,6 +113,7 @@ class _Setup:
         import torch
 
         from gym.trajectory import Trajectory
+        from policies.allocator import freeze_startup_objects
         from policies.sampling import SamplingParams
         from trainer.advantage import group_advantages
         from trainer.config import AlgorithmConfig, OptimizerConfig
@@ -126,6 +127,7 @@ class _Setup:
         model = self.model()
         engine = build_engine(model, max_batch_size=args.prompts * args.group_size)
         sync = InProcessSync(engine)
+        freeze_startup_objects()  # as the trainer's loop (policies/allocator.py)
         optimizer, scheduler = make_optimizer(model, OptimizerConfig(lr=1e-5, grad_clip=1.0), args.steps + 1)
         algorithm = AlgorithmConfig(routing_replay=True)
         update = PolicyUpdate(

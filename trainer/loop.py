@@ -265,10 +265,12 @@ class Loop:
 
     async def loop(self, env, pool) -> None:
         from gym.rollout import RolloutWorkers
+        from policies.allocator import freeze_startup_objects
         from trainer.producer import ConsumedStream, Producer
         from trainer.routes import RouteRecorder
 
         config, state = self.config, self.learner.state
+        freeze_startup_objects()  # everything built so far lives as long as the run: full collections skip it
         replay = config.algorithm.routing_replay and hasattr(self.learner.model, "update_router_biases")
         stream = ConsumedStream(env.stream(), state.data_cursor, set(state.consumed))
         if self.ray is None:

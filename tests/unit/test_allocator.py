@@ -125,3 +125,32 @@ def test_the_trainers_engine_leaves_the_c_library_as_it_is(monkeypatch) -> None:
     for mode in ("continuous", "kv_cache"):
         GenerationEngine(CausalLMPolicy(small_model()), mode=mode)
     assert allocator._applied is None
+
+
+FREEZE = """
+import gc, json
+import torch, transformers
+from policies.allocator import freeze_startup_objects
+from policies.serve_config import ServeConfig, build_engine
+engine = build_engine(ServeConfig.load("configs/policy_tiny.yaml"))
+before = len(gc.get_objects())
+frozen = freeze_startup_objects()
+after = len(gc.get_objects())
+class Node:
+    pass
+a, b = Node(), Node()
+a.other, b.other = b, a  # a cycle made after the freeze is still collected
+del a, b
+print(json.dumps([before, frozen, after, gc.collect()]))
+"""
+
+
+def test_freezing_the_start_up_hides_it_from_full_collections() -> None:
+    """A full collection visits every tracked object: after the freeze it no longer visits the start-up's
+    (measured ~417,000 objects here with torch, transformers and the tiny engine; the trainer ~430,000)."""
+    done = subprocess.run(
+        [sys.executable, "-c", FREEZE], cwd=REPO, capture_output=True, text=True, timeout=300, check=True
+    )
+    before, frozen, after, collected = json.loads(done.stdout.strip().splitlines()[-1])
+    assert before > 50_000 and frozen > 0.9 * before and after < 1_000  # measured 416,809 / 415,424 / 0
+    assert collected >= 2  # the two nodes of the cycle (and their dicts)
