@@ -401,10 +401,13 @@ class ContinuousBatcher:
         lengths = torch.tensor([row.length for row in rows], dtype=torch.int64, device=device)
         sampling = RowSampling.of([r.params for r in rows], [r.generator for r in rows], device)
         drawn = None
-        if self.graphs is not None:
+        graphs = self.graphs
+        if graphs is not None and graphs.capture and graphs.failed is not None:
+            graphs = None  # a capture failed: the dynamic lean step, which pads nothing, decodes from now on
+        if graphs is not None:
             # rows that process nothing (the GRPO case) are sampled inside the graph, at this step's draw
             u = uniforms(sampling, device) if sampling.plain and not sampling.any_greedy else None
-            out, sampled = self.graphs.step(fed, lengths, cache, u)
+            out, sampled = graphs.step(fed, lengths, cache, u)
             if sampled is not None:
                 drawn = Sample(tokens=sampled[0], logprobs=sampled[1], raw_logprobs=sampled[1])
         elif self.lean is not None:

@@ -133,7 +133,7 @@ class GraphDecoder:
             # thread_local: CUDA calls of other threads (callers seeding generators, a trainer) may go on meanwhile
             with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
                 out, sampled = self._run(rows, width, cache)
-        except Exception as exc:  # a kernel that cannot be captured: decode eagerly from now on
+        except Exception as exc:  # a kernel that cannot be captured: the engine decodes eagerly from now on
             self.failed = f"{type(exc).__name__}: {exc}"
             log.warning("CUDA graph capture of a decode step failed; decoding without graphs: %s", self.failed)
             return None

@@ -103,6 +103,24 @@ def test_rows_sampled_with_the_step_or_after_it_draw_what_the_eager_sampler_draw
         _same(a, b)
 
 
+def test_a_failed_capture_falls_back_to_eager_decoding(caplog) -> None:
+    """A capture that raises (here: no CUDA in this torch) is logged once, that step runs the static step
+    eagerly, every later one the dynamic lean step; completions are those of the engine without graphs."""
+    policy = CausalLMPolicy(small_model())
+    params = [SamplingParams(max_tokens=n, seed=n, return_routed_experts=True) for n in (12, 7, 16)]
+    engine = GenerationEngine(policy, max_batch_size=4, cuda_graphs=True)
+    decoder = engine._batcher.graphs
+    decoder.capture = True  # as on a GPU: the first step tries to record a graph
+    with caplog.at_level("WARNING", logger="policies.cuda_graphs"):
+        got = engine.generate_batch(PROMPTS, params)
+    assert decoder.failed and decoder.replays == 0 and decoder.sampled == 1  # only the failed step's own sample
+    assert caplog.text.count("CUDA graph capture of a decode step failed") == 1
+    engine._batcher.close()
+    for a, b in zip(got, GenerationEngine(policy, cuda_graphs=False).generate_batch(PROMPTS, params), strict=True):
+        _same(a, b)
+        assert a.routed_experts == b.routed_experts
+
+
 def test_compaction_moves_the_window_back_to_column_0() -> None:
     model = small_model()
     cache = filled_cache(model, 2, 70, 80)
