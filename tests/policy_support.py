@@ -1,10 +1,11 @@
-"""A small RDEP MoE model with a fixed seed, for policy, engine and server tests."""
+"""A small RDEP MoE model with a fixed seed, and the engine tests' shared helpers (caches, prompts, comparison)."""
 
 from __future__ import annotations
 
 import torch
 
 from policies.config import RdepMoeConfig
+from policies.continuous import SlotCache
 from policies.modeling import RdepMoeForCausalLM
 
 SMALL = dict(
@@ -27,3 +28,40 @@ SMALL = dict(
 def small_model(seed: int = 0, **overrides) -> RdepMoeForCausalLM:
     torch.manual_seed(seed)
     return RdepMoeForCausalLM(RdepMoeConfig(**{**SMALL, **overrides})).eval()
+
+
+PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11, 12]]
+
+
+def filled_cache(model, n: int, start: int, end: int, seed: int = 0) -> SlotCache:
+    """A cache of n running rows whose live window is [start, end), filled with random keys and values."""
+    config = model.config
+    cache = SlotCache(
+        config.num_hidden_layers,
+        max(n, 1) + 2,
+        config.num_key_value_heads,
+        config.max_position_embeddings,
+        config.head_dim,
+        torch.float32,
+        torch.device("cpu"),
+    )
+    g = torch.Generator().manual_seed(seed)
+    cache.keys.normal_(generator=g)
+    cache.values.normal_(generator=g)
+    cache.n, cache.start, cache.end = n, start, end
+    return cache
+
+
+def copy_of(cache: SlotCache) -> SlotCache:
+    other = SlotCache.__new__(SlotCache)
+    other.__dict__.update(cache.__dict__)
+    other.keys, other.values = cache.keys.clone(), cache.values.clone()
+    return other
+
+
+def same_completion(a, b) -> None:
+    """Two completions of the same request: equal tokens and finish reason, logprobs within 1e-5."""
+    assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
+    # measured max |diff| ~5e-7 (kv vs recompute); margin 20x
+    assert max(abs(x - y) for x, y in zip(a.raw_logprobs, b.raw_logprobs)) < 1e-5
+    assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-5

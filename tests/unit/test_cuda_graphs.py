@@ -17,9 +17,7 @@ from policies.decode import LeanDecoder
 from policies.generation import GenerationEngine
 from policies.hf_adapter import CausalLMPolicy
 from policies.sampling import SamplingParams
-from tests.policy_support import small_model
-from tests.unit.test_lean_decode import copy_of, filled_cache
-from tests.unit.test_policy_engine import PROMPTS, _same
+from tests.policy_support import PROMPTS, copy_of, filled_cache, same_completion, small_model
 
 
 def test_buckets() -> None:
@@ -78,7 +76,7 @@ def test_the_engine_with_the_static_step_samples_what_it_samples_without() -> No
     (graph_end, graph_moves), (plain_end, plain_moves) = ends[True], ends[False]
     assert graph_moves > plain_moves and graph_end < plain_end  # measured (105, 1) against (123, 0)
     for a, b in zip(results[True], results[False], strict=True):
-        _same(a, b)
+        same_completion(a, b)
         assert a.routed_experts == b.routed_experts
 
 
@@ -100,7 +98,7 @@ def test_rows_sampled_with_the_step_or_after_it_draw_what_the_eager_sampler_draw
             assert (decoder.sampled == 0) if processed else (decoder.sampled > 10)
         engine._batcher.close()
     for a, b in zip(results[True], results[False], strict=True):
-        _same(a, b)
+        same_completion(a, b)
 
 
 def test_a_failed_capture_falls_back_to_eager_decoding(caplog) -> None:
@@ -117,7 +115,7 @@ def test_a_failed_capture_falls_back_to_eager_decoding(caplog) -> None:
     assert caplog.text.count("CUDA graph capture of a decode step failed") == 1
     engine._batcher.close()
     for a, b in zip(got, GenerationEngine(policy, cuda_graphs=False).generate_batch(PROMPTS, params), strict=True):
-        _same(a, b)
+        same_completion(a, b)
         assert a.routed_experts == b.routed_experts
 
 

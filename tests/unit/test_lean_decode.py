@@ -12,38 +12,11 @@ import pytest
 import torch
 
 import policies.experts as experts_module
-from policies.continuous import SlotCache
 from policies.decode import LeanDecoder
 from policies.generation import GenerationEngine
 from policies.hf_adapter import CausalLMPolicy
 from policies.sampling import SamplingParams
-from tests.policy_support import small_model
-
-
-def filled_cache(model, n: int, start: int, end: int, seed: int = 0) -> SlotCache:
-    """A cache of n running rows whose live window is [start, end), filled with random keys and values."""
-    config = model.config
-    cache = SlotCache(
-        config.num_hidden_layers,
-        max(n, 1) + 2,
-        config.num_key_value_heads,
-        config.max_position_embeddings,
-        config.head_dim,
-        torch.float32,
-        torch.device("cpu"),
-    )
-    g = torch.Generator().manual_seed(seed)
-    cache.keys.normal_(generator=g)
-    cache.values.normal_(generator=g)
-    cache.n, cache.start, cache.end = n, start, end
-    return cache
-
-
-def copy_of(cache: SlotCache) -> SlotCache:
-    other = SlotCache.__new__(SlotCache)
-    other.__dict__.update(cache.__dict__)
-    other.keys, other.values = cache.keys.clone(), cache.values.clone()
-    return other
+from tests.policy_support import copy_of, filled_cache, small_model
 
 
 def both_steps(model, fed, lengths, cache):

@@ -14,9 +14,7 @@ from policies.fake_engine import ScriptedEngine
 from policies.generation import GenerationEngine
 from policies.hf_adapter import CausalLMPolicy
 from policies.sampling import EngineError, RolloutEngine, SamplingParams
-from tests.policy_support import small_model
-
-PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11, 12]]
+from tests.policy_support import PROMPTS, same_completion, small_model
 
 
 @pytest.fixture(scope="module")
@@ -152,13 +150,6 @@ def test_scripted_engine_is_deterministic() -> None:
     )
 
 
-def _same(a, b) -> None:
-    assert a.token_ids == b.token_ids and a.finish_reason == b.finish_reason
-    # measured max |diff| ~5e-7 (kv vs recompute); margin 20x
-    assert max(abs(x - y) for x, y in zip(a.raw_logprobs, b.raw_logprobs)) < 1e-5
-    assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-5
-
-
 def test_continuous_batching_equals_the_batch_path_routes_included(policy) -> None:
     params = [SamplingParams(max_tokens=n, seed=5, return_routed_experts=True, stop_token_ids=[3]) for n in (9, 2, 6)]
     continuous = GenerationEngine(policy)
@@ -167,7 +158,7 @@ def test_continuous_batching_equals_the_batch_path_routes_included(policy) -> No
         continuous.generate_batch(PROMPTS, params),
         GenerationEngine(policy, mode="kv_cache").generate_batch(PROMPTS, params),
     ):
-        _same(a, b)
+        same_completion(a, b)
         assert a.routed_experts == b.routed_experts
 
 
@@ -190,7 +181,7 @@ def test_rows_join_a_running_batch_and_leave_it_when_they_stop(policy) -> None:
     )
     for got, want in zip(results, expected):
         for a, b in zip(got, want, strict=True):
-            _same(a, b)
+            same_completion(a, b)
 
 
 def test_identical_prompts_are_prefilled_once(policy) -> None:
@@ -211,7 +202,7 @@ def test_the_live_window_moves_for_long_prompts_and_at_the_capacity(policy) -> N
     assert engine._batcher.cache.moves >= 2
     alone = GenerationEngine(policy, mode="kv_cache")
     for p, q, a in zip(prompts, params, got):
-        _same(a, alone.generate_batch([p], [q])[0])
+        same_completion(a, alone.generate_batch([p], [q])[0])
 
 
 def test_a_weight_update_waits_for_running_rows(policy) -> None:
@@ -227,7 +218,7 @@ def test_a_weight_update_waits_for_running_rows(policy) -> None:
     assert before.weights_version == 0 and after.weights_version == 1 and before.token_ids != after.token_ids
     # the row that ran across the update call used the old weights only
     old = GenerationEngine(CausalLMPolicy(small_model()), mode="kv_cache")
-    _same(before, old.generate_batch([PROMPTS[0]], [SamplingParams(max_tokens=40, temperature=0.0)])[0])
+    same_completion(before, old.generate_batch([PROMPTS[0]], [SamplingParams(max_tokens=40, temperature=0.0)])[0])
 
 
 def test_continuous_needs_our_policy() -> None:
@@ -267,7 +258,7 @@ def test_a_chunked_prefill_samples_what_the_whole_prefill_samples_routes_include
     assert chunked._batcher.prefills == 3  # the shared prompt still prefilled once
     assert max(columns for columns, _ in chunked._batcher.steps) == min(chunk, 40)
     for a, b in zip(got, GenerationEngine(policy, mode="kv_cache").generate_batch(prompts, params), strict=True):
-        _same(a, b)
+        same_completion(a, b)
         assert a.routed_experts == b.routed_experts
 
 
@@ -282,8 +273,10 @@ def test_a_long_prompt_prefilled_in_chunks_does_not_stall_the_running_rows(polic
         prompt = [1 + i % 60 for i in range(100)]
         long = engine.submit([prompt], [SamplingParams(max_tokens=4, seed=2)])
         alone = GenerationEngine(policy, mode="kv_cache")
-        _same(long.result()[0], alone.generate_batch([prompt], [SamplingParams(max_tokens=4, seed=2)])[0])
-        _same(running.result()[0], alone.generate_batch([PROMPTS[0]], [SamplingParams(max_tokens=80, seed=1)])[0])
+        same_completion(long.result()[0], alone.generate_batch([prompt], [SamplingParams(max_tokens=4, seed=2)])[0])
+        same_completion(
+            running.result()[0], alone.generate_batch([PROMPTS[0]], [SamplingParams(max_tokens=80, seed=1)])[0]
+        )
         steps = list(engine._batcher.steps)
         prefilling = [decoded for columns, decoded in steps if columns and decoded]
         assert max(columns for columns, _ in steps[1:]) == most, steps
