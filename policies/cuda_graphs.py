@@ -80,7 +80,7 @@ class GraphDecoder:
         self.pool = torch.cuda.graph_pool_handle() if capture else None
         self.replays = 0
         self.sampled = 0  # steps whose rows were sampled by the recorded `plain_sample`
-        self.failed: str | None = None  # why capture was given up (then every step runs eagerly)
+        self.failed: str | None = None  # why capture was given up (the engine then decodes with the lean step)
 
     @torch.no_grad()
     def step(
