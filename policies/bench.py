@@ -307,7 +307,6 @@ def run_stream(args: argparse.Namespace) -> dict:
     served = build_engine(config)
     policy = served.policy
     requests = _workload(args, served.vocab_size)
-    allocator.freeze_startup_objects()  # as `gym serve` and the trainer
     new_tokens = sum(r.max_tokens for r in requests)
     warm = requests[: args.concurrency]
     if args.warmup_tokens:
@@ -324,6 +323,7 @@ def run_stream(args: argparse.Namespace) -> dict:
     engines = [("continuous", continuous)]
     if not args.skip_batch:
         engines.insert(0, ("batch", GenerationEngine(policy, max_batch_size=args.concurrency, mode="kv_cache")))
+    allocator.freeze_startup_objects()  # everything is built, as in `gym serve` and the trainer
     for name, engine in engines:
         _through_batching_engine(engine, warm, args.concurrency)  # warm-up
         elapsed = _through_batching_engine(engine, requests, args.concurrency)
@@ -352,7 +352,8 @@ def run_stream(args: argparse.Namespace) -> dict:
     graphs = continuous._batcher.graphs
     if graphs is not None and graphs.capture:
         figures.update(cuda_graphs=len(graphs.graphs), graph_replays=graphs.replays, graph_failure=graphs.failed)
-    if next(policy.model.parameters()).dtype != torch.float32:
+    dtype = next(policy.model.parameters()).dtype
+    if dtype != torch.float32:
         figures.update(logprob_gap(continuous, requests[: args.group * 4]))
     figures.update(
         new_tokens=new_tokens,
@@ -363,7 +364,7 @@ def run_stream(args: argparse.Namespace) -> dict:
         prefill_chunk=chunk,
         threads=torch.get_num_threads(),
         device=str(policy.device),
-        dtype=str(next(policy.model.parameters()).dtype).removeprefix("torch."),
+        dtype=str(dtype).removeprefix("torch."),
     )
     return figures
 

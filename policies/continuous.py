@@ -427,7 +427,11 @@ class ContinuousBatcher:
         self._take(rows, out.logits[:, -1], sampling, drawn)
 
     def _take(
-        self, rows: list[_Sequence], logits: torch.Tensor, sampling: RowSampling | None = None, drawn=None
+        self,
+        rows: list[_Sequence],
+        logits: torch.Tensor,
+        sampling: RowSampling | None = None,
+        drawn: Sample | None = None,
     ) -> None:
         """Append each row's sample (``drawn``, else sampled from ``logits`` with ``sampling``, else with the rows'
         own settings); free the slots of rows that stopped, resolve finished jobs."""

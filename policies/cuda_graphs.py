@@ -99,17 +99,18 @@ class GraphDecoder:
         if u is not None:
             self.u[:n].copy_(u)
             self.sampled += 1
+        graph = None
         if self.capture and self.failed is None:
             graph = self.graphs.get((rows, width)) or self._record(rows, width, cache)
-            if graph is not None:
-                graph.graph.replay()
-                self.replays += 1
-                out, (tokens, logprobs) = graph.out, graph.sampled
-                routes = None if out.routes is None else out.routes[:, :n].clone()
-                sampled = None if u is None else (tokens[:n], logprobs[:n])
-                return StepOutput(logits=out.logits[:n], routes=routes), sampled
-        out, (tokens, logprobs) = self._run(rows, width, cache)
+        if graph is not None:
+            graph.graph.replay()
+            self.replays += 1
+            out, (tokens, logprobs) = graph.out, graph.sampled
+        else:
+            out, (tokens, logprobs) = self._run(rows, width, cache)
         routes = None if out.routes is None else out.routes[:, :n]
+        if graph is not None and routes is not None:
+            routes = routes.clone()  # the next replay overwrites the graph's own
         sampled = None if u is None else (tokens[:n], logprobs[:n])
         return StepOutput(logits=out.logits[:n], routes=routes), sampled
 

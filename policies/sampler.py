@@ -96,9 +96,8 @@ def _unprocessed(rows: RowSampling) -> bool:
     return rows.plain
 
 
-def sample(logits: torch.Tensor, rows: RowSampling, u: torch.Tensor | None = None) -> Sample:
-    """Draw one token per row of logits (B, V), at ``u`` (B,) if given (`uniforms`, drawn beforehand), else at
-    a fresh draw.
+def sample(logits: torch.Tensor, rows: RowSampling) -> Sample:
+    """Draw one token per row of logits (B, V), at a fresh draw (`uniforms`).
 
     Inverse CDF (`_invert`): with ``p = softmax(processed)`` unnormalised, its cumulative sum ``c`` (float64)
     and ``u ~ U[0, 1)`` from the row's generator, the token is the first ``i`` with ``c[i] > u * c[-1]``; a
@@ -108,7 +107,7 @@ def sample(logits: torch.Tensor, rows: RowSampling, u: torch.Tensor | None = Non
     the log-probability of the token is ``logits[i] - max - log(c[-1])``, with no log-softmax over the
     vocabulary (`plain_sample`).
     """
-    u = uniforms(rows, logits.device) if u is None else u
+    u = uniforms(rows, logits.device)
     if _unprocessed(rows):
         if not rows.any_greedy:  # the GRPO case: no argmax over (B, V)
             tokens, raw = plain_sample(logits, u)

@@ -127,7 +127,6 @@ class _Setup:
         model = self.model()
         engine = build_engine(model, max_batch_size=args.prompts * args.group_size)
         sync = InProcessSync(engine)
-        freeze_startup_objects()  # as the trainer's loop (policies/allocator.py)
         optimizer, scheduler = make_optimizer(model, OptimizerConfig(lr=1e-5, grad_clip=1.0), args.steps + 1)
         algorithm = AlgorithmConfig(routing_replay=True)
         update = PolicyUpdate(
@@ -138,6 +137,7 @@ class _Setup:
             micro_batch_size=args.prompts * args.group_size,
             norm_length=args.max_tokens,
         )
+        freeze_startup_objects()  # everything is built, as in the trainer's loop (policies/allocator.py)
         times, sampling = [], []
         for step in range(args.steps + 1):
             started = time.perf_counter()
@@ -151,9 +151,9 @@ class _Setup:
                 )
                 for i in range(len(prompts))
             ]
-            sampled = time.perf_counter()
+            sampling_started = time.perf_counter()
             completions = engine.generate_batch(prompts, params)
-            sampled = time.perf_counter() - sampled
+            sampled = time.perf_counter() - sampling_started
             scored, tokens = [], 0
             for g in range(args.prompts):
                 members = completions[g * args.group_size : (g + 1) * args.group_size]
