@@ -102,6 +102,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="stream: also run it through the engine of git revision REV of this repository (e.g. 5cdbac1^)",
     )
+    parser.add_argument(
+        "--against-threads",
+        type=int,
+        default=None,
+        metavar="T",
+        help="stream: torch threads of the --against engine (default: --threads)",
+    )
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=None,
+        metavar="R",
+        help="stream: the continuous engine as R replicas, one process each (default: the config's engine.replicas)",
+    )
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -297,7 +311,7 @@ def run_stream(args: argparse.Namespace) -> dict:
 
     from policies import allocator
     from policies.generation import GenerationEngine
-    from policies.serve_config import ServeConfig, build_engine
+    from policies.serve_config import ServeConfig, build_engine, replicated
 
     config = ServeConfig.load(args.config)
     threads = args.threads or config.engine.threads
@@ -320,16 +334,24 @@ def run_stream(args: argparse.Namespace) -> dict:
         prefill_chunk=chunk,
         cuda_graphs=config.engine.cuda_graphs,
     )
-    engines = [("continuous", continuous)]
+    replicas = args.replicas or config.engine.replicas
+    ours = replicated(continuous, replicas, threads)
+    engines = [("continuous", ours)]
     if not args.skip_batch:
         engines.insert(0, ("batch", GenerationEngine(policy, max_batch_size=args.concurrency, mode="kv_cache")))
     allocator.freeze_startup_objects()  # everything is built, as in `gym serve` and the trainer
     for name, engine in engines:
         _through_batching_engine(engine, warm, args.concurrency)  # warm-up
+        before = ours.stats() if engine is ours else None
         elapsed = _through_batching_engine(engine, requests, args.concurrency)
         figures[f"tokens_per_s_{name}"] = new_tokens / elapsed
         log.info("%s engine: %d new tokens in %.2fs", name, new_tokens, elapsed)
-    timings = list(continuous._batcher.timings)[-len(requests) :]
+    stats = ours.stats()
+    # the measured rows: those that finished after the last warm-up row (replicas keep one list each)
+    last_warm = max((done for _, _, done, _ in before["timings"]), default=float("-inf"))
+    timings = [t for t in stats["timings"] if t[2] > last_warm]
+    if replicas > 1:
+        figures["replica_rows"] = [now - then for now, then in zip(stats["rows"], before["rows"])]
     figures["tokens_per_s"] = figures.pop("tokens_per_s_continuous")
     _hf_generate(policy.model, warm, args.concurrency)
     elapsed = _hf_generate(policy.model, requests, args.concurrency)
@@ -339,22 +361,25 @@ def run_stream(args: argparse.Namespace) -> dict:
         figures["speedup_vs_batch"] = figures["tokens_per_s"] / figures["tokens_per_s_batch"]
     figures["speedup_vs_hf"] = figures["tokens_per_s"] / figures["tokens_per_s_hf"]
     if args.against:
-        elapsed = _against(args, requests, torch.get_num_threads(), fingerprint(policy.model))
+        against_threads = args.against_threads or torch.get_num_threads()
+        elapsed = _against(args, requests, against_threads, fingerprint(policy.model))
         figures["tokens_per_s_against"] = new_tokens / elapsed
         figures["speedup_vs_against"] = figures["tokens_per_s"] / figures["tokens_per_s_against"]
-        figures["against"] = args.against
+        figures.update(against=args.against, against_threads=against_threads)
         log.info("revision %s: %d new tokens in %.2fs", args.against, new_tokens, elapsed)
     figures["ttft_p50_ms"] = 1000 * statistics.median(first - sent for sent, first, _, _ in timings)
     figures["tpot_p50_ms"] = 1000 * statistics.median(
         (done - first) / (n - 1) for _, first, done, n in timings if n > 1
     )
-    figures["prefills"] = continuous._batcher.prefills - len(set(map(lambda r: tuple(r.prompt), warm)))
+    figures["prefills"] = stats["prefills"] - before["prefills"]
     graphs = continuous._batcher.graphs
     if graphs is not None and graphs.capture:
         figures.update(cuda_graphs=len(graphs.graphs), graph_replays=graphs.replays, graph_failure=graphs.failed)
     dtype = next(policy.model.parameters()).dtype
     if dtype != torch.float32:
         figures.update(logprob_gap(continuous, requests[: args.group * 4]))
+    if ours is not continuous:
+        ours.close()
     figures.update(
         new_tokens=new_tokens,
         requests=len(requests),
@@ -363,6 +388,7 @@ def run_stream(args: argparse.Namespace) -> dict:
         prompt_tokens=args.prompt_tokens,
         prefill_chunk=chunk,
         threads=torch.get_num_threads(),
+        replicas=replicas,
         device=str(policy.device),
         dtype=str(dtype).removeprefix("torch."),
     )

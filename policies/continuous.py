@@ -292,6 +292,11 @@ class ContinuousBatcher:
 
     def run_exclusive(self, action: Callable[[], object]) -> object:
         """Run ``action`` on the worker once no sequence is running (nothing is admitted meanwhile)."""
+        return self.schedule_exclusive(action).result()
+
+    def schedule_exclusive(self, action: Callable[[], object]) -> Future:
+        """`run_exclusive` without waiting: the future of ``action``'s result. Rows submitted after this call
+        are admitted after ``action`` ran."""
         future: Future = Future()
         with self.condition:
             if self.closed:
@@ -299,7 +304,7 @@ class ContinuousBatcher:
             self.updates.append((action, future))
             self.condition.notify_all()
             self.wakeup.set()
-        return future.result()
+        return future
 
     # -- the worker
     def _next(self) -> tuple[str, object]:

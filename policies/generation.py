@@ -218,13 +218,36 @@ class GenerationEngine:
             weights_version=self.weights_version,
         )
 
+    def stats(self) -> dict:
+        """Continuous mode: what the worker did so far: ``prefills`` (distinct prompts prefilled), ``admitted``
+        (rows), ``timings`` ((submitted, first token, done, tokens) of the latest finished rows, perf_counter
+        seconds, a clock every process of this machine shares)."""
+        if self._batcher is None:
+            raise RuntimeError(f"stats needs the continuous mode, this engine runs {self.mode}")
+        batcher = self._batcher
+        return {"prefills": batcher.prefills, "admitted": batcher.admitted, "timings": list(batcher.timings)}
+
     def load_state_dict(self, state: dict[str, torch.Tensor], version: int | None = None) -> int:
         """Swap in new weights between batches (continuous: once the running rows finished); returns the
         new weights version."""
         if self._batcher is not None:
-            return int(self._batcher.run_exclusive(lambda: self._load(state, version)))
+            return int(self.schedule_load(state, version).result())
         with self._lock:
             return self._load(state, version)
+
+    def schedule_load(self, state: dict[str, torch.Tensor], version: int | None = None) -> Future:
+        """Continuous mode: `load_state_dict` without waiting (the future of the new version); rows submitted
+        after this call start on the new weights. The names and shapes are checked first (KeyError,
+        ValueError), so a bad state dict raises here and changes nothing."""
+        if self._batcher is None:
+            raise RuntimeError(f"schedule_load needs the continuous mode, this engine runs {self.mode}")
+        self.policy.check_state_dict(state)
+        return self._batcher.schedule_exclusive(lambda: self._load(state, version))
+
+    def close(self) -> None:
+        """Stop the continuous worker (its running rows finish first); nothing to do in the batch modes."""
+        if self._batcher is not None:
+            self._batcher.close()
 
     def _load(self, state: dict[str, torch.Tensor], version: int | None) -> int:
         count = self.policy.load_state_dict(state)

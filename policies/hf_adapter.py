@@ -73,8 +73,8 @@ class CausalLMPolicy:
         logits = out.logits[:, -1:] if last_only else out.logits
         return StepOutput(logits=logits, routes=getattr(out, "routed_experts", None))
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> int:
-        """Copy tensors into the model (a subset is fine); unknown names or shapes raise. Returns count."""
+    def check_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """KeyError for a name the model does not have, ValueError for a shape it does not have."""
         own = self.model.state_dict()
         unknown = sorted(set(state) - set(own))
         if unknown:
@@ -84,6 +84,11 @@ class CausalLMPolicy:
                 raise ValueError(
                     f"{key}: shape {tuple(value.shape)} does not match the policy's {tuple(own[key].shape)}"
                 )
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> int:
+        """Copy tensors into the model (a subset is fine); unknown names or shapes raise. Returns count."""
+        self.check_state_dict(state)
+        own = self.model.state_dict()
         with torch.no_grad():
             for key, value in state.items():
                 own[key].copy_(value)

@@ -70,6 +70,10 @@ class EngineOptions(BaseModel):
     threads: int | None = Field(None, ge=1)
     """torch intra-op CPU threads of the server process (`gym serve`; None: torch's default, one per core). A
     small model decodes faster on one: the tiny policy about 1.45x over two on the 2-core VM (docs/engine.md)."""
+    replicas: int = Field(1, ge=1)
+    """continuous, RDEP policy, CPU: engines decoding side by side, this process's and ``replicas - 1`` spawned
+    processes', each on ``threads`` torch threads (policies/replicas.py): one per core uses cores that a second
+    torch thread cannot (docs/engine.md)."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Weights and activations dtype."""
     device: str = "cpu"
@@ -144,7 +148,7 @@ def build_engine(config: ServeConfig):  # -> GenerationEngine (imports torch laz
         policy = CausalLMPolicy(model.to(config.engine.device), name=f"rdep_moe-seed{source.seed}")
     if config.server.served_model_name:
         policy.name = config.server.served_model_name
-    return GenerationEngine(
+    engine = GenerationEngine(
         policy,
         max_batch_size=config.engine.max_batch_size,
         mode=config.engine.mode,
@@ -152,3 +156,19 @@ def build_engine(config: ServeConfig):  # -> GenerationEngine (imports torch laz
         prefill_chunk=config.engine.prefill_chunk,
         cuda_graphs=config.engine.cuda_graphs,
     )
+    return replicated(engine, config.engine.replicas, config.engine.threads)
+
+
+def replicated(engine, replicas: int, threads: int | None):
+    """``engine`` itself for one replica, else a `policies.replicas.ReplicatedEngine` of ``replicas`` (ServeConfigError
+    where the engine cannot be replicated: not continuous, or not on the CPU)."""
+    if replicas == 1:
+        return engine
+    if not engine.continuous or engine.policy.device.type != "cpu":
+        raise ServeConfigError(
+            f"engine.replicas: {replicas} needs the continuous engine on the CPU; this one runs {engine.mode} on "
+            f"{engine.policy.device}"
+        )
+    from policies.replicas import ReplicatedEngine
+
+    return ReplicatedEngine(engine, replicas, threads or 1)

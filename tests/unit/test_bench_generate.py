@@ -75,9 +75,10 @@ def test_the_single_batch_workload_checks_kv_against_recompute() -> None:
 
 def test_the_stream_runs_through_another_revision_of_the_repository() -> None:
     """``--against REV``: the same requests through REV's own engine in a subprocess (here HEAD's tree)."""
-    args = _args(requests=6, concurrency=3, group=3, prompt_tokens=8, new_tokens=4, against="HEAD")
+    args = _args(requests=6, concurrency=3, group=3, prompt_tokens=8, new_tokens=4, against="HEAD", against_threads=2)
     figures = bench.run(args)
     assert figures["against"] == "HEAD" and figures["tokens_per_s_against"] > 0
+    assert figures["threads"] == 1 and figures["against_threads"] == 2 and figures["replicas"] == 1
     assert figures["speedup_vs_against"] == figures["tokens_per_s"] / figures["tokens_per_s_against"]
 
 
