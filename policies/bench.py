@@ -318,7 +318,7 @@ def run_stream(args: argparse.Namespace) -> dict:
     if threads:
         torch.set_num_threads(threads)
     allocator.keep_freed_memory()  # as `gym serve`; the --against process gets the same thresholds
-    served = build_engine(config)
+    served = build_engine(config.model_copy(update={"engine": config.engine.model_copy(update={"replicas": 1})}))
     policy = served.policy
     requests = _workload(args, served.vocab_size)
     new_tokens = sum(r.max_tokens for r in requests)
@@ -333,6 +333,7 @@ def run_stream(args: argparse.Namespace) -> dict:
         mode="continuous",
         prefill_chunk=chunk,
         cuda_graphs=config.engine.cuda_graphs,
+        traced_decode=continuous_traced(served, config),
     )
     replicas = args.replicas or config.engine.replicas
     ours = replicated(continuous, replicas, threads)
@@ -373,7 +374,9 @@ def run_stream(args: argparse.Namespace) -> dict:
     )
     figures["prefills"] = stats["prefills"] - before["prefills"]
     graphs = continuous._batcher.graphs
-    if graphs is not None and graphs.capture:
+    if graphs is not None and graphs.trace:  # this process's replica
+        figures.update(traces=len(graphs.traces), trace_replays=graphs.replays, trace_failure=graphs.failed)
+    elif graphs is not None and graphs.capture:
         figures.update(cuda_graphs=len(graphs.graphs), graph_replays=graphs.replays, graph_failure=graphs.failed)
     dtype = next(policy.model.parameters()).dtype
     if dtype != torch.float32:
@@ -393,6 +396,12 @@ def run_stream(args: argparse.Namespace) -> dict:
         dtype=str(dtype).removeprefix("torch."),
     )
     return figures
+
+
+def continuous_traced(served, config) -> bool:
+    """Whether the config's continuous engine traces its decode step (`engine.traced_decode`, None: on the CPU)."""
+    traced = config.engine.traced_decode
+    return served.policy.device.type == "cpu" if traced is None else traced
 
 
 def logprob_gap(engine, requests: list[_Request]) -> dict:

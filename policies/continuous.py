@@ -217,6 +217,7 @@ class ContinuousBatcher:
         prefill_chunk: int | None = None,
         lean_decode: bool = True,
         cuda_graphs: bool | None = None,
+        traced: bool = False,
     ) -> None:
         config = policy.model.config
         self.policy = policy
@@ -241,10 +242,11 @@ class ContinuousBatcher:
             else None
         )
         # CUDA graphs of the lean step (`policies.cuda_graphs`): by default on a GPU; True on the CPU runs their
-        # static-shape step eagerly (what the tests compare)
-        use_graphs = policy.device.type == "cuda" if cuda_graphs is None else cuda_graphs
+        # static-shape step eagerly (what the tests compare); ``traced`` on the CPU replays TorchScript traces of it
+        on_gpu = policy.device.type == "cuda"
+        use_graphs = (on_gpu if cuda_graphs is None else cuda_graphs) or (traced and not on_gpu)
         self.graphs = (
-            GraphDecoder(self.lean, self.cache, capture=policy.device.type == "cuda")
+            GraphDecoder(self.lean, self.cache, capture=on_gpu or traced)
             if use_graphs and self.lean is not None
             else None
         )

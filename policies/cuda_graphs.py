@@ -30,6 +30,7 @@ against the dynamic step on the CPU and the captured graphs against it on a GPU.
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:  # the engine imports this module
 log = logging.getLogger(__name__)
 
 MIN_WIDTH = 64  # the smallest window bucket (columns)
+ROW_STEP = 8  # the CPU's traces: rows padded to a multiple of this, columns to a multiple of `MIN_WIDTH`
 
 
 def row_bucket(rows: int, slots: int) -> int:
@@ -65,6 +67,11 @@ class _Graph:
     sampled: tuple[torch.Tensor, torch.Tensor]  # tokens, logprobs (`plain_sample`)
 
 
+# TorchScript warns that tracing is deprecated in favour of torch.compile / torch.export; both compile for minutes
+# on the CPU and recompile as shapes change (docs/engine.md), so the traces stay until one of them does not
+_TRACE_WARNINGS = (torch.jit.TracerWarning, DeprecationWarning)
+
+
 class GraphDecoder:
     """`step`: a `LeanDecoder` step through static shapes, replayed from CUDA graphs when ``capture``."""
 
@@ -77,7 +84,9 @@ class GraphDecoder:
         self.end = torch.zeros(1, dtype=torch.int64, device=device)
         self.u = torch.full((slots,), 0.5, dtype=torch.float64, device=device)
         self.graphs: dict[tuple[int, int], _Graph] = {}
-        self.pool = torch.cuda.graph_pool_handle() if capture else None
+        self.traces: dict[tuple[int, int, bool], torch.jit.ScriptFunction] = {}  # the CPU's (rows, width, sampled)
+        self.trace = capture and device.type == "cpu"
+        self.pool = torch.cuda.graph_pool_handle() if capture and not self.trace else None
         self.replays = 0
         self.sampled = 0  # steps whose rows were sampled by the recorded `plain_sample`
         self.failed: str | None = None  # why capture was given up (the engine then decodes with the lean step)
@@ -90,7 +99,13 @@ class GraphDecoder:
         ``u`` (n,) float64 each row's sample from softmax(logits) at it (`plain_sample`: tokens, logprobs (n,)).
         Logits (n, 1, V) and samples are valid until the next step; routes (L_moe, n, 1, K) are the caller's."""
         n = cache.n
-        rows, width = row_bucket(n, self.slots), width_bucket(cache.end, self.capacity)
+        if self.trace:  # a trace costs ~0.1 s to make, not a capture's memory: finer buckets pad less
+            rows, width = (
+                min(self.slots, -(-n // ROW_STEP) * ROW_STEP),
+                min(self.capacity, (cache.end // MIN_WIDTH + 1) * MIN_WIDTH),
+            )
+        else:
+            rows, width = row_bucket(n, self.slots), width_bucket(cache.end, self.capacity)
         self.fed[:n].copy_(fed)
         self.fed[n:rows].zero_()
         self.positions[:n].copy_(positions)
@@ -99,8 +114,17 @@ class GraphDecoder:
         if u is not None:
             self.u[:n].copy_(u)
             self.sampled += 1
+        if self.trace and self.failed is None:
+            key = (rows, width, u is not None)
+            traced = self.traces.get(key) or self._trace(key, cache)
+            if traced is not None:
+                self.replays += 1
+                with torch.jit.optimized_execution(False):  # see `_trace`
+                    logits, routes, *sampled = traced(self.fed[:rows], self.positions[:rows], self.end, self.u[:rows])
+                out = StepOutput(logits=logits[:n], routes=routes[:, :n])
+                return out, (sampled[0][:n], sampled[1][:n]) if sampled else None
         graph = None
-        if self.capture and self.failed is None:
+        if self.capture and not self.trace and self.failed is None:
             graph = self.graphs.get((rows, width)) or self._record(rows, width, cache)
         if graph is not None:
             graph.graph.replay()
@@ -141,3 +165,36 @@ class GraphDecoder:
         self.graphs[(rows, width)] = captured = _Graph(graph, out, sampled)
         log.info("captured the decode step of %d rows over %d columns (%d graphs)", rows, width, len(self.graphs))
         return captured
+
+    def _trace(self, key: tuple[int, int, bool], cache: SlotCache) -> torch.jit.ScriptFunction | None:
+        """The CPU's recording: a TorchScript trace of the (rows, width) static step, sampling when ``key[2]``,
+        which runs the step's ops without the Python between them; None (after logging why, once) when it
+        cannot be traced (weights that require grad, a model without MoE layers: no routes to return). Tracing
+        runs the step once with the inputs about to run, so its cache write is the step's own. Traces run without
+        the graph executor's optimizations: they would fold ops on the weights (the fused projection's `cat`)
+        into constants, which a weight update then no longer reaches; and they cost ~60 ms more at the first
+        calls of each trace for no faster step (measured on the 2-core VM)."""
+        rows, width, sampled = key
+
+        def step(fed: torch.Tensor, positions: torch.Tensor, end: torch.Tensor, u: torch.Tensor) -> tuple:
+            out = self.lean.step_static(fed, positions, end, width, cache)
+            if out.routes is None:
+                raise ValueError("the model has no MoE layer: its step returns no routes to trace")
+            return (
+                (out.logits, out.routes, *plain_sample(out.logits[:, -1], u)) if sampled else (out.logits, out.routes)
+            )
+
+        try:
+            with warnings.catch_warnings():
+                for category in _TRACE_WARNINGS:
+                    warnings.simplefilter("ignore", category)
+                example = (self.fed[:rows], self.positions[:rows], self.end, self.u[:rows])
+                with torch.jit.optimized_execution(False):
+                    traced = torch.jit.trace(step, example, check_trace=False)
+        except Exception as exc:  # the engine decodes with the dynamic lean step from now on
+            self.failed = f"{type(exc).__name__}: {str(exc)[:300]}"
+            log.warning("tracing the decode step failed; decoding without traces: %s", self.failed)
+            return None
+        self.traces[key] = traced
+        log.debug("traced the decode step of %d rows over %d columns (%d traces)", rows, width, len(self.traces))
+        return traced

@@ -78,6 +78,7 @@ class GenerationEngine:
         weights_version: int = 0,
         prefill_chunk: int | None = None,
         cuda_graphs: bool | None = None,
+        traced_decode: bool = False,
     ) -> None:
         self.policy = policy
         self.max_batch_size = max_batch_size
@@ -96,6 +97,7 @@ class GenerationEngine:
                 lambda: self.weights_version,
                 prefill_chunk,
                 cuda_graphs=cuda_graphs,
+                traced=traced_decode,
             )
 
     @property

@@ -100,6 +100,7 @@ class ReplicatedEngine:
             "pad_token_id": local.pad_token_id,
             "weights_version": local.weights_version,
             "prefill_chunk": local._batcher.prefill_chunk,
+            "traced_decode": local._batcher.graphs is not None and local._batcher.graphs.trace,
             "threads": threads,
         }
         state = _tensor_bytes(model.state_dict())
@@ -347,6 +348,7 @@ def _serve(conn, spec: dict) -> None:
         torch.set_num_threads(spec["threads"])
         allocator.keep_freed_memory()
         model = RdepMoeForCausalLM(RdepMoeConfig(**spec["config"])).to(getattr(torch, spec["dtype"]))
+        model.requires_grad_(False)
         policy = CausalLMPolicy(model, name=spec["name"])
         policy.load_state_dict(_tensors(state))
         engine = GenerationEngine(
@@ -356,6 +358,7 @@ def _serve(conn, spec: dict) -> None:
             pad_token_id=spec["pad_token_id"],
             weights_version=spec["weights_version"],
             prefill_chunk=spec["prefill_chunk"],
+            traced_decode=spec["traced_decode"],
         )
     except Exception as exc:  # reported to the parent, which raises it
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))

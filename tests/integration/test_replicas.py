@@ -8,6 +8,8 @@ import argparse
 import math
 import os
 import signal
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -208,3 +210,49 @@ def test_bench_generate_runs_the_stream_through_replicas() -> None:
     assert figures["replicas"] == 2 and sum(figures["replica_rows"]) == 16 and min(figures["replica_rows"]) >= 4
     assert figures["tokens_per_s"] > 0 and figures["ttft_p50_ms"] > 0 and figures["tpot_p50_ms"] > 0
     assert 4 <= figures["prefills"] <= 16
+
+
+PARENT = """
+import sys
+from policies.generation import GenerationEngine
+from policies.hf_adapter import CausalLMPolicy
+from policies.replicas import ReplicatedEngine
+from tests.policy_support import small_model
+
+if __name__ == "__main__":
+    engine = ReplicatedEngine(GenerationEngine(CausalLMPolicy(small_model()), mode="continuous"), replicas=2)
+    print(engine.replicas[1].process.pid, flush=True)
+    sys.stdin.read()
+"""
+
+
+def _exited(pid: int) -> bool:
+    """Gone, or a zombie nobody reaped yet (its parent died: PID 1 of a container may never reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_a_replica_exits_when_its_parent_is_killed(tmp_path) -> None:
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    parent = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        child = int(parent.stdout.readline())
+        assert not _exited(child)
+    finally:
+        parent.kill()
+        parent.wait(timeout=30)
+    deadline = time.monotonic() + 60
+    while not _exited(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _exited(child), f"replica {child} outlived its killed parent"
