@@ -100,8 +100,9 @@ def check_request(prompt: list[int], params: SamplingParams, vocab_size: int, co
 class ServingEngine(Protocol):
     """What `policies.server` drives: sync batched generation and weight updates.
 
-    Implementations: `policies.generation.GenerationEngine` (a real model), and
-    `policies.fake_engine.ScriptedEngine` (deterministic, for tests).
+    Implementations: `policies.generation.GenerationEngine` (a real model), `policies.replicas.ReplicatedEngine`
+    (continuous engines in several processes, CPU) and `policies.fake_engine.ScriptedEngine` (deterministic, for
+    tests).
     """
 
     model_name: str
