@@ -322,6 +322,10 @@ class ContinuousBatcher:
                     if not row.job.future.done():
                         row.job.future.set_exception(error)
                 self.waiting.clear()
+                for _, future in self.updates:  # a weight update queued behind the running rows never runs
+                    if not future.done():
+                        future.set_exception(error)
+                self.updates.clear()
                 return "stop", None
             if self.updates and not busy:
                 return "update", self.updates.popleft()

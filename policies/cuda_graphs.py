@@ -68,8 +68,8 @@ class _Graph:
 
 
 # TorchScript warns that tracing is deprecated in favour of torch.compile / torch.export; both compile for minutes
-# on the CPU and recompile as shapes change (docs/engine.md), so the traces stay until one of them does not
-_TRACE_WARNINGS = (torch.jit.TracerWarning, DeprecationWarning)
+# on the CPU and recompile as shapes change (docs/engine.md), so the traces stay until one of them does not.
+_SHAPE_TEST = "Converting a tensor to a Python boolean"  # the tracer's words for `if pad:` on a traced shape
 
 
 class GraphDecoder:
@@ -86,6 +86,7 @@ class GraphDecoder:
         self.graphs: dict[tuple[int, int], _Graph] = {}
         self.traces: dict[tuple[int, int, bool], torch.jit.ScriptFunction] = {}  # the CPU's (rows, width, sampled)
         self.trace = capture and device.type == "cpu"
+        self.untraceable: set[int] = set()  # row buckets whose step depends on the data (`_traceable`): eager
         self.pool = torch.cuda.graph_pool_handle() if capture and not self.trace else None
         self.replays = 0
         self.sampled = 0  # steps whose rows were sampled by the recorded `plain_sample`
@@ -114,7 +115,7 @@ class GraphDecoder:
         if u is not None:
             self.u[:n].copy_(u)
             self.sampled += 1
-        if self.trace and self.failed is None:
+        if self.trace and self.failed is None and rows not in self.untraceable:
             key = (rows, width, u is not None)
             traced = self.traces.get(key) or self._trace(key, cache)
             if traced is not None:
@@ -175,6 +176,10 @@ class GraphDecoder:
         into constants, which a weight update then no longer reaches; and they cost ~60 ms more at the first
         calls of each trace for no faster step (measured on the 2-core VM)."""
         rows, width, sampled = key
+        if not self._traceable(rows):
+            self.untraceable.add(rows)
+            log.info("the decode step of %d rows groups rows by expert (data-dependent): not traced", rows)
+            return None
 
         def step(fed: torch.Tensor, positions: torch.Tensor, end: torch.Tensor, u: torch.Tensor) -> tuple:
             out = self.lean.step_static(fed, positions, end, width, cache)
@@ -185,12 +190,26 @@ class GraphDecoder:
             )
 
         try:
-            with warnings.catch_warnings():
-                for category in _TRACE_WARNINGS:
-                    warnings.simplefilter("ignore", category)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", torch.jit.TracerWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
                 example = (self.fed[:rows], self.positions[:rows], self.end, self.u[:rows])
-                with torch.jit.optimized_execution(False):
-                    traced = torch.jit.trace(step, example, check_trace=False)
+                self.lean.all_experts = True  # decided above for this bucket, not read from the traced row count
+                try:
+                    with torch.jit.optimized_execution(False):
+                        traced = torch.jit.trace(step, example, check_trace=False)
+                finally:
+                    self.lean.all_experts = None
+            # a tensor read on the host is baked into the trace as a constant: refused, but for the comparisons of
+            # shapes fixed per bucket (the sampler's vocabulary padding); the grouped experts' counts, a list read,
+            # are kept out of traces above (`_traceable`) and refused here too
+            unsafe = [
+                str(w.message)
+                for w in caught
+                if issubclass(w.category, torch.jit.TracerWarning) and not str(w.message).startswith(_SHAPE_TEST)
+            ]
+            if unsafe:
+                raise RuntimeError(f"the step reads a tensor on the host: {unsafe[0][:200]}")
         except Exception as exc:  # the engine decodes with the dynamic lean step from now on
             self.failed = f"{type(exc).__name__}: {str(exc)[:300]}"
             log.warning("tracing the decode step failed; decoding without traces: %s", self.failed)
@@ -198,3 +217,11 @@ class GraphDecoder:
         self.traces[key] = traced
         log.debug("traced the decode step of %d rows over %d columns (%d traces)", rows, width, len(self.traces))
         return traced
+
+    def _traceable(self, rows: int) -> bool:
+        """Whether a step of ``rows`` rows computes the same ops whatever its data: every MoE block runs every
+        expert on every row (`MoEBlock.runs_all_experts`). The grouped path splits rows by the experts they chose,
+        counts a trace would freeze."""
+        inner = self.lean.model.model
+        probe = torch.empty(rows, inner.embed_tokens.weight.shape[1], device=self.fed.device)
+        return all(layer.mlp.runs_all_experts(probe) for layer in inner.layers if layer.is_moe)

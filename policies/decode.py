@@ -39,12 +39,13 @@ if TYPE_CHECKING:  # the engine imports this module
     from policies.continuous import SlotCache
 
 
-def _moe(block: MoEBlock, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _moe(block: MoEBlock, x: torch.Tensor, all_experts: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(hidden (n, H), experts (n, 1, K)) of a MoE block for one token per row: the block's router, then every
     expert on every row where the block itself would (`MoEBlock.runs_all_experts`: inference on the CPU, few
     rows, all experts here), without the block's reshapes; anything else (a dispatcher across ranks, many rows)
-    goes through the block itself."""
-    if not block.runs_all_experts(x):
+    goes through the block itself. ``all_experts`` decides instead of the block when given (a trace, which must not
+    read the row count on the host: `policies.cuda_graphs`)."""
+    if not (block.runs_all_experts(x) if all_experts is None else all_experts):
         out = block(x[:, None])
         return out.hidden[:, 0], out.expert_idx
     routing = block.router(x)
@@ -76,6 +77,7 @@ class LeanDecoder:
         self.rotation = torch.zeros(config.head_dim, config.head_dim, device=device)
         self.rotation[half:, :half] = -eye
         self.rotation[:half, half:] = eye
+        self.all_experts: bool | None = None  # set: every MoE block takes that path without asking (`_moe`)
 
     @staticmethod
     def supports(model: object) -> bool:
@@ -144,7 +146,7 @@ class LeanDecoder:
             x = x + F.linear(out, attention.o_proj.weight)
             h = layer.post_attn_norm(x)
             if layer.is_moe:
-                moe, chosen = _moe(layer.mlp, h)
+                moe, chosen = _moe(layer.mlp, h, self.all_experts)
                 x = x + moe
                 routes.append(chosen)
             else:

@@ -32,6 +32,7 @@ import io
 import itertools
 import logging
 import multiprocessing
+import queue
 import threading
 import time
 from collections import Counter
@@ -72,7 +73,9 @@ class _Replica:
     pending: dict[int, tuple[Future, list[tuple[int, ...]]]] = field(default_factory=dict)
     process: multiprocessing.process.BaseProcess | None = None
     conn: object = None  # multiprocessing Connection to the child
-    reader: threading.Thread | None = None
+    # messages to the child, sent in order by the sender thread: nothing blocks on the pipe while holding the lock
+    outbox: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    threads: list[threading.Thread] = field(default_factory=list)  # its sender and reader
 
 
 class ReplicatedEngine:
@@ -88,9 +91,10 @@ class ReplicatedEngine:
             raise ValueError(f"replicas run on the CPU, the policy is on {local.policy.device}")
         self.local = local
         self.replicas = [_Replica(index=i) for i in range(replicas)]
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # routing and book-keeping only: never held while waiting on a pipe or future
         self._tokens = itertools.count()
         self._closed = False
+        self._version = local.weights_version  # the latest version handed out (`load_state_dict`)
         model = local.policy.model
         spec = {
             "config": model.config.to_dict(),
@@ -117,19 +121,25 @@ class ReplicatedEngine:
                 # the weights over the pipe, not with the spawn arguments: spawn writes those while holding the
                 # child's end open, so a child that dies before reading them (a script that spawns again at
                 # import) would block that write for ever
-                self._send(replica, ("state", state))
+                replica.outbox.put(("state", state))
+                self._start_thread(replica, self._send_all, "sender")
             for replica in self.replicas[1:]:
                 ready = self._wait_ready(replica)
                 if ready[0] != "ready":
                     raise EngineError(f"engine replica {replica.index} failed to start: {ready[1]}")
-                replica.reader = threading.Thread(
-                    target=self._read, args=(replica,), name=f"engine-replica-{replica.index}-reader", daemon=True
-                )
-                replica.reader.start()
+                self._start_thread(replica, self._read, "reader")
         except BaseException:
-            self.close()
+            self._closed = True
+            self._stop_children()  # the local engine is the caller's
             raise
         log.info("%d engine replicas: this process and %d spawned", replicas, replicas - 1)
+
+    @staticmethod
+    def _start_thread(replica: _Replica, target, role: str) -> None:
+        thread = threading.Thread(target=target, args=(replica,), name=f"engine-replica-{replica.index}-{role}")
+        thread.daemon = True
+        thread.start()
+        replica.threads.append(thread)
 
     @staticmethod
     def _wait_ready(replica: _Replica) -> tuple:
@@ -143,9 +153,10 @@ class ReplicatedEngine:
                 break
             if not replica.process.is_alive():
                 break
-        code = replica.process.exitcode
-        if code is None:
+        else:
             raise EngineError(f"engine replica {replica.index} did not start in {START_TIMEOUT_S:.0f}s")
+        replica.process.join(timeout=30)  # it closed its end of the pipe: exiting
+        code = replica.process.exitcode
         raise EngineError(
             f"engine replica {replica.index} exited while starting (exit code {code}; a script that builds replicas "
             "must do so under `if __name__ == '__main__':`, as each replica imports it again)"
@@ -200,21 +211,17 @@ class ReplicatedEngine:
         with self._lock:
             if self._closed:
                 raise EngineError("the generation engine was closed")
-            while True:
-                replica = self._route(keys)
-                if replica.index == 0:
-                    future = self.local.submit(prompts, params)
-                    break
-                future, token = Future(), next(self._tokens)
-                try:
-                    replica.conn.send(("submit", token, prompts, params))
-                except (OSError, ValueError):  # it died before its reader saw it: route to the others
-                    replica.alive = False
-                    continue
-                replica.pending[token] = (future, keys)
-                break
+            replica = self._route(keys)
             replica.rows += len(keys)
             replica.prompts.update(keys)
+            if replica.index > 0:
+                future = self._request(replica, "submit", prompts, params, keys=keys)
+        if replica.index == 0:  # outside the lock: the local worker resolves futures holding its own lock
+            try:
+                future = self.local.submit(prompts, params)
+            except BaseException:
+                self._finished(replica, keys)
+                raise
         future.add_done_callback(lambda _, r=replica, k=keys: self._finished(r, k))
         return future
 
@@ -234,17 +241,24 @@ class ReplicatedEngine:
             replica.prompts += Counter()  # drop the zero counts
 
     def load_state_dict(self, state: dict[str, torch.Tensor], version: int | None = None) -> int:
-        """Load ``state`` on every replica (see the module docstring); the new version."""
+        """Load ``state`` on every replica (see the module docstring); the new version. A spawned replica that
+        fails to load (or dies meanwhile) is retired, so none serves the old weights; the call fails only when
+        this process's engine does."""
         self.local.policy.check_state_dict(state)
+        data = _tensor_bytes(state)
         with self._lock:
             if self._closed:
                 raise EngineError("the generation engine was closed")
-            version = self.local.weights_version + 1 if version is None else version
-            data = _tensor_bytes(state)
-            loads = [self._request(r, "load", data, version) for r in self.replicas[1:] if r.alive]
-            loads.append(self.local.schedule_load(state, version))
-        for future in loads:
-            future.result()
+            version = self._version + 1 if version is None else version
+            self._version = version
+            remote = [(r, self._request(r, "load", data, version)) for r in self.replicas[1:] if r.alive]
+            local = self.local.schedule_load(state, version)
+        local.result()
+        for replica, future in remote:
+            try:
+                future.result()
+            except Exception as exc:
+                self._retire(replica, f"it did not load weights version {version}: {exc}")
         return version
 
     def load_checkpoint(self, path: Path, version: int | None = None) -> int:
@@ -258,7 +272,12 @@ class ReplicatedEngine:
         (live) and ``rows`` (rows each has admitted so far, this process's first)."""
         with self._lock:
             asked = [self._request(r, "stats") for r in self.replicas[1:] if r.alive]
-        parts = [self.local.stats()] + [future.result() for future in asked]
+        parts = [self.local.stats()]
+        for future in asked:
+            try:
+                parts.append(future.result())
+            except EngineError:  # it died meanwhile: its rows are no longer anyone's
+                pass
         return {
             "prefills": sum(p["prefills"] for p in parts),
             "admitted": sum(p["admitted"] for p in parts),
@@ -269,56 +288,71 @@ class ReplicatedEngine:
 
     def close(self) -> None:
         """Stop every replica (their running rows finish first; a child that does not stop in 30 s is
-        killed); idempotent."""
+        killed; calls still waiting fail with EngineError); idempotent."""
         with self._lock:
             self._closed = True
+        self._stop_children()
+        self.local.close()
+
+    def _stop_children(self) -> None:
         for replica in self.replicas[1:]:
-            if replica.conn is not None and replica.alive:
-                try:
-                    self._send(replica, ("close",))
-                except EngineError:
-                    pass
+            replica.outbox.put(("close",))
+            replica.outbox.put(None)  # the sender's last message
         for replica in self.replicas[1:]:
-            if replica.process is not None:
+            if replica.process is not None and replica.process.pid is not None:
                 replica.process.join(timeout=30)
                 if replica.process.is_alive():
                     replica.process.kill()
                     replica.process.join(timeout=5)
-        self.local.close()
+            if replica.conn is not None:
+                replica.conn.close()  # its reader sees the end and fails what the child never answered
+            for thread in replica.threads:
+                thread.join(timeout=5)
 
     # -- the children
-    def _request(self, replica: _Replica, kind: str, *args) -> Future:
-        """Send a load or stats request (the lock held); the future of the child's answer."""
+    def _request(self, replica: _Replica, kind: str, *args, keys: list | None = None) -> Future:
+        """Queue a message for ``replica`` (the lock held); the future of the child's answer."""
         future: Future = Future()
         token = next(self._tokens)
-        replica.pending[token] = (future, [])
-        self._send(replica, (kind, token, *args))
+        replica.pending[token] = (future, keys or [])
+        replica.outbox.put((kind, token, *args))
         return future
 
-    def _send(self, replica: _Replica, message: tuple) -> None:
-        try:
-            replica.conn.send(message)
-        except (OSError, ValueError) as exc:  # the child is gone; its reader fails what it held
-            raise EngineError(f"engine replica {replica.index} is gone: {exc}") from exc
+    def _send_all(self, replica: _Replica) -> None:
+        """The sender of one child's messages, in the order they were queued, until None or the pipe fails."""
+        while (message := replica.outbox.get()) is not None:
+            try:
+                replica.conn.send(message)
+            except (OSError, ValueError) as exc:  # the child is gone (its reader may not have seen it yet)
+                self._lost(replica, exc)
+                return
 
     def _read(self, replica: _Replica) -> None:
         """The reader of one child's answers: resolves its futures; fails them all when the child exits."""
         while True:
             try:
                 kind, token, payload = replica.conn.recv()
-            except (EOFError, OSError) as exc:
+                with self._lock:
+                    future, _ = replica.pending.pop(token, (None, None))
+                if future is None or future.done():  # a caller may have cancelled its future
+                    continue
+                if kind == "ok":
+                    future.set_result(payload)
+                elif kind == "bad":  # the child's own check (the parent checks first: not expected)
+                    future.set_exception(ValueError(payload))
+                else:
+                    future.set_exception(EngineError(f"engine replica {replica.index}: {payload}"))
+            except Exception as exc:  # the end of the pipe, or an answer that cannot be read: the replica is lost
                 self._lost(replica, exc)
                 return
-            with self._lock:
-                future, _ = replica.pending.pop(token, (None, None))
-            if future is None:
-                continue
-            if kind == "ok":
-                future.set_result(payload)
-            elif kind == "bad":  # the child's own check (the parent checks first: not expected)
-                future.set_exception(ValueError(payload))
-            else:
-                future.set_exception(EngineError(f"engine replica {replica.index}: {payload}"))
+
+    def _retire(self, replica: _Replica, why: str) -> None:
+        """Take a live replica out of service (killed; its calls fail with EngineError)."""
+        log.error("retiring engine replica %d: %s", replica.index, why)
+        with self._lock:
+            replica.alive = False
+        if replica.process is not None and replica.process.is_alive():
+            replica.process.kill()  # its reader sees the end of the pipe and fails what it held
 
     def _lost(self, replica: _Replica, exc: BaseException) -> None:
         with self._lock:
@@ -326,7 +360,7 @@ class ReplicatedEngine:
             pending, replica.pending = replica.pending, {}
         process = replica.process
         code = None if process is None else process.exitcode
-        if not self._closed:
+        if pending and not self._closed:
             log.error("engine replica %d exited (exit code %s): %d calls fail", replica.index, code, len(pending))
         error = EngineError(f"engine replica {replica.index} exited (exit code {code}): {type(exc).__name__}")
         for future, _ in pending.values():
@@ -382,7 +416,7 @@ def _serve(conn, spec: dict) -> None:
     while True:
         try:
             message = conn.recv()
-        except (EOFError, OSError):
+        except Exception:  # the parent is gone (end of the pipe), or wrote what cannot be read
             break
         kind, rest = message[0], message[1:]
         if kind == "close":

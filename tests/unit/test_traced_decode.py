@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from policies import decode
 from policies.cuda_graphs import ROW_STEP, GraphDecoder
 from policies.decode import LeanDecoder
 from policies.generation import GenerationEngine
@@ -131,3 +132,44 @@ def test_serve_configs_trace_on_the_cpu_unless_told_not_to() -> None:
     assert default._batcher.graphs.replays == 4 and default._batcher.graphs.failed is None
     default.close()
     off.close()
+
+
+def test_a_step_that_groups_rows_by_expert_is_not_traced() -> None:
+    """With 256 experts a step of 8 rows groups rows by the experts they chose (counts read on the host): such a
+    bucket is never traced (a trace would replay the first step's counts) and runs eagerly; the engine samples
+    what it samples without traces."""
+    policy = CausalLMPolicy(_inference(small_model(num_experts=256)))
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [11, 12], [13, 14], [15], [16, 17], [18, 19, 20]]
+    params = [SamplingParams(max_tokens=12 + i, seed=i, return_routed_experts=True) for i in range(len(prompts))]
+    engine = GenerationEngine(policy, max_batch_size=16, traced_decode=True)
+    got = engine.generate_batch(prompts, params)
+    decoder = engine._batcher.graphs
+    assert decoder.failed is None and 16 in decoder.untraceable and all(rows < 8 for rows, _, _ in decoder.traces)
+    engine.close()
+    plain = GenerationEngine(policy, max_batch_size=16)
+    for a, b in zip(got, plain.generate_batch(prompts, params), strict=True):
+        same_completion(a, b)
+        assert a.routed_experts == b.routed_experts
+    plain.close()
+
+
+def test_a_trace_that_would_read_tensor_values_on_the_host_is_refused(monkeypatch, caplog) -> None:
+    """Were the grouped path traced (`_traceable` and the decoder's override defeated), its host read of the expert
+    counts would be baked in: the tracer's warning refuses the trace and the engine decodes without traces,
+    sampling what it samples without them."""
+    monkeypatch.setattr(GraphDecoder, "_traceable", lambda self, rows: True)
+    moe = decode._moe
+    monkeypatch.setattr(decode, "_moe", lambda block, x, all_experts=None: moe(block, x, None))
+    policy = CausalLMPolicy(_inference(small_model(num_experts=256)))
+    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [11, 12], [13, 14], [15], [16, 17], [18, 19, 20]]
+    params = [SamplingParams(max_tokens=10, seed=i) for i in range(len(prompts))]
+    engine = GenerationEngine(policy, max_batch_size=16, traced_decode=True)
+    with caplog.at_level("WARNING", logger="policies.cuda_graphs"):
+        got = engine.generate_batch(prompts, params)
+    decoder = engine._batcher.graphs
+    assert decoder.failed and "reads a tensor on the host" in decoder.failed and "list" in decoder.failed
+    engine.close()
+    plain = GenerationEngine(policy, max_batch_size=16)
+    for a, b in zip(got, plain.generate_batch(prompts, params), strict=True):
+        same_completion(a, b)
+    plain.close()
