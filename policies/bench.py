@@ -333,7 +333,7 @@ def run_stream(args: argparse.Namespace) -> dict:
         mode="continuous",
         prefill_chunk=chunk,
         cuda_graphs=config.engine.cuda_graphs,
-        traced_decode=continuous_traced(served, config),
+        traced_decode=config.engine.traces_decode(policy.device.type),
     )
     replicas = args.replicas or config.engine.replicas
     ours = replicated(continuous, replicas, threads)
@@ -396,12 +396,6 @@ def run_stream(args: argparse.Namespace) -> dict:
         dtype=str(dtype).removeprefix("torch."),
     )
     return figures
-
-
-def continuous_traced(served, config) -> bool:
-    """Whether the config's continuous engine traces its decode step (`engine.traced_decode`, None: on the CPU)."""
-    traced = config.engine.traced_decode
-    return served.policy.device.type == "cpu" if traced is None else traced
 
 
 def logprob_gap(engine, requests: list[_Request]) -> dict:

@@ -115,28 +115,27 @@ class GraphDecoder:
         if u is not None:
             self.u[:n].copy_(u)
             self.sampled += 1
+        graph = traced = None
         if self.trace and self.failed is None and rows not in self.untraceable:
             key = (rows, width, u is not None)
             traced = self.traces.get(key) or self._trace(key, cache)
-            if traced is not None:
-                self.replays += 1
-                with torch.jit.optimized_execution(False):  # see `_trace`
-                    logits, routes, *sampled = traced(self.fed[:rows], self.positions[:rows], self.end, self.u[:rows])
-                out = StepOutput(logits=logits[:n], routes=routes[:, :n])
-                return out, (sampled[0][:n], sampled[1][:n]) if sampled else None
-        graph = None
-        if self.capture and not self.trace and self.failed is None:
+        elif self.capture and not self.trace and self.failed is None:
             graph = self.graphs.get((rows, width)) or self._record(rows, width, cache)
-        if graph is not None:
+        if traced is not None:
+            with torch.jit.optimized_execution(False):  # see `_trace`
+                logits, routes, *drawn = traced(self.fed[:rows], self.positions[:rows], self.end, self.u[:rows])
+            out = StepOutput(logits=logits, routes=routes)  # drawn: tokens, logprobs when the trace samples
+        elif graph is not None:
             graph.graph.replay()
-            self.replays += 1
-            out, (tokens, logprobs) = graph.out, graph.sampled
+            out, drawn = graph.out, graph.sampled
         else:
-            out, (tokens, logprobs) = self._run(rows, width, cache)
+            out, drawn = self._run(rows, width, cache)
+        if traced is not None or graph is not None:
+            self.replays += 1
         routes = None if out.routes is None else out.routes[:, :n]
         if graph is not None and routes is not None:
             routes = routes.clone()  # the next replay overwrites the graph's own
-        sampled = None if u is None else (tokens[:n], logprobs[:n])
+        sampled = None if u is None else (drawn[0][:n], drawn[1][:n])
         return StepOutput(logits=out.logits[:n], routes=routes), sampled
 
     def _run(self, rows: int, width: int, cache: SlotCache) -> tuple[StepOutput, tuple[torch.Tensor, torch.Tensor]]:

@@ -16,10 +16,11 @@ more, each in a spawned process on its own copy of the weights, and serves the `
 - **Weights**: `load_state_dict` checks the names and shapes here, then queues the update on every replica
   (the tensors travel as `torch.save` bytes) and returns once each has loaded them. Each replica's update waits
   for its own running rows, and rows submitted after the call start on the new weights on every replica: every
-  completion comes from one version and reports it, as with one engine. A version left out is this engine's
-  version + 1 on every replica.
+  completion comes from one version and reports it, as with one engine. A version left out is the last version
+  handed out + 1 on every replica.
 - **Failures**: a replica process that dies fails the rows it held with `EngineError` (the engine's fault:
-  masked, never scored) and takes no more calls; the others go on. `close` stops every replica.
+  masked, never scored) and takes no more calls; the others go on. A spawned replica that fails an update is
+  retired the same way, so none serves old weights. `close` stops every replica.
 
 The replicas run on the CPU only (each holds a full copy of the weights, and a GPU has its own engine:
 `policies.cuda_graphs`).

@@ -83,6 +83,10 @@ class EngineOptions(BaseModel):
     device: str = "cpu"
     """torch device, e.g. cpu or cuda:0."""
 
+    def traces_decode(self, device_type: str) -> bool:
+        """`traced_decode` resolved for a policy on ``device_type`` (None: on for the CPU)."""
+        return device_type == "cpu" if self.traced_decode is None else self.traced_decode
+
 
 class ServerOptions(BaseModel):
     """The HTTP side."""
@@ -153,7 +157,6 @@ def build_engine(config: ServeConfig):  # -> GenerationEngine (imports torch laz
     if config.server.served_model_name:
         policy.name = config.server.served_model_name
     policy.model.requires_grad_(False)  # served, never trained here (and a traced step cannot hold grad weights)
-    traced = config.engine.traced_decode
     engine = GenerationEngine(
         policy,
         max_batch_size=config.engine.max_batch_size,
@@ -161,7 +164,7 @@ def build_engine(config: ServeConfig):  # -> GenerationEngine (imports torch laz
         pad_token_id=config.engine.pad_token_id,
         prefill_chunk=config.engine.prefill_chunk,
         cuda_graphs=config.engine.cuda_graphs,
-        traced_decode=policy.device.type == "cpu" if traced is None else traced,
+        traced_decode=config.engine.traces_decode(policy.device.type),
     )
     return replicated(engine, config.engine.replicas, config.engine.threads)
 

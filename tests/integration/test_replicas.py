@@ -225,6 +225,11 @@ if __name__ == "__main__":
 """
 
 
+def _script_env() -> dict[str, str]:
+    """The environment of a script in tmp_path that imports this repository."""
+    return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
 def _exited(pid: int) -> bool:
     """Gone, or a zombie nobody reaped yet (its parent died: PID 1 of a container may never reap it)."""
     try:
@@ -240,7 +245,7 @@ def test_a_replica_exits_when_its_parent_is_killed(tmp_path) -> None:
     parent = subprocess.Popen(
         [sys.executable, str(script)],
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env=_script_env(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -298,7 +303,7 @@ def test_a_script_without_a_main_guard_gets_an_error_naming_it_not_a_hang(tmp_pa
     done = subprocess.run(
         [sys.executable, str(script)],
         cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
+        env=_script_env(),
         capture_output=True,
         text=True,
         timeout=300,

@@ -18,9 +18,20 @@ from policies.serve_config import ServeConfig, build_engine
 from tests.policy_support import PROMPTS, copy_of, filled_cache, same_completion, small_model
 from tests.serve_support import MODEL
 
+NINE_PROMPTS = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [11, 12], [13, 14], [15], [16, 17], [18, 19, 20]]
+
 
 def _inference(model):
     return model.requires_grad_(False)
+
+
+def _as_without_traces(policy, prompts, params, got, slots: int, routes: bool = True) -> None:
+    """``got`` is what an engine without traces samples for these requests (routes too when ``routes``)."""
+    plain = GenerationEngine(policy, max_batch_size=slots)
+    for a, b in zip(got, plain.generate_batch(prompts, params), strict=True):
+        same_completion(a, b)
+        assert not routes or a.routed_experts == b.routed_experts
+    plain.close()
 
 
 @pytest.mark.parametrize("n", [1, 5, 8, 11])
@@ -112,11 +123,7 @@ def test_a_step_that_cannot_be_traced_falls_back_to_the_lean_step(caplog) -> Non
     assert decoder.failed and "requires grad" in decoder.failed and decoder.replays == 0 and not decoder.traces
     assert caplog.text.count("tracing the decode step failed") == 1
     engine.close()
-    plain = GenerationEngine(policy, max_batch_size=4)
-    for a, b in zip(got, plain.generate_batch(PROMPTS, params), strict=True):
-        same_completion(a, b)
-        assert a.routed_experts == b.routed_experts
-    plain.close()
+    _as_without_traces(policy, PROMPTS, params, got, slots=4)
 
 
 def test_serve_configs_trace_on_the_cpu_unless_told_not_to() -> None:
@@ -139,18 +146,14 @@ def test_a_step_that_groups_rows_by_expert_is_not_traced() -> None:
     bucket is never traced (a trace would replay the first step's counts) and runs eagerly; the engine samples
     what it samples without traces."""
     policy = CausalLMPolicy(_inference(small_model(num_experts=256)))
-    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [11, 12], [13, 14], [15], [16, 17], [18, 19, 20]]
+    prompts = NINE_PROMPTS
     params = [SamplingParams(max_tokens=12 + i, seed=i, return_routed_experts=True) for i in range(len(prompts))]
     engine = GenerationEngine(policy, max_batch_size=16, traced_decode=True)
     got = engine.generate_batch(prompts, params)
     decoder = engine._batcher.graphs
     assert decoder.failed is None and 16 in decoder.untraceable and all(rows < 8 for rows, _, _ in decoder.traces)
     engine.close()
-    plain = GenerationEngine(policy, max_batch_size=16)
-    for a, b in zip(got, plain.generate_batch(prompts, params), strict=True):
-        same_completion(a, b)
-        assert a.routed_experts == b.routed_experts
-    plain.close()
+    _as_without_traces(policy, prompts, params, got, slots=16)
 
 
 def test_a_trace_that_would_read_tensor_values_on_the_host_is_refused(monkeypatch, caplog) -> None:
@@ -161,7 +164,7 @@ def test_a_trace_that_would_read_tensor_values_on_the_host_is_refused(monkeypatc
     moe = decode._moe
     monkeypatch.setattr(decode, "_moe", lambda block, x, all_experts=None: moe(block, x, None))
     policy = CausalLMPolicy(_inference(small_model(num_experts=256)))
-    prompts = [[1, 2, 3], [4, 5], [6, 7, 8, 9], [10], [11, 12], [13, 14], [15], [16, 17], [18, 19, 20]]
+    prompts = NINE_PROMPTS
     params = [SamplingParams(max_tokens=10, seed=i) for i in range(len(prompts))]
     engine = GenerationEngine(policy, max_batch_size=16, traced_decode=True)
     with caplog.at_level("WARNING", logger="policies.cuda_graphs"):
@@ -169,7 +172,4 @@ def test_a_trace_that_would_read_tensor_values_on_the_host_is_refused(monkeypatc
     decoder = engine._batcher.graphs
     assert decoder.failed and "reads a tensor on the host" in decoder.failed and "list" in decoder.failed
     engine.close()
-    plain = GenerationEngine(policy, max_batch_size=16)
-    for a, b in zip(got, plain.generate_batch(prompts, params), strict=True):
-        same_completion(a, b)
-    plain.close()
+    _as_without_traces(policy, prompts, params, got, slots=16, routes=False)
