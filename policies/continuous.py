@@ -45,7 +45,7 @@ from transformers import DynamicCache
 from policies.cuda_graphs import GraphDecoder
 from policies.decode import LeanDecoder
 from policies.hf_adapter import CausalLMPolicy
-from policies.sampler import RowSampling, Sample, row_generator, sample, uniforms
+from policies.sampler import RowDraws, RowSampling, Sample, sample, uniforms
 from policies.sampling import Completion, EngineError, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -178,13 +178,13 @@ class _Sequence:
     index: int  # in the job
     prompt: list[int]
     params: SamplingParams
-    generator: torch.Generator
+    draws: RowDraws
     length: int = 0  # tokens in the cache
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     raw_logprobs: list[float] = field(default_factory=list)
     prompt_routes: torch.Tensor | None = None  # (L, P, K)
-    routes: list = field(default_factory=list)  # (L, K) numpy per fed token
+    routes: list = field(default_factory=list)  # (L, K) numpy per fed token (a view of the step's routes)
     finish_reason: Literal["stop", "length"] | None = None
     version: int = 0
     submitted: float = field(default_factory=time.perf_counter)
@@ -284,8 +284,7 @@ class ContinuousBatcher:
             if self.closed:
                 raise EngineError("the generation engine was closed")
             for i, (prompt, p, seed) in enumerate(zip(prompts, params, seeds)):
-                generator = row_generator(seed)
-                self.waiting.append(_Sequence(job=job, index=i, prompt=list(prompt), params=p, generator=generator))
+                self.waiting.append(_Sequence(job=job, index=i, prompt=list(prompt), params=p, draws=RowDraws(seed)))
             if not prompts:
                 job.future.set_result([])
             self.condition.notify_all()
@@ -410,7 +409,7 @@ class ContinuousBatcher:
         self.max_end = max(self.max_end, cache.end)
         fed = torch.tensor([row.tokens[-1] for row in rows], dtype=torch.int64, device=device)
         lengths = torch.tensor([row.length for row in rows], dtype=torch.int64, device=device)
-        sampling = RowSampling.of([r.params for r in rows], [r.generator for r in rows], device)
+        sampling = RowSampling.of([r.params for r in rows], [r.draws for r in rows], device)
         drawn = None
         graphs = self.graphs
         if graphs is not None and graphs.capture and graphs.failed is not None:
@@ -428,13 +427,13 @@ class ContinuousBatcher:
             mask = (columns[None, :] >= (cache.end - lengths)[:, None]).to(torch.int64)
             out = self.policy.step(fed[:, None], mask, lengths[:, None], cache)
         cache.end += 1
-        fed_routes = None
-        if out.routes is not None and any(row.params.return_routed_experts for row in rows):
-            fed_routes = out.routes[:, :, -1].cpu().numpy()  # (L, n, K) on the CPU: one copy a step
-        for b, row in enumerate(rows):
+        for row in rows:
             row.length += 1
-            if fed_routes is not None and row.params.return_routed_experts:
-                row.routes.append(fed_routes[:, b])
+        if out.routes is not None and any(row.params.return_routed_experts for row in rows):
+            # (n, L, K) on the CPU: one copy a step, then one view per row
+            for row, fed_routes in zip(rows, out.routes[:, :, -1].transpose(0, 1).cpu().numpy()):
+                if row.params.return_routed_experts:
+                    row.routes.append(fed_routes)
         self._take(rows, out.logits[:, -1], sampling, drawn)
 
     def _take(
@@ -447,7 +446,7 @@ class ContinuousBatcher:
         """Append each row's sample (``drawn``, else sampled from ``logits`` with ``sampling``, else with the rows'
         own settings); free the slots of rows that stopped, resolve finished jobs."""
         if drawn is None:
-            sampling = sampling or RowSampling.of([r.params for r in rows], [r.generator for r in rows], logits.device)
+            sampling = sampling or RowSampling.of([r.params for r in rows], [r.draws for r in rows], logits.device)
             drawn = sample(logits, sampling)
         finished = []
         now = time.perf_counter()
@@ -482,7 +481,9 @@ class ContinuousBatcher:
         routes = (
             None if row.prompt_routes is None else completion_routes(row.prompt_routes, row.routes, len(row.tokens))
         )
-        return Completion(
+        # built as typed here (ints, floats, a finish reason, a version >= 0): not validated again, which cost
+        # about as much as assembling the routes (each of hundreds of nested lists walked)
+        return Completion.model_construct(
             token_ids=row.tokens,
             logprobs=row.logprobs,
             raw_logprobs=row.raw_logprobs,

@@ -110,7 +110,7 @@ def general_formula(logits: torch.Tensor, params: list[SamplingParams]) -> tuple
     inverted at one float64 draw per row; greedy rows take the argmax with logprob 0."""
     reference = rows_of(params)
     logp = processed_logprobs(logits, reference)
-    u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in reference.generators])
+    u = torch.tensor([d.next() for d in reference.draws], dtype=torch.float64)
     cdf = torch.cumsum(logp.exp(), dim=-1, dtype=torch.float64)
     drawn = torch.searchsorted(cdf, u[:, None] * cdf[:, -1:], right=True)[:, 0]
     greedy = reference.temperature == 0

@@ -13,7 +13,7 @@ from safetensors.torch import save
 from policies.fake_engine import ScriptedEngine
 from policies.generation import GenerationEngine
 from policies.hf_adapter import CausalLMPolicy
-from policies.sampling import EngineError, RolloutEngine, SamplingParams
+from policies.sampling import Completion, EngineError, RolloutEngine, SamplingParams
 from tests.policy_support import PROMPTS, same_completion, small_model
 
 
@@ -160,6 +160,10 @@ def test_continuous_batching_equals_the_batch_path_routes_included(policy) -> No
     ):
         same_completion(a, b)
         assert a.routed_experts == b.routed_experts
+        # built without a second validation: what the engine hands out validates as it is
+        assert Completion.model_validate(a.model_dump()) == a
+        assert all(type(x) is int for x in a.token_ids) and all(type(x) is float for x in a.logprobs)
+        assert all(type(k) is int for layer in a.routed_experts for position in layer for k in position)
 
 
 def test_rows_join_a_running_batch_and_leave_it_when_they_stop(policy) -> None:

@@ -6,8 +6,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from policies.sampler import BLOCK, RowSampling, _invert, processed_logprobs, sample
-from policies.sampling import Completion, SamplingParams
+from policies.sampler import BLOCK, DRAWS_AHEAD, RowDraws, RowSampling, _invert, processed_logprobs, sample
+from policies.sampling import MAX_SEED, Completion, SamplingParams
 
 LOGITS = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, -3.0]])
 
@@ -135,10 +135,30 @@ def test_a_row_of_non_finite_logits_gets_a_vocabulary_token_and_spares_its_batch
 def test_a_step_takes_one_number_from_each_row_generator() -> None:
     r = rows(n=3, seeds=[5, 6, 7])
     sample(LOGITS.repeat(3, 1), r)
-    for seed, gen in zip([5, 6, 7], r.generators):
-        fresh = torch.Generator().manual_seed(seed)
-        torch.rand(1, generator=fresh, dtype=torch.float64)
-        assert torch.equal(torch.rand(1, generator=gen), torch.rand(1, generator=fresh))
+    assert [d.taken for d in r.draws] == [1, 1, 1]
+    second = sample(LOGITS.repeat(3, 1), r)
+    skipped = rows(n=3, seeds=[5, 6, 7])
+    for d in skipped.draws:
+        d.next()  # a stream one number on: its next step samples as the second step above
+    assert torch.equal(sample(LOGITS.repeat(3, 1), skipped).tokens, second.tokens)
+    assert [d.taken for d in r.draws] == [2, 2, 2]
+
+
+@pytest.mark.parametrize("seed", [0, 7, MAX_SEED + 63])
+def test_a_rows_stream_is_its_generators_numbers_one_draw_at_a_time(seed: int) -> None:
+    """Drawn `DRAWS_AHEAD` at a time, a row's uniforms are the numbers one call a step would draw."""
+    draws = RowDraws(seed)
+    got = [draws.next() for _ in range(3 * DRAWS_AHEAD + 5)]
+    one_by_one = torch.Generator().manual_seed(seed)
+    expected = [torch.rand(1, generator=one_by_one, dtype=torch.float64).item() for _ in range(len(got))]
+    assert got == expected and draws.taken == len(got)
+
+
+def test_the_settings_tensors_are_built_only_when_read() -> None:
+    r = rows(n=2, temperature=0.5, top_k=3)
+    assert "temperature" not in vars(r) and "top_k" not in vars(r)
+    sample(LOGITS.repeat(2, 1), r)
+    assert r.temperature.tolist() == [0.5, 0.5] and r.top_k.tolist() == [3, 3] and r.top_p.tolist() == [1.0, 1.0]
 
 
 def test_seeded_rows_do_not_depend_on_the_batch() -> None:
