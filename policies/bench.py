@@ -375,7 +375,12 @@ def run_stream(args: argparse.Namespace) -> dict:
     figures["prefills"] = stats["prefills"] - before["prefills"]
     graphs = continuous._batcher.graphs
     if graphs is not None and graphs.trace:  # this process's replica
-        figures.update(traces=len(graphs.traces), trace_replays=graphs.replays, trace_failure=graphs.failed)
+        figures.update(
+            traces=len(graphs.traces),
+            traces_dropped=graphs.traces_dropped,
+            trace_replays=graphs.replays,
+            trace_failure=graphs.failed,
+        )
     elif graphs is not None and graphs.capture:
         figures.update(cuda_graphs=len(graphs.graphs), graph_replays=graphs.replays, graph_failure=graphs.failed)
     dtype = next(policy.model.parameters()).dtype

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 MIN_WIDTH = 64  # the smallest window bucket (columns)
 ROW_STEP = 8  # the CPU's traces: rows padded to a multiple of this, columns to a multiple of `MIN_WIDTH`
+MAX_TRACES = 128  # traces kept (least recently used dropped): ~3 MB and ~0.1 s to make each (tiny policy, CPU)
 
 
 def row_bucket(rows: int, slots: int) -> int:
@@ -84,7 +86,11 @@ class GraphDecoder:
         self.end = torch.zeros(1, dtype=torch.int64, device=device)
         self.u = torch.full((slots,), 0.5, dtype=torch.float64, device=device)
         self.graphs: dict[tuple[int, int], _Graph] = {}
-        self.traces: dict[tuple[int, int, bool], torch.jit.ScriptFunction] = {}  # the CPU's (rows, width, sampled)
+        # the CPU's, by (rows, width, sampled), the least recently used first; at most `max_traces`: 64 slots of
+        # 2,048 columns make (64 / 8) x (2,048 / 64) x 2 = 512 buckets, ~1.5 GB of traces of the tiny policy
+        self.traces: OrderedDict[tuple[int, int, bool], torch.jit.ScriptFunction] = OrderedDict()
+        self.max_traces = MAX_TRACES
+        self.traces_dropped = 0
         self.trace = capture and device.type == "cpu"
         self.untraceable: set[int] = set()  # row buckets whose step depends on the data (`_traceable`): eager
         self.pool = torch.cuda.graph_pool_handle() if capture and not self.trace else None
@@ -118,7 +124,11 @@ class GraphDecoder:
         graph = traced = None
         if self.trace and self.failed is None and rows not in self.untraceable:
             key = (rows, width, u is not None)
-            traced = self.traces.get(key) or self._trace(key, cache)
+            traced = self.traces.get(key)
+            if traced is None:
+                traced = self._trace(key, cache)
+            else:
+                self.traces.move_to_end(key)
         elif self.capture and not self.trace and self.failed is None:
             graph = self.graphs.get((rows, width)) or self._record(rows, width, cache)
         if traced is not None:
@@ -214,6 +224,9 @@ class GraphDecoder:
             log.warning("tracing the decode step failed; decoding without traces: %s", self.failed)
             return None
         self.traces[key] = traced
+        while len(self.traces) > self.max_traces:
+            self.traces.popitem(last=False)
+            self.traces_dropped += 1
         log.debug("traced the decode step of %d rows over %d columns (%d traces)", rows, width, len(self.traces))
         return traced
 

@@ -34,6 +34,9 @@ def test_the_request_stream_compares_three_engines_on_the_same_requests() -> Non
     assert figures["speedup_vs_batch"] == figures["tokens_per_s"] / figures["tokens_per_s_batch"]
     assert 4 <= figures["prefills"] <= 12  # every distinct prompt at least once, never more than one per request
     assert figures["prefill_chunk"] is None
+    # the tiny policy's serve config traces its CPU decode steps: a few buckets, none dropped
+    assert 0 < figures["traces"] <= 8 and figures["traces_dropped"] == 0 and figures["trace_replays"] > 0
+    assert figures["trace_failure"] is None
 
 
 def test_the_stream_with_chunked_prefill_reports_its_chunk() -> None:

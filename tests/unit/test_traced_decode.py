@@ -92,6 +92,24 @@ def test_the_traced_engine_samples_what_the_engine_without_traces_samples(proces
         assert a.routed_experts == b.routed_experts
 
 
+def test_the_traces_kept_are_bounded_the_least_recently_used_dropped() -> None:
+    """With room for two traces, steps over three buckets keep the two used last (one reused is kept over one
+    made after it) and still sample what an engine without traces samples."""
+    policy = CausalLMPolicy(_inference(small_model()))
+    engine = GenerationEngine(policy, max_batch_size=4, traced_decode=True)
+    decoder = engine._batcher.graphs
+    decoder.max_traces = 2
+    short, long = [1 + i % 50 for i in range(10)], [1 + i % 50 for i in range(70)]  # windows of 64, 128 columns
+    plain, processed = SamplingParams(max_tokens=4, seed=1), SamplingParams(max_tokens=4, seed=2, top_k=5)
+    calls = [(short, plain), (long, plain), (short, processed), (long, plain)]
+    got = [engine.generate_batch([prompt], [params])[0] for prompt, params in calls]
+    # (4, 64, True) dropped when (4, 64, False) was made; (4, 128, True) reused last: the most recent (4 slots)
+    assert list(decoder.traces) == [(4, 64, False), (4, 128, True)] and decoder.traces_dropped == 1
+    engine.close()
+    for (prompt, params), completion in zip(calls, got):  # one call each: a prompt's seed is seed + its index
+        _as_without_traces(policy, [prompt], [params], [completion], slots=4)
+
+
 def test_traces_read_the_weights_in_place() -> None:
     """A weight update after the traces were made is seen by them (they hold the parameters, not copies)."""
     policy = CausalLMPolicy(_inference(small_model()))
