@@ -9,8 +9,9 @@ more, each in a spawned process on its own copy of the weights, and serves the `
 
 - **Routing**: a `submit` call goes whole to one replica, so the prompts of one call stay together. A call
   with a prompt some replica holds unfinished goes to that replica, so the G requests of a GRPO group sent one
-  at a time still share one prefill (`policies.continuous`); any other call goes to the replica with the fewest
-  unfinished rows. A row's samples depend on its seed and the weights, not on its replica or batch mates
+  at a time still share one prefill (`policies.continuous`), while that replica has a slot for each of its rows
+  (more would wait there while another replica idles: one recurring prompt must not pin the traffic to one
+  replica); any other call goes to the replica with the fewest unfinished rows. A row's samples depend on its seed and the weights, not on its replica or batch mates
   (per-row generators), so the completions are those of one engine, up to the float rounding that any two
   batch compositions of one engine already differ by.
 - **Weights**: `load_state_dict` checks the names and shapes here, then queues the update on every replica
@@ -231,8 +232,8 @@ class ReplicatedEngine:
         if not live:
             raise EngineError("every engine replica has exited")
         for replica in live:
-            if any(replica.prompts[k] for k in keys):
-                return replica  # its rows share the prefill
+            if any(replica.prompts[k] for k in keys) and replica.rows + len(keys) <= self.local.max_batch_size:
+                return replica  # its rows share the prefill (while it has slots for them: else they would wait)
         return min(live, key=lambda r: r.rows)
 
     def _finished(self, replica: _Replica, keys: list[tuple[int, ...]]) -> None:

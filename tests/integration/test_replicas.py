@@ -84,6 +84,16 @@ def test_replicas_sample_what_one_engine_samples_and_keep_each_group_on_one_repl
     assert all(len(routed[tuple(prompt)]) == 1 for prompt in GROUPS), routed
 
 
+def test_one_recurring_prompt_does_not_pin_the_traffic_to_one_replica(engines) -> None:
+    """Three engines' worth of one prompt at once: the replica holding it takes rows while it has slots (8), the
+    rest go to the other replica."""
+    _, replicated = engines
+    before = replicated.stats()["rows"]
+    _concurrently(replicated, [([40, 41, 42], SamplingParams(max_tokens=6, seed=i)) for i in range(24)])
+    rows = [now - then for now, then in zip(replicated.stats()["rows"], before)]
+    assert sum(rows) == 24 and min(rows) >= 8, rows
+
+
 def test_a_bad_request_raises_for_its_caller_only(engines) -> None:
     _, replicated = engines
     with pytest.raises(EngineError, match="exceeds the context"):
