@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import requests
@@ -204,8 +205,33 @@ def test_gym_serve_with_two_replicas_serves_and_updates_weights(tmp_path) -> Non
         logprobs = [lp for a in after for lp in a["choices"][0]["logprobs"]["token_logprobs"]]
         assert max(abs(lp - uniform) for lp in logprobs) < 1e-4
         assert requests.get(f"{url}/health", timeout=30).json()["weights_version"] == 4
+        children = _children(proc.pid)
+        assert len(children) >= 1, children  # the spawned replica (and multiprocessing's helpers)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: the server stops and closes its engine, replicas included
+        assert proc.wait(timeout=60) == 0
+        assert not [pid for pid in children if Path(f"/proc/{pid}").exists() and _state(pid) != "Z"], children
     finally:
         stop_server(proc)
+
+
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited meanwhile
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
 
 
 def test_bench_generate_runs_the_stream_through_replicas() -> None:
