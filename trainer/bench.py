@@ -13,13 +13,16 @@ the completion (so a group's rewards differ even when every turn is cut at the b
 trainers do the full work).
 
 Figures (``--json``): tokens_per_s_ours, tokens_per_s_trl (null when TRL cannot run here, with
-``trl_error`` saying why), ratio, step_s_ours, sample_s_ours (the sampling part of our step), step_s_trl,
-tokens_per_step, trl_version.
+``trl_error`` saying why), ratio, step_s_ours, sample_s_ours (the sampling part of our step, median),
+sample_s_ours_steps (each timed step's), sample_gc_full and sample_gc_full_s (full garbage collections during the
+timed steps' sampling, how many and their seconds: the slow steps of a GPU run held one before
+`policies.allocator.freeze_startup_objects`), step_s_trl, tokens_per_step, trl_version.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import statistics
 import tempfile
@@ -55,6 +58,9 @@ def run(args: argparse.Namespace) -> dict:
         "tokens_per_step": setup.tokens_per_step,
         "step_s_ours": ours,
         "sample_s_ours": sampling,
+        "sample_s_ours_steps": setup.sampling_steps,
+        "sample_gc_full": setup.full_collections.count,
+        "sample_gc_full_s": setup.full_collections.seconds,
         "tokens_per_s_ours": setup.tokens_per_step / ours,
     }
     trl_error, trl_s, version = None, None, None
@@ -94,6 +100,8 @@ class _Setup:
         self.prompts = [self.env.harmony.render_prompt(self.env.prompt(t)) for t in tasks]
         self.stops = self.env.harmony.stop_ids()
         self.tokens_per_step = 0
+        self.sampling_steps: list[float] = []  # each timed step's sampling seconds
+        self.full_collections = FullCollections()  # during the timed steps' sampling
 
     def reward(self, completion: list[int]) -> float:
         from gym.harmony import ParseError
@@ -151,8 +159,10 @@ class _Setup:
                 )
                 for i in range(len(prompts))
             ]
+            collections = FullCollections()
             sampling_started = time.perf_counter()
-            completions = engine.generate_batch(prompts, params)
+            with collections:
+                completions = engine.generate_batch(prompts, params)
             sampled = time.perf_counter() - sampling_started
             scored, tokens = [], 0
             for g in range(args.prompts):
@@ -183,13 +193,17 @@ class _Setup:
                 times.append(time.perf_counter() - started)
                 sampling.append(sampled)
                 self.tokens_per_step = tokens
+                self.full_collections.add(collections)
             log.info(
-                "ours: step %d %.2f s, sampling %.2f s (%d tokens)",
+                "ours: step %d %.2f s, sampling %.2f s (%d tokens; %d full garbage collections, %.0f ms)",
                 step,
                 time.perf_counter() - started,
                 sampled,
                 tokens,
+                collections.count,
+                1000 * collections.seconds,
             )
+        self.sampling_steps = sampling
         return statistics.median(times), statistics.median(sampling)
 
     def bench_trl(self) -> tuple[float, float]:
@@ -265,3 +279,33 @@ class _Setup:
         )
         tokens = sum(len(p) for p in self.prompts) * args.group_size + completion_mean * args.prompts * args.group_size
         return statistics.median(times), tokens
+
+
+class FullCollections:
+    """Full (generation 2) garbage collections in any thread while entered: how many, and their seconds
+    (`gc.callbacks`)."""
+
+    def __init__(self) -> None:
+        self.count, self.seconds = 0, 0.0
+        self._started: float | None = None
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            self.count += 1
+            self.seconds += time.perf_counter() - self._started
+            self._started = None
+
+    def add(self, other: FullCollections) -> None:
+        self.count += other.count
+        self.seconds += other.seconds
+
+    def __enter__(self) -> FullCollections:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        gc.callbacks.remove(self)
