@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 import trio
 
-from policies.sampling import Completion, EngineError, RolloutEngine, SamplingParams
+from policies.sampling import Completion, EngineError, RolloutEngine, SamplingParams, per_prompt
 
 if TYPE_CHECKING:
     from gym.environment import Environment
@@ -66,7 +66,7 @@ class InProcessEngine:
 
     async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         async with self._lock:
-            return await trio.to_thread.run_sync(self.engine.generate_batch, prompts, [params] * len(prompts))
+            return await trio.to_thread.run_sync(self.engine.generate_batch, prompts, per_prompt(params, len(prompts)))
 
 
 class HttpEngine:

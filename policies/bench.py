@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> dict:
     import torch
 
     from policies.generation import GenerationEngine
-    from policies.sampling import SamplingParams
+    from policies.sampling import SamplingParams, per_prompt
     from policies.serve_config import ServeConfig, build_engine
 
     config = ServeConfig.load(args.config)
@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> dict:
         runner = GenerationEngine(engine.policy, max_batch_size=args.batch, mode=mode)
         runner.generate_batch(prompts[:1], [params.model_copy(update={"max_tokens": 4})])  # warm-up
         started = time.perf_counter()
-        outputs[mode] = runner.generate_batch(prompts, [params] * len(prompts))
+        outputs[mode] = runner.generate_batch(prompts, per_prompt(params, len(prompts)))
         elapsed = time.perf_counter() - started
         new_tokens = sum(len(c.token_ids) for c in outputs[mode])
         key = "kv" if mode == "kv_cache" else "recompute"

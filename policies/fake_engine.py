@@ -11,7 +11,7 @@ import asyncio
 import time
 from pathlib import Path
 
-from policies.sampling import Completion, SamplingParams, check_request
+from policies.sampling import Completion, SamplingParams, check_request, per_prompt
 
 
 class ScriptedEngine:
@@ -37,7 +37,7 @@ class ScriptedEngine:
         self.batches: list[int] = []  # size of every batch served, in order
 
     async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        return await asyncio.to_thread(self.generate_batch, prompts, [params] * len(prompts))
+        return await asyncio.to_thread(self.generate_batch, prompts, per_prompt(params, len(prompts)))
 
     def check_request(self, prompt: list[int], params: SamplingParams) -> None:
         check_request(prompt, params, self.vocab_size, self.context_length)

@@ -36,7 +36,7 @@ from safetensors.torch import load_file
 from policies.continuous import ContinuousBatcher, append_sample, completion_routes, left_padded
 from policies.hf_adapter import CausalLMPolicy
 from policies.sampler import RowSampling, sample
-from policies.sampling import Completion, SamplingParams, check_request
+from policies.sampling import Completion, SamplingParams, check_request, per_prompt
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class GenerationEngine:
         return self.policy.vocab_size
 
     async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        return await asyncio.to_thread(self.generate_batch, prompts, [params] * len(prompts))
+        return await asyncio.to_thread(self.generate_batch, prompts, per_prompt(params, len(prompts)))
 
     def check_request(self, prompt: list[int], params: SamplingParams) -> None:
         check_request(prompt, params, self.vocab_size, self.context_length)
@@ -125,10 +125,8 @@ class GenerationEngine:
 
     @staticmethod
     def _seeds(params: list[SamplingParams]) -> list[int]:
-        return [
-            (p.seed + i) if p.seed is not None else int.from_bytes(os.urandom(7), "little")
-            for i, p in enumerate(params)
-        ]
+        """Each row's own seed (`SamplingParams.seed`), or a fresh one."""
+        return [p.seed if p.seed is not None else int.from_bytes(os.urandom(7), "little") for p in params]
 
     def _check(self, prompts: list[list[int]], params: list[SamplingParams]) -> None:
         if len(prompts) != len(params):

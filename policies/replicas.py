@@ -46,7 +46,7 @@ import torch
 from safetensors.torch import load as load_safetensors_bytes
 
 from policies.generation import GenerationEngine, checkpoint_tensors
-from policies.sampling import Completion, EngineError, SamplingParams
+from policies.sampling import Completion, EngineError, SamplingParams, per_prompt
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ class ReplicatedEngine:
         self.local.check_request(prompt, params)
 
     async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
-        return await asyncio.to_thread(self.generate_batch, prompts, [params] * len(prompts))
+        return await asyncio.to_thread(self.generate_batch, prompts, per_prompt(params, len(prompts)))
 
     def generate_batch(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
         return self.submit(prompts, params).result()

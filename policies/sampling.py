@@ -31,8 +31,9 @@ class SamplingParams(BaseModel):
     stop_token_ids: tuple[int, ...] = ()
     """Sampling one of these ends the completion (finish_reason "stop"); the stop token is kept."""
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
-    """Seed of prompt i's generator is seed + i; None draws a fresh seed. At most 2**62, so seed + i
-    stays a valid generator seed (torch takes 64 bits)."""
+    """The seed of the row's generator; None draws a fresh seed. Where one params object samples several prompts
+    (`RolloutEngine.generate`, a request's ``n``), prompt i's seed is seed + i (`per_prompt`). At most 2**62, so
+    seed + i stays a valid generator seed (torch takes 64 bits)."""
     return_routed_experts: bool = False
     """Return the MoE routes (for routing replay, R3) in `Completion.routed_experts`."""
 
@@ -41,6 +42,15 @@ class SamplingParams(BaseModel):
         if any(t < 0 for t in self.stop_token_ids):
             raise ValueError(f"stop_token_ids must be non-negative, got {list(self.stop_token_ids)}")
         return self
+
+
+def per_prompt(params: SamplingParams, prompts: int) -> list[SamplingParams]:
+    """The params of each of ``prompts`` rows sampled with ``params``: seeds seed, seed + 1, ... (None stays None:
+    each row draws a fresh one). An engine's `generate_batch` and `submit` take one params object per row and
+    seed each row with its own ``seed``, so a row's samples do not depend on the call or batch it came in."""
+    if params.seed is None:
+        return [params] * prompts
+    return [params.model_copy(update={"seed": params.seed + i}) for i in range(prompts)]
 
 
 class Completion(BaseModel):

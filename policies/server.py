@@ -45,7 +45,7 @@ from policies.protocol import (
     UpdateWeightsRequest,
     Usage,
 )
-from policies.sampling import Completion, EngineError, SamplingParams, ServingEngine
+from policies.sampling import Completion, EngineError, SamplingParams, ServingEngine, per_prompt
 from policies.scorer import ScoreError, ScoreRequest, ScoreResponse, StepScorer
 from policies.serve_config import ServerOptions
 from policies.tokenizer import TextTokenizer
@@ -278,9 +278,7 @@ class PolicyServer:
             count = 1 if isinstance(req.prompt, str) or isinstance(req.prompt[0], int) else len(req.prompt)
             self._check_count(count * req.n)  # before tokenizing: a body of a million short texts is refused at once
             prompts = [p for p in self._prompts(req.prompt) for _ in range(req.n)]
-            params = [req.sampling_params(req.max_tokens)] * len(prompts)
-            if req.seed is not None:  # n samples of one prompt must differ: seed, seed + 1, ...
-                params = [p.model_copy(update={"seed": req.seed + i}) for i, p in enumerate(params)]
+            params = per_prompt(req.sampling_params(req.max_tokens), len(prompts))  # seed, seed + 1, ... a row
             results = await self._run(prompts, params)
         except BadRequest as exc:
             return _error(400, str(exc), "invalid_request_error")
@@ -323,9 +321,7 @@ class PolicyServer:
             prompt, stops = tokenizer.render_chat([(m.role, m.content) for m in req.messages])
             max_tokens = req.max_completion_tokens or req.max_tokens or 256
             base = req.sampling_params(max_tokens, stops)
-            params = [
-                base.model_copy(update={"seed": None if req.seed is None else req.seed + i}) for i in range(req.n)
-            ]
+            params = per_prompt(base, req.n)
             results = await self._run([prompt] * req.n, params)
         except BadRequest as exc:
             return _error(400, str(exc), "invalid_request_error")

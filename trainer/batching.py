@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from policies.sampling import Completion, EngineError, SamplingParams
+from policies.sampling import Completion, EngineError, SamplingParams, per_prompt
 
 
 @dataclass
@@ -52,7 +52,7 @@ class BatchingEngine:
             self.engine.check_request(prompt, params)  # raises EngineError for this caller only
         if getattr(self.engine, "continuous", False):
             self.batches.append(len(prompts))
-            return await wait_future(self.engine.submit(prompts, [params] * len(prompts)))
+            return await wait_future(self.engine.submit(prompts, per_prompt(params, len(prompts))))
         request = _Request(prompts=prompts, params=params)
         self._pending.append(request)
         while not request.done:
@@ -77,7 +77,7 @@ class BatchingEngine:
                 batch.append(request)
                 rows += len(request.prompts)
             prompts = [p for r in batch for p in r.prompts]
-            params = [r.params for r in batch for _ in r.prompts]
+            params = [p for r in batch for p in per_prompt(r.params, len(r.prompts))]  # seeds per call
             self.batches.append(len(prompts))
             try:
                 results = await trio.to_thread.run_sync(self.engine.generate_batch, prompts, params)

@@ -77,6 +77,10 @@ def test_batched_prompts_and_n(client) -> None:
     assert len(out.choices) == 4
     prompts = [c.model_extra["prompt_token_ids"] for c in out.choices]
     assert prompts == [[1, 2, 3], [1, 2, 3], [4, 5], [4, 5]]
+    # row i (prompts x n, in order) samples with seed + i, as that row sent alone with that seed: once, not twice
+    for i, choice in enumerate(out.choices):
+        alone = client.completions.create(model="policy", prompt=prompts[i], max_tokens=3, seed=i)
+        assert alone.choices[0].model_extra["token_ids"] == choice.model_extra["token_ids"], i
 
 
 def test_text_prompt_and_chat_for_humans(client) -> None:

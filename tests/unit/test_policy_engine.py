@@ -13,7 +13,7 @@ from safetensors.torch import save
 from policies.fake_engine import ScriptedEngine
 from policies.generation import GenerationEngine
 from policies.hf_adapter import CausalLMPolicy
-from policies.sampling import Completion, EngineError, RolloutEngine, SamplingParams
+from policies.sampling import Completion, EngineError, RolloutEngine, SamplingParams, per_prompt
 from tests.policy_support import PROMPTS, same_completion, small_model
 
 
@@ -107,6 +107,24 @@ def test_seeded_sampling_is_reproducible_and_batch_independent(policy) -> None:
     assert [c.token_ids for c in other_seed] != [c.token_ids for c in batch]
 
 
+@pytest.mark.parametrize("mode", ["continuous", "kv_cache"])
+def test_a_row_samples_with_its_own_seed_wherever_it_sits_in_a_call(policy, mode) -> None:
+    """generate_batch seeds each row with its params' seed, not with seed + its index: a row sampled alone, or
+    behind other rows (a server merging requests, a batching trainer), samples the same; `generate` gives the
+    prompts of one params object seed, seed + 1, ... (`per_prompt`)."""
+    engine = GenerationEngine(policy, mode=mode)
+    params = SamplingParams(max_tokens=8, seed=21)
+    alone = engine.generate_batch(PROMPTS[2:], [params])[0]
+    behind = engine.generate_batch(PROMPTS, [params.model_copy(update={"seed": s}) for s in (3, 4, 21)])[2]
+    assert behind.token_ids == alone.token_ids and behind.logprobs == pytest.approx(alone.logprobs, abs=1e-5)
+    seeded = asyncio.run(engine.generate(PROMPTS, params))
+    for i, completion in enumerate(seeded):
+        own = engine.generate_batch(PROMPTS[i : i + 1], [params.model_copy(update={"seed": 21 + i})])[0]
+        assert completion.token_ids == own.token_ids
+    assert per_prompt(params.model_copy(update={"seed": None}), 2) == [params.model_copy(update={"seed": None})] * 2
+    engine.close()
+
+
 def test_bad_requests_name_the_problem(policy) -> None:
     engine = GenerationEngine(policy)
     with pytest.raises(EngineError, match="exceeds the context of 128"):
@@ -190,7 +208,7 @@ def test_rows_join_a_running_batch_and_leave_it_when_they_stop(policy) -> None:
 
 def test_identical_prompts_are_prefilled_once(policy) -> None:
     engine = GenerationEngine(policy)
-    group = engine.generate_batch([PROMPTS[0]] * 8, [SamplingParams(max_tokens=5, seed=9)] * 8)
+    group = engine.generate_batch([PROMPTS[0]] * 8, per_prompt(SamplingParams(max_tokens=5, seed=9), 8))
     assert engine._batcher.prefills == 1 and engine._batcher.admitted == 8
     assert len({tuple(c.token_ids) for c in group}) > 1  # 8 seeds, one prefill, different samples
 
