@@ -234,7 +234,7 @@ class PolicyServer:
             raise _TooLarge(limit)
         try:  # bounded in size even without a Content-Length, and in time (a body sent a byte a minute)
             async with asyncio.timeout(self.options.read_timeout_s):
-                body = await request.content.read(limit + 1)
+                body = await _read_up_to(request, limit + 1)
                 if len(body) <= limit and _short_of_its_length(request, len(body)):
                     raise BadRequest(
                         f"body ended after {len(body)} of its Content-Length {request.content_length} bytes "
@@ -425,6 +425,18 @@ class PolicyServer:
             model=self.scorer.name, positions=positions, scores=scores, label_ids=list(self.scorer.label_ids)
         )
         return web.json_response(body.model_dump())
+
+
+async def _read_up_to(request: web.Request, size: int) -> bytes:
+    """The body, up to ``size`` bytes: read until it ends or that many arrived (one `read(n)` returns what has
+    arrived so far, which cut bodies sent in several pieces short)."""
+    body = bytearray()
+    while len(body) < size:
+        chunk = await request.content.read(size - len(body))
+        if not chunk:  # the end of the body
+            break
+        body += chunk
+    return bytes(body)
 
 
 def _short_of_its_length(request: web.Request, received: int) -> bool:

@@ -139,6 +139,39 @@ def _raw(url: str, data: bytes, half_close: bool = False, wait_s: float = 30.0) 
     return received, time.monotonic() - start
 
 
+def _in_pieces(url: str, head: bytes, pieces: list[bytes], gap_s: float = 0.05) -> bytes:
+    """The server's answer to ``head`` then each piece, ``gap_s`` apart (read until the JSON body is complete)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(head)
+        for piece in pieces:
+            time.sleep(gap_s)
+            sock.sendall(piece)
+        received = b""
+        while b"\r\n\r\n" not in received or not received.rstrip().endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+    return received
+
+
+@pytest.mark.parametrize("size", ["small", "near the limit"])
+def test_a_valid_body_sent_in_pieces_is_read_whole(server, size):
+    """A client (or a network) may deliver a body in several pieces: each request is read to its end, with a
+    Content-Length or chunked, not cut at the first piece (an outside review found 400 "body ended after ...")."""
+    url = server[0]
+    pad = b" " * (MAX_BODY - 200) if size == "near the limit" else b""
+    body = b'{"prompt": [1, 2, 3], "max_tokens": 2,' + pad + b' "seed": 1}'
+    pieces = [body[i : i + 7000] for i in range(0, len(body), 7000)] if pad else [body[:10], body[10:]]
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    answer = _in_pieces(url, head + b"Content-Length: %d\r\n\r\n" % len(body), pieces)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:400]
+    chunked = [b"%x\r\n%s\r\n" % (len(piece), piece) for piece in pieces] + [b"0\r\n\r\n"]
+    answer = _in_pieces(url, head + b"Transfer-Encoding: chunked\r\n\r\n", chunked)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:400]
+
+
 def test_a_body_that_never_arrives_is_408_within_the_read_timeout(server):
     url = server[0]
     head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
