@@ -74,7 +74,8 @@ class CausalLMPolicy:
         return StepOutput(logits=logits, routes=getattr(out, "routed_experts", None))
 
     def check_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """KeyError for a name the model does not have, ValueError for a shape it does not have."""
+        """KeyError for a name the model does not have, ValueError for a shape it does not have or a NaN or
+        infinite value (a diverged trainer's or a corrupt upload's: every sample would be NaN)."""
         own = self.model.state_dict()
         unknown = sorted(set(state) - set(own))
         if unknown:
@@ -84,6 +85,9 @@ class CausalLMPolicy:
                 raise ValueError(
                     f"{key}: shape {tuple(value.shape)} does not match the policy's {tuple(own[key].shape)}"
                 )
+            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                bad = int((~torch.isfinite(value)).sum())
+                raise ValueError(f"{key}: {bad} NaN or infinite value(s); the policy keeps its weights")
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> int:
         """Copy tensors into the model (a subset is fine); unknown names or shapes raise. Returns count."""

@@ -41,8 +41,10 @@ class _Sampling(BaseModel):
 
     model: str | None = None
     """Accepted for client compatibility; the server has one model."""
-    temperature: float = Field(1.0, ge=0.0)
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    temperature: float = Field(1.0, ge=0.0, allow_inf_nan=False)
+    """0 (greedy) or at least `policies.sampling.MIN_TEMPERATURE`; a number too large for JSON's float (1e999)
+    is refused like Infinity."""
+    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     top_k: int = Field(0, ge=-1, le=MAX_TOP_K)
     """0 or -1 (vLLM's spelling) disable top-k."""
     n: int = Field(1, ge=1, le=64)

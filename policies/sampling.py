@@ -13,6 +13,7 @@ from typing import Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MAX_SEED = 1 << 62
+MIN_TEMPERATURE = 1e-5  # below it (but 0, greedy) float32 logits / temperature overflow to inf, samples to NaN
 
 
 class SamplingParams(BaseModel):
@@ -22,9 +23,10 @@ class SamplingParams(BaseModel):
 
     max_tokens: int = Field(256, ge=1)
     """Most new tokens to sample (the completion ends with finish_reason "length" there)."""
-    temperature: float = Field(1.0, ge=0.0)
-    """Softmax temperature; 0 means greedy (argmax), whose sampling logprob is then 0."""
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    temperature: float = Field(1.0, ge=0.0, allow_inf_nan=False)
+    """Softmax temperature; 0 means greedy (argmax), whose sampling logprob is then 0; else at least
+    `MIN_TEMPERATURE`."""
+    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     """Nucleus: keep the smallest set of most likely tokens whose probability reaches top_p."""
     top_k: int = Field(0, ge=0)
     """Keep only the k most likely tokens; 0 disables."""
@@ -38,7 +40,12 @@ class SamplingParams(BaseModel):
     """Return the MoE routes (for routing replay, R3) in `Completion.routed_experts`."""
 
     @model_validator(mode="after")
-    def _check_stops(self) -> SamplingParams:
+    def _check_values(self) -> SamplingParams:
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise ValueError(
+                f"temperature {self.temperature:g} is below {MIN_TEMPERATURE:g}: give 0 for greedy, or at least "
+                f"{MIN_TEMPERATURE:g} (logits / temperature would overflow float32)"
+            )
         if any(t < 0 for t in self.stop_token_ids):
             raise ValueError(f"stop_token_ids must be non-negative, got {list(self.stop_token_ids)}")
         return self

@@ -96,6 +96,15 @@ def test_non_json_constants_and_surrogates_in_chat(server):
     for constant in (b"NaN", b"Infinity", b"-Infinity"):
         body = b'{"prompt": [1, 2], "max_tokens": 2, "temperature": ' + constant + b"}"
         _json_error(_post(url, "/v1/completions", body), 400, "not a JSON value")
+    for number in (b"1e999", b"-1e999"):  # numbers JSON's float cannot hold: inf, not a constant (was sampled)
+        for field in (b"temperature", b"top_p"):
+            body = b'{"prompt": [1, 2], "max_tokens": 2, "' + field + b'": ' + number + b"}"
+            _json_error(_post(url, "/v1/completions", body), 400, field.decode())
+    for tiny in (1e-40, 1e-6):  # logits / temperature overflowed float32: every sample was NaN (was a 200)
+        _json_error(
+            _post(url, "/v1/completions", {"prompt": [1, 2], "max_tokens": 2, "temperature": tiny}), 400, "temperature"
+        )
+    assert _post(url, "/v1/completions", {"prompt": [1, 2], "max_tokens": 2, "temperature": 1e-5}).status_code == 200
     chat = {"messages": [{"role": "user", "content": "hi \udc00"}], "max_tokens": 2}
     _json_error(_post(url, "/v1/chat/completions", chat), 400, "messages.0.content", "lone surrogate")
     fine = _post(url, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})

@@ -12,7 +12,7 @@ import requests
 import torch
 import yaml
 from openai import OpenAI
-from safetensors.torch import save
+from safetensors.torch import save, save_file
 
 from tests.serve_support import MODEL, start_server, stop_server
 from tests.tokenizer_support import train_tokenizer
@@ -152,3 +152,17 @@ def test_weight_updates_from_path_and_from_tensors(server, client) -> None:
     assert bad.status_code == 400 and "missing" in bad.json()["error"]["message"]
     garbage = requests.post(f"{url}/update_weights_from_tensors", data=b"not safetensors", timeout=60)
     assert garbage.status_code == 400
+    # NaN or infinite weights (a diverged trainer, a corrupt file) are refused: every sample would be NaN, and a
+    # NaN logprob is no JSON number (an outside review got 200 and bare NaN in the body)
+    head = RdepMoeForCausalLM(RdepMoeConfig(**MODEL)).state_dict()["lm_head.weight"].contiguous()
+    for value in (float("nan"), float("inf")):
+        poisoned = head.clone()
+        poisoned[3, 5] = value
+        refused = requests.post(
+            f"{url}/update_weights_from_tensors", data=save({"lm_head.weight": poisoned}), timeout=60
+        )
+        assert refused.status_code == 400 and "NaN or infinite" in refused.json()["error"]["message"], refused.text
+        save_file({"lm_head.weight": poisoned}, tmp / "poisoned.safetensors")
+        refused = requests.post(f"{url}/update_weights", json={"path": str(tmp / "poisoned.safetensors")}, timeout=60)
+        assert refused.status_code == 400 and "NaN or infinite" in refused.json()["error"]["message"], refused.text
+    assert greedy()[1] == 6  # the weights and the version stayed

@@ -135,6 +135,21 @@ def test_bad_requests_name_the_problem(policy) -> None:
         engine.generate_batch([[]], [SamplingParams(max_tokens=4)])
 
 
+@pytest.mark.parametrize("mode", ["continuous", "kv_cache"])
+def test_non_finite_weights_are_refused_and_change_nothing(mode) -> None:
+    engine = GenerationEngine(CausalLMPolicy(small_model()), mode=mode)
+    greedy = [SamplingParams(max_tokens=5, temperature=0.0)]
+    before = engine.generate_batch(PROMPTS[:1], greedy)[0]
+    state = {k: v.clone() for k, v in engine.policy.model.state_dict().items()}
+    state["lm_head.weight"][0, 0] = float("nan")
+    with pytest.raises(ValueError, match="lm_head.weight: 1 NaN or infinite value"):
+        engine.load_state_dict(state, version=7)
+    after = engine.generate_batch(PROMPTS[:1], greedy)[0]
+    assert after.token_ids == before.token_ids and after.weights_version == 0
+    assert all(torch.isfinite(t).all() for t in engine.policy.model.state_dict().values())
+    engine.close()
+
+
 def test_weight_updates_bump_the_reported_version(policy) -> None:
     engine = GenerationEngine(CausalLMPolicy(small_model()))
     params = SamplingParams(max_tokens=5, temperature=0.0)

@@ -7,7 +7,7 @@ import torch
 from pydantic import ValidationError
 
 from policies.sampler import BLOCK, DRAWS_AHEAD, RowDraws, RowSampling, _invert, processed_logprobs, sample
-from policies.sampling import MAX_SEED, Completion, SamplingParams
+from policies.sampling import MAX_SEED, MIN_TEMPERATURE, Completion, SamplingParams
 
 LOGITS = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0, -3.0]])
 
@@ -179,11 +179,22 @@ def test_seeded_rows_do_not_depend_on_the_batch() -> None:
         {"max_tokens": 0},
         {"stop_token_ids": [-3]},
         {"tempreature": 1.0},
+        {"temperature": float("inf")},
+        {"temperature": float("nan")},
+        {"temperature": 1e-40},
+        {"top_p": float("nan")},
     ],
 )
 def test_invalid_sampling_params_are_rejected(bad: dict) -> None:
     with pytest.raises(ValidationError):
         SamplingParams(**bad)
+
+
+def test_the_smallest_temperature_samples_finite_logprobs() -> None:
+    """At `MIN_TEMPERATURE` the processed distribution is still finite (below it, logits / temperature
+    overflowed float32 and every sample was NaN)."""
+    out = sample((LOGITS * 30).repeat(2, 1), rows(n=2, temperature=MIN_TEMPERATURE))
+    assert torch.isfinite(out.logprobs).all() and out.tokens.tolist() == [0, 0]
 
 
 def test_completion_is_frozen() -> None:
