@@ -118,6 +118,7 @@ class PolicyServer:
         self._arrived = asyncio.Event()
         self._inflight = 0  # continuous engine: jobs handed over and not done yet
         self._worker: asyncio.Task | None = None
+        self._upload = asyncio.Lock()  # weight uploads, one at a time
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.options.max_body_bytes, middlewares=[_json_errors])
@@ -402,13 +403,16 @@ class PolicyServer:
             return _error(
                 400, f"version={raw_version!r} is not a non-negative integer ({exc})", "invalid_request_error"
             )
-        data = await request.read()
-        if not data:
-            return _error(400, "body is empty: send the tensors as safetensors bytes", "invalid_request_error")
-        try:
-            version = await asyncio.to_thread(self.engine.load_safetensors, data, version)
-        except (KeyError, ValueError, SafetensorError) as exc:
-            return _error(400, f"cannot load the uploaded tensors: {exc}", "invalid_request_error")
+        if (request.content_length or 0) > self.options.max_body_bytes:
+            raise _TooLarge(self.options.max_body_bytes, "max_body_bytes")
+        async with self._upload:  # one upload read and loaded at a time: each may hold max_body_bytes
+            data = await _read_upload(request, self.options.max_body_bytes, self.options.read_timeout_s)
+            if not data:
+                return _error(400, "body is empty: send the tensors as safetensors bytes", "invalid_request_error")
+            try:
+                version = await asyncio.to_thread(self.engine.load_safetensors, data, version)
+            except (KeyError, ValueError, SafetensorError) as exc:
+                return _error(400, f"cannot load the uploaded tensors: {exc}", "invalid_request_error")
         return web.json_response({"weights_version": version})
 
     async def score(self, request: web.Request) -> web.Response:
@@ -439,6 +443,31 @@ async def _read_up_to(request: web.Request, size: int) -> bytes:
     return bytes(body)
 
 
+MIN_UPLOAD_RATE = 1 << 20  # bytes/s a weight upload must keep up, past its first read_timeout_s
+
+
+async def _read_upload(request: web.Request, limit: int, timeout_s: float) -> bytes:
+    """A weight upload's body (inflated, if compressed), at most ``limit`` bytes (`_TooLarge`), arriving within
+    ``timeout_s`` plus one second per `MIN_UPLOAD_RATE` bytes received (`_ReadTimeout`): a 1 GiB upload has 17
+    minutes, a body sent a byte every few seconds is cut after ~``timeout_s``."""
+    loop = asyncio.get_running_loop()
+    started, body = loop.time(), bytearray()
+    while True:
+        allowance = started + timeout_s + len(body) / MIN_UPLOAD_RATE - loop.time()
+        try:
+            if allowance <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(allowance):
+                chunk = await request.content.readany()
+        except TimeoutError:
+            raise _ReadTimeout(timeout_s, uploads=True) from None
+        if not chunk:
+            return bytes(body)
+        body += chunk
+        if len(body) > limit:
+            raise _TooLarge(limit, "max_body_bytes")
+
+
 def _short_of_its_length(request: web.Request, received: int) -> bool:
     """Whether the body ended before its Content-Length (the client went away); that length counts the
     bytes on the wire, so a compressed body (Content-Encoding: gzip) is not compared with what it inflates to."""
@@ -452,13 +481,14 @@ def _no_constant(name: str) -> float:
 
 
 class _ReadTimeout(Exception):
-    def __init__(self, seconds: float) -> None:
-        super().__init__(f"request body not received within {seconds:g} s (read_timeout_s)")
+    def __init__(self, seconds: float, uploads: bool = False) -> None:
+        rate = f" plus 1 s per {MIN_UPLOAD_RATE >> 20} MiB received" if uploads else ""
+        super().__init__(f"request body not received within {seconds:g} s{rate} (read_timeout_s)")
 
 
 class _TooLarge(Exception):
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"request body larger than {limit} bytes (max_json_body_bytes)")
+    def __init__(self, limit: int, option: str = "max_json_body_bytes") -> None:
+        super().__init__(f"request body larger than {limit} bytes ({option})")
 
 
 class _Overloaded(Exception):

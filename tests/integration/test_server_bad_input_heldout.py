@@ -201,6 +201,43 @@ def test_a_body_cut_short_by_the_client_is_answered_or_dropped_quickly(server):
     _alive(url)
 
 
+def test_a_weight_upload_sent_a_byte_at_a_time_is_cut_off(server):
+    """An upload must keep up 1 MiB/s past its first read_timeout_s: one dripping a byte every 0.2 s is answered
+    408 after ~read_timeout_s (it was held open for as long as it dripped: an outside review's slowloris)."""
+    url = server[0]
+    host, port = url.removeprefix("http://").split(":")
+    head = b"POST /update_weights_from_tensors HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n"
+    started = time.monotonic()
+    received = b""
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(head)
+        sock.settimeout(0.2)
+        while time.monotonic() - started < READ_TIMEOUT_S + 20 and not received:
+            try:
+                sock.sendall(b"\0")
+                received = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except (BrokenPipeError, ConnectionResetError):
+                break
+    took = time.monotonic() - started
+    assert received.startswith(b"HTTP/1.1 408") and b"read_timeout_s" in received, received[:300]
+    assert took < READ_TIMEOUT_S + 5, took
+    _alive(url)
+
+
+def test_a_compressed_weight_upload_inflates_within_its_bound(server):
+    url = server[0]
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    bomb = packer.compress(b"\0" * (1 << 20)) + packer.flush()  # ~1 KB on the wire, 1 MiB inflated
+    assert len(bomb) < 1 << 16
+    response = requests.post(
+        url + "/update_weights_from_tensors", data=bomb, headers={"Content-Encoding": "gzip"}, timeout=60
+    )
+    _json_error(response, 413, "max_body_bytes")
+    _alive(url)
+
+
 def test_headers_that_never_end_are_cut_off(server):
     url = server[0]
     received, took = _raw(url, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Le")
