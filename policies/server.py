@@ -254,13 +254,26 @@ class PolicyServer:
         except ValidationError as exc:
             raise BadRequest(_validation_message(exc)) from exc
 
-    def _prompts(self, prompt: list[int] | list[list[int]] | str | list[str]) -> list[list[int]]:
+    async def _prompts(self, prompt: list[int] | list[list[int]] | str | list[str]) -> list[list[int]]:
         if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], str)):
             texts = [prompt] if isinstance(prompt, str) else prompt
-            return [self._require_tokenizer("text prompts").encode(t) for t in texts]
+            tokenizer = self._require_tokenizer("text prompts")
+            self._check_text([len(t) for t in texts], tokenizer)
+            return await asyncio.to_thread(lambda: [tokenizer.encode(t) for t in texts])  # the loop serves others
         if isinstance(prompt[0], int):
             return [list(prompt)]  # type: ignore[arg-type]
         return [list(p) for p in prompt]  # type: ignore[union-attr]
+
+    def _check_text(self, lengths: list[int], tokenizer: TextTokenizer) -> None:
+        """BadRequest for a text that cannot fit the context whatever it encodes to, before tokenizing it (a
+        megabyte of text took seconds to tokenize, on the event loop, only to be refused as too long)."""
+        context = self.engine.context_length
+        for length in lengths:
+            if tokenizer.too_long(length, context):
+                raise BadRequest(
+                    f"text of {length} characters cannot fit the context of {context} tokens (a token of this "
+                    f"tokenizer stands for at most {tokenizer.max_token_chars} characters)"
+                )
 
     def _require_tokenizer(self, what: str) -> TextTokenizer:
         if self.tokenizer is None:
@@ -278,7 +291,7 @@ class PolicyServer:
             req = await self._parse(request, CompletionRequest)
             count = 1 if isinstance(req.prompt, str) or isinstance(req.prompt[0], int) else len(req.prompt)
             self._check_count(count * req.n)  # before tokenizing: a body of a million short texts is refused at once
-            prompts = [p for p in self._prompts(req.prompt) for _ in range(req.n)]
+            prompts = [p for p in await self._prompts(req.prompt) for _ in range(req.n)]
             params = per_prompt(req.sampling_params(req.max_tokens), len(prompts))  # seed, seed + 1, ... a row
             results = await self._run(prompts, params)
         except BadRequest as exc:
@@ -319,7 +332,15 @@ class PolicyServer:
         try:
             req = await self._parse(request, ChatCompletionRequest)
             tokenizer = self._require_tokenizer("chat completions")
-            prompt, stops = tokenizer.render_chat([(m.role, m.content) for m in req.messages])
+            messages = [(m.role, m.content) for m in req.messages]
+            # each message takes at least its 3 special tokens: so many messages, or so much text, cannot fit
+            if 3 * len(messages) > self.engine.context_length:
+                raise BadRequest(
+                    f"{len(messages)} messages cannot fit the context of {self.engine.context_length} tokens "
+                    "(each takes at least 3)"
+                )
+            self._check_text([sum(len(role) + len(content) for role, content in messages)], tokenizer)
+            prompt, stops = await asyncio.to_thread(tokenizer.render_chat, messages)
             max_tokens = req.max_completion_tokens or req.max_tokens or 256
             base = req.sampling_params(max_tokens, stops)
             params = per_prompt(base, req.n)

@@ -33,6 +33,16 @@ class TextTokenizer:
         self.path = path
         self._tok = Tokenizer.from_file(str(path))
         self._tok.encode_special_tokens = True  # text never encodes to a special id
+        # the most characters of text one token stands for (its vocabulary string or its decoded text, the longer):
+        # a text of more than tokens x this cannot encode to at most `tokens` ids (`too_long`)
+        vocab = self._tok.get_vocab(with_added_tokens=False)
+        self.max_token_chars = max(
+            [1] + [max(len(piece), len(self._tok.decode([i], skip_special_tokens=False))) for piece, i in vocab.items()]
+        )
+
+    def too_long(self, characters: int, tokens: int) -> bool:
+        """Whether text of ``characters`` characters surely encodes to more than ``tokens`` ids (no tokenizing)."""
+        return characters > tokens * self.max_token_chars
 
     @property
     def vocab_size(self) -> int:

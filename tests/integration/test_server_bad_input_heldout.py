@@ -280,3 +280,29 @@ def test_a_million_text_prompts_are_refused_before_tokenizing(server):
     assert time.monotonic() - started < 10
     few = _post(url, "/v1/completions", {"prompt": ["a", "b c"], "max_tokens": 1, "n": 2})
     assert few.status_code == 200 and len(few.json()["choices"]) == 4
+
+
+def test_text_that_cannot_fit_the_context_is_refused_before_tokenizing(server):
+    """A text longer than the context x the most characters a token stands for is a 400 without tokenizing it
+    (an outside review froze the server for seconds with megabytes of text, tokenized on its event loop); so are
+    more chat messages than the context holds and chats with too much text. Text that may fit is tokenized."""
+    url = server[0]
+    health = requests.get(url + "/health", timeout=30).json()
+    context = health["context_length"]
+    longest = max(len(piece) for piece in json.loads(_tokenizer_file(server).read_text())["model"]["vocab"])
+    too_long = "ab" * (context * longest)  # more characters than context x (any token's length, here <= longest)
+    _json_error(_post(url, "/v1/completions", {"prompt": too_long, "max_tokens": 1}), 400, "cannot fit the context")
+    _json_error(
+        _post(url, "/v1/completions", {"prompt": ["ab", too_long], "max_tokens": 1}), 400, "cannot fit the context"
+    )
+    chat = {"messages": [{"role": "user", "content": "hi"}] * (context // 3 + 1), "max_tokens": 1}
+    _json_error(_post(url, "/v1/chat/completions", chat), 400, "messages cannot fit the context")
+    chat = {"messages": [{"role": "user", "content": too_long}], "max_tokens": 1}
+    _json_error(_post(url, "/v1/chat/completions", chat), 400, "cannot fit the context")
+    fits = _post(url, "/v1/completions", {"prompt": "ab " * 20, "max_tokens": 1})
+    assert fits.status_code == 200, fits.text[:300]
+    _alive(url)
+
+
+def _tokenizer_file(server):
+    return server[1] / "tokenizer.json"
