@@ -28,6 +28,7 @@ not depend on batch mates either.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import threading
 import time
@@ -262,6 +263,8 @@ class ContinuousBatcher:
         self.steps: deque[tuple[int, int]] = deque(maxlen=100_000)  # (prompt columns prefilled, rows decoded) a step
         # (submitted, first token, done, tokens) of the latest finished rows, perf_counter seconds (bench generate)
         self.timings: deque[tuple[float, float, float, int]] = deque(maxlen=100_000)
+        self.cancelling = False  # a caller cancelled its future: `_drop_cancelled` at the next step
+        self.cancelled = 0  # rows dropped because their caller cancelled
         self.closed = False
         self.thread = threading.Thread(target=_work, args=(weakref.ref(self),), name="continuous-batcher", daemon=True)
         self.thread.start()
@@ -289,7 +292,16 @@ class ContinuousBatcher:
                 job.future.set_result([])
             self.condition.notify_all()
             self.wakeup.set()
+        job.future.add_done_callback(functools.partial(_on_done, weakref.ref(self)))  # no hold on a dropped engine
         return job.future
+
+    def _cancelled(self) -> None:
+        """A caller cancelled its job's future (a client that went away): its rows stop at the next step instead
+        of decoding to their budget for no one."""
+        with self.condition:
+            self.cancelling = True
+            self.condition.notify_all()
+            self.wakeup.set()
 
     def run_exclusive(self, action: Callable[[], object]) -> object:
         """Run ``action`` on the worker once no sequence is running (nothing is admitted meanwhile)."""
@@ -332,7 +344,22 @@ class ContinuousBatcher:
             blocked = self.updates or self.closed or self.prefilling is not None  # one prefill at a time
             return "step", [] if blocked else [self.waiting.popleft() for _ in range(min(free, len(self.waiting)))]
 
+    def _drop_cancelled(self) -> None:
+        """Rows whose caller cancelled its future: waiting ones never start, running ones free their slots now."""
+        with self.condition:
+            if not self.cancelling:
+                return
+            self.cancelling = False
+            kept = deque(row for row in self.waiting if not row.job.future.cancelled())
+            self.cancelled += len(self.waiting) - len(kept)
+            self.waiting = kept
+        for row in [row for row in self.running if row.job.future.cancelled()]:
+            self._release(row)
+            self.cancelled += 1
+
     def _step(self, admit: list[_Sequence]) -> None:
+        self._drop_cancelled()
+        admit = [row for row in admit if not row.job.future.cancelled()]  # cancelled since taken from the queue
         try:
             if admit:
                 self.prefilling = self._start_prefill(admit)
@@ -384,6 +411,11 @@ class ContinuousBatcher:
 
         ``logits``: (P, V) at each distinct prompt's last column; ``routes``: (L, P, width, K) or None."""
         admit, distinct, width, prefill = p.rows, p.distinct, p.ids.shape[1], p.cache
+        kept = [row for row in admit if not row.job.future.cancelled()]  # cancelled while prefilling
+        self.cancelled += len(admit) - len(kept)
+        admit = kept
+        if not admit:
+            return
         cache = self.cache
         cache.make_room(max(len(row.prompt) for row in admit))
         version = self.version()
@@ -491,6 +523,12 @@ class ContinuousBatcher:
             finish_reason=row.finish_reason or "length",
             weights_version=row.version,
         )
+
+
+def _on_done(ref: weakref.ref[ContinuousBatcher], future: Future) -> None:
+    batcher = ref()
+    if batcher is not None and future.cancelled():
+        batcher._cancelled()
 
 
 def _work(ref: weakref.ref[ContinuousBatcher]) -> None:

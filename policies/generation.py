@@ -220,12 +220,17 @@ class GenerationEngine:
 
     def stats(self) -> dict:
         """Continuous mode: what the worker did so far: ``prefills`` (distinct prompts prefilled), ``admitted``
-        (rows), ``timings`` ((submitted, first token, done, tokens) of the latest finished rows, perf_counter
+        (rows), ``cancelled`` (rows dropped because their caller cancelled its future), ``timings`` ((submitted, first token, done, tokens) of the latest finished rows, perf_counter
         seconds, a clock every process of this machine shares)."""
         if self._batcher is None:
             raise RuntimeError(f"stats needs the continuous mode, this engine runs {self.mode}")
         batcher = self._batcher
-        return {"prefills": batcher.prefills, "admitted": batcher.admitted, "timings": list(batcher.timings)}
+        return {
+            "prefills": batcher.prefills,
+            "admitted": batcher.admitted,
+            "cancelled": batcher.cancelled,
+            "timings": list(batcher.timings),
+        }
 
     def load_state_dict(self, state: dict[str, torch.Tensor], version: int | None = None) -> int:
         """Swap in new weights between batches (continuous: once the running rows finished); returns the

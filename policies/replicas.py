@@ -283,6 +283,7 @@ class ReplicatedEngine:
         return {
             "prefills": sum(p["prefills"] for p in parts),
             "admitted": sum(p["admitted"] for p in parts),
+            "cancelled": sum(p["cancelled"] for p in parts),
             "timings": [t for p in parts for t in p["timings"]],
             "replicas": len(parts),
             "rows": [p["admitted"] for p in parts],
@@ -318,7 +319,15 @@ class ReplicatedEngine:
         token = next(self._tokens)
         replica.pending[token] = (future, keys or [])
         replica.outbox.put((kind, token, *args))
+        if kind == "submit":  # a caller that cancels (a client gone) stops the rows in the child too
+            future.add_done_callback(lambda f, r=replica, t=token: self._cancelled(r, t, f))
         return future
+
+    def _cancelled(self, replica: _Replica, token: int, future: Future) -> None:
+        if future.cancelled():
+            with self._lock:
+                replica.pending.pop(token, None)  # the child does not answer a cancelled call
+            replica.outbox.put(("cancel", token))
 
     def _send_all(self, replica: _Replica) -> None:
         """The sender of one child's messages, in the order they were queued, until None or the pipe fails."""
@@ -410,7 +419,12 @@ def _serve(conn, spec: dict) -> None:
             except (OSError, ValueError):  # the parent is gone
                 pass
 
+    running: dict[int, Future] = {}  # submitted calls not answered yet, by token (for "cancel")
+
     def answer(token: int, future: Future) -> None:
+        running.pop(token, None)
+        if future.cancelled():  # the parent cancelled it and waits for no answer
+            return
         error = future.exception()
         send(("ok", token, future.result()) if error is None else ("error", token, f"{type(error).__name__}: {error}"))
 
@@ -426,7 +440,12 @@ def _serve(conn, spec: dict) -> None:
         token = rest[0]
         try:
             if kind == "submit":
-                engine.submit(rest[1], rest[2]).add_done_callback(lambda f, t=token: answer(t, f))
+                running[token] = engine.submit(rest[1], rest[2])
+                running[token].add_done_callback(lambda f, t=token: answer(t, f))
+            elif kind == "cancel":
+                cancelled = running.pop(token, None)
+                if cancelled is not None:
+                    cancelled.cancel()
             elif kind == "load":
                 engine.schedule_load(_tensors(rest[1]), rest[2]).add_done_callback(lambda f, t=token: answer(t, f))
             elif kind == "stats":

@@ -119,6 +119,7 @@ class PolicyServer:
         self._inflight = 0  # continuous engine: jobs handed over and not done yet
         self._worker: asyncio.Task | None = None
         self._upload = asyncio.Lock()  # weight uploads, one at a time
+        self.cancelled_requests = 0  # continuous engine: jobs stopped in the engine because their client went away
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.options.max_body_bytes, middlewares=[_json_errors])
@@ -157,7 +158,13 @@ class PolicyServer:
                 await self._arrived.wait()
             if getattr(self.engine, "continuous", False):  # each job joins the running batch at the next step
                 while self._pending:
-                    self._submit(self._pending.popleft())
+                    job = self._pending.popleft()
+                    if not job.done.cancelled():  # its client went away while it queued
+                        self._submit(job)
+                continue
+            while self._pending and self._pending[0].done.cancelled():
+                self._pending.popleft()
+            if not self._pending:
                 continue
             jobs = self._next_batch()
             prompts = [p for job in jobs for p in job.prompts]
@@ -189,7 +196,7 @@ class PolicyServer:
 
         def settle(done: asyncio.Future) -> None:
             self._inflight -= 1
-            if job.done.done():
+            if job.done.done() or done.cancelled():
                 return
             if done.exception() is not None:
                 job.done.set_exception(done.exception())
@@ -197,6 +204,14 @@ class PolicyServer:
                 job.done.set_result(done.result())
 
         future.add_done_callback(settle)
+        # the handler's task is cancelled when its client goes away (`serve`: handler_cancellation), which cancels
+        # the future it awaits: the engine's rows then stop at its next step instead of decoding for no one
+        job.done.add_done_callback(lambda done: self._abandoned(future) if done.cancelled() else None)
+
+    def _abandoned(self, future: asyncio.Future) -> None:
+        """A job whose client went away: stop its rows in the engine (counted when they were still running)."""
+        if future.cancel():
+            self.cancelled_requests += 1
 
     async def _run_alone(self, job: _Job) -> None:
         try:
@@ -401,6 +416,7 @@ class PolicyServer:
                 "weights_version": self.engine.weights_version,
                 "queued_requests": len(self._pending),
                 "context_length": self.engine.context_length,
+                "cancelled_requests": self.cancelled_requests,
             }
         )
 
@@ -528,7 +544,12 @@ def _usage(prompts: list[list[int]], results: list[Completion]) -> Usage:
 async def serve(server: PolicyServer, sock: socket.socket) -> None:
     """Run on a listening socket (`policies.serve_cli.listen`) until cancelled; logs the bound address."""
     # keepalive_timeout also bounds a connection that never completes its first request line and headers
-    runner = web.AppRunner(server.app(), access_log=None, keepalive_timeout=server.options.read_timeout_s)
+    runner = web.AppRunner(
+        server.app(),
+        access_log=None,
+        keepalive_timeout=server.options.read_timeout_s,
+        handler_cancellation=True,  # a client that goes away cancels its handler, and so its engine rows
+    )
     await runner.setup()
     site = web.SockSite(runner, sock)
     await site.start()

@@ -306,3 +306,28 @@ def test_text_that_cannot_fit_the_context_is_refused_before_tokenizing(server):
 
 def _tokenizer_file(server):
     return server[1] / "tokenizer.json"
+
+
+def test_a_client_that_goes_away_stops_its_rows_in_the_engine(server):
+    """Clients that close their connection mid-generation cancel their requests: the engine stops their rows
+    (counted in /health) instead of decoding 250 tokens each for no one, which held back every weight update
+    and request behind them (an outside review measured 19.6 s for a 2-token request after 4 such clients)."""
+    url = server[0]
+    host, port = url.removeprefix("http://").split(":")
+    before = requests.get(url + "/health", timeout=30).json()["cancelled_requests"]
+    body = json.dumps({"prompt": [1, 2, 3], "max_tokens": 250}).encode()
+    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+    sockets = [socket.create_connection((host, int(port)), timeout=30) for _ in range(2)]  # the queue's bound
+    for sock in sockets:
+        sock.sendall(head % len(body) + body)
+    time.sleep(0.1)
+    for sock in sockets:
+        sock.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        cancelled = requests.get(url + "/health", timeout=30).json()["cancelled_requests"] - before
+        if cancelled == 2:
+            break
+        time.sleep(0.05)
+    assert cancelled == 2
+    _alive(url)

@@ -127,8 +127,10 @@ def test_a_continuous_engine_answers_a_short_request_before_a_long_one_that_came
         async with TestServer(server.app(), host="127.0.0.1") as test_server:
             async with aiohttp.ClientSession() as session:
 
-                async def one(name: str, body: dict, delay_s: float) -> tuple[int, dict]:
+                async def one(name: str, body: dict, delay_s: float, after: int = 0) -> tuple[int, dict]:
                     await asyncio.sleep(delay_s)
+                    while server._inflight < after:  # sent once that many requests run (a fixed delay was not
+                        await asyncio.sleep(0.005)  # enough under load: the short one had finished, no 503)
                     async with session.post(test_server.make_url("/v1/completions"), json=body) as response:
                         result = response.status, await response.json()
                     finished.append(name)
@@ -136,8 +138,10 @@ def test_a_continuous_engine_answers_a_short_request_before_a_long_one_that_came
 
                 return await asyncio.gather(
                     one("long", {"prompt": [1, 2, 3], "max_tokens": 100, "seed": 1}, 0.0),
-                    one("short", {"prompt": [4, 5], "max_tokens": 20, "seed": 2}, 0.1),
-                    one("over", {"prompt": [6], "max_tokens": 2, "seed": 3}, 0.2),  # a third while two run: 503
+                    one("short", {"prompt": [4, 5], "max_tokens": 40, "seed": 2}, 0.1),  # 0.8 s, the long one 2 s
+                    one(
+                        "over", {"prompt": [6], "max_tokens": 2, "seed": 3}, 0.2, after=2
+                    ),  # a third while two run: 503
                 )
 
     (long_status, long_body), (short_status, short_body), (over_status, _) = asyncio.run(scenario())
@@ -146,6 +150,6 @@ def test_a_continuous_engine_answers_a_short_request_before_a_long_one_that_came
     alone = GenerationEngine(CausalLMPolicy(small_model()), mode="kv_cache")
     from policies.sampling import SamplingParams
 
-    for body, prompt, n, seed in ((long_body, [1, 2, 3], 100, 1), (short_body, [4, 5], 20, 2)):
+    for body, prompt, n, seed in ((long_body, [1, 2, 3], 100, 1), (short_body, [4, 5], 40, 2)):
         expected = alone.generate_batch([prompt], [SamplingParams(max_tokens=n, seed=seed)])[0].token_ids
         assert body["choices"][0]["token_ids"] == expected

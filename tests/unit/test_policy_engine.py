@@ -286,6 +286,29 @@ def test_a_dropped_or_closed_engine_stops_its_worker(policy) -> None:
         closed.generate_batch(PROMPTS[:1], [SamplingParams(max_tokens=2, seed=0)])
 
 
+def test_a_cancelled_future_stops_its_rows_and_frees_their_slots(policy) -> None:
+    """A caller that cancels its future (a client that went away) stops its running rows at the next step and
+    its waiting rows never start; the rows behind them run at once, and sample what they would have."""
+    engine = GenerationEngine(policy, max_batch_size=1)
+    batcher = engine._batcher
+    long = engine.submit(PROMPTS[:1], [SamplingParams(max_tokens=120, seed=1)])
+    queued = engine.submit(PROMPTS[1:2], [SamplingParams(max_tokens=5, seed=2)])
+    never = engine.submit(PROMPTS[2:3], [SamplingParams(max_tokens=5, seed=3)])
+    deadline = time.monotonic() + 60
+    while not (batcher.running and batcher.running[0].tokens) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    with batcher.condition:  # the worker waits here before its next step: at most one more token
+        row = batcher.running[0]
+        at_cancel = len(row.tokens)
+        assert long.cancel() and never.cancel()
+    assert queued.result(timeout=60)[0].token_ids
+    assert len(row.tokens) <= at_cancel + 1 < 120 and batcher.running == []
+    assert engine.stats()["cancelled"] == 2 and engine.stats()["admitted"] == 2  # `never` was not admitted
+    alone = GenerationEngine(policy).generate_batch(PROMPTS[1:2], [SamplingParams(max_tokens=5, seed=2)])[0]
+    same_completion(queued.result()[0], alone)
+    engine.close()
+
+
 @pytest.mark.parametrize("chunk", [1, 7, 64])
 def test_a_chunked_prefill_samples_what_the_whole_prefill_samples_routes_included(policy, chunk) -> None:
     prompts = [list(range(1, 41)), [7, 8], [9, 10, 11, 12], list(range(1, 41))]  # a shared prompt, mixed lengths
