@@ -35,7 +35,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -52,6 +52,23 @@ from policies.sampling import Completion, EngineError, SamplingParams
 log = logging.getLogger(__name__)
 
 _LIVE: weakref.WeakSet[ContinuousBatcher] = weakref.WeakSet()
+
+
+def resolve(future: Future, value: object) -> None:
+    """Set ``future``'s result unless it is done already: a caller may cancel it at any moment from its own
+    thread (a client gone), between a `done()` check and `set_result`, which would then raise."""
+    try:
+        future.set_result(value)
+    except InvalidStateError:  # cancelled (or resolved) meanwhile: nobody waits for this value
+        pass
+
+
+def reject(future: Future, error: BaseException) -> None:
+    """`resolve` for an exception."""
+    try:
+        future.set_exception(error)
+    except InvalidStateError:
+        pass
 
 
 @atexit.register
@@ -289,7 +306,7 @@ class ContinuousBatcher:
             for i, (prompt, p, seed) in enumerate(zip(prompts, params, seeds)):
                 self.waiting.append(_Sequence(job=job, index=i, prompt=list(prompt), params=p, draws=RowDraws(seed)))
             if not prompts:
-                job.future.set_result([])
+                resolve(job.future, [])
             self.condition.notify_all()
             self.wakeup.set()
         job.future.add_done_callback(functools.partial(_on_done, weakref.ref(self)))  # no hold on a dropped engine
@@ -330,12 +347,10 @@ class ContinuousBatcher:
             if self.closed and not busy:
                 error = EngineError("the generation engine was closed")
                 for row in self.waiting:
-                    if not row.job.future.done():
-                        row.job.future.set_exception(error)
+                    reject(row.job.future, error)
                 self.waiting.clear()
                 for _, future in self.updates:  # a weight update queued behind the running rows never runs
-                    if not future.done():
-                        future.set_exception(error)
+                    reject(future, error)
                 self.updates.clear()
                 return "stop", None
             if self.updates and not busy:
@@ -356,10 +371,15 @@ class ContinuousBatcher:
         for row in [row for row in self.running if row.job.future.cancelled()]:
             self._release(row)
             self.cancelled += 1
+        if self.prefilling is not None and all(row.job.future.cancelled() for row in self.prefilling.rows):
+            self.cancelled += len(self.prefilling.rows)  # its remaining chunks would be prefilled for no one
+            self.prefilling = None
 
     def _step(self, admit: list[_Sequence]) -> None:
         self._drop_cancelled()
-        admit = [row for row in admit if not row.job.future.cancelled()]  # cancelled since taken from the queue
+        kept = [row for row in admit if not row.job.future.cancelled()]  # cancelled since taken from the queue
+        self.cancelled += len(admit) - len(kept)
+        admit = kept
         try:
             if admit:
                 self.prefilling = self._start_prefill(admit)
@@ -375,8 +395,7 @@ class ContinuousBatcher:
 
     def _fail(self, rows: list[_Sequence], error: EngineError) -> None:
         for row in rows:
-            if not row.job.future.done():
-                row.job.future.set_exception(error)
+            reject(row.job.future, error)
         self.running = []
         self.cache.n, self.cache.start, self.cache.end = 0, 0, 0
 
@@ -493,8 +512,8 @@ class ContinuousBatcher:
             job = row.job
             job.completions[row.index] = self._completion(row)
             job.remaining -= 1
-            if job.remaining == 0 and not job.future.done():
-                job.future.set_result(job.completions)
+            if job.remaining == 0:
+                resolve(job.future, job.completions)
 
     def _release(self, row: _Sequence) -> None:
         slot, last = self.running.index(row), len(self.running) - 1
@@ -549,9 +568,11 @@ def _work(ref: weakref.ref[ContinuousBatcher]) -> None:
         if kind == "update":
             action, future = work
             try:
-                future.set_result(action())
+                value = action()
             except BaseException as exc:  # the caller sees the error (a bad state dict)
-                future.set_exception(exc)
+                reject(future, exc)
+            else:
+                resolve(future, value)
         elif kind == "step":
             batcher._step(work)
         del batcher, work

@@ -237,16 +237,21 @@ class GenerationEngine:
         new weights version."""
         if self._batcher is not None:
             return int(self.schedule_load(state, version).result())
+        self.policy.check_state_dict(state)
         with self._lock:
             return self._load(state, version)
 
-    def schedule_load(self, state: dict[str, torch.Tensor], version: int | None = None) -> Future:
+    def schedule_load(
+        self, state: dict[str, torch.Tensor], version: int | None = None, checked: bool = False
+    ) -> Future:
         """Continuous mode: `load_state_dict` without waiting (the future of the new version); rows submitted
         after this call start on the new weights. The names and shapes are checked first (KeyError,
-        ValueError), so a bad state dict raises here and changes nothing."""
+        ValueError; not again when the caller ``checked`` them), so a bad state dict raises here and changes
+        nothing."""
         if self._batcher is None:
             raise RuntimeError(f"schedule_load needs the continuous mode, this engine runs {self.mode}")
-        self.policy.check_state_dict(state)
+        if not checked:
+            self.policy.check_state_dict(state)
         return self._batcher.schedule_exclusive(lambda: self._load(state, version))
 
     def close(self) -> None:
@@ -255,7 +260,7 @@ class GenerationEngine:
             self._batcher.close()
 
     def _load(self, state: dict[str, torch.Tensor], version: int | None) -> int:
-        count = self.policy.load_state_dict(state)
+        count = self.policy.load_state_dict(state, checked=True)  # by `load_state_dict` or `schedule_load`
         self.weights_version = self.weights_version + 1 if version is None else version
         log.info("loaded %d tensors; weights version %d", count, self.weights_version)
         return self.weights_version

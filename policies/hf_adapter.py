@@ -89,9 +89,11 @@ class CausalLMPolicy:
                 bad = int((~torch.isfinite(value)).sum())
                 raise ValueError(f"{key}: {bad} NaN or infinite value(s); the policy keeps its weights")
 
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> int:
-        """Copy tensors into the model (a subset is fine); unknown names or shapes raise. Returns count."""
-        self.check_state_dict(state)
+    def load_state_dict(self, state: dict[str, torch.Tensor], checked: bool = False) -> int:
+        """Copy tensors into the model (a subset is fine); unknown names or shapes raise (`check_state_dict`, not
+        again when the caller ``checked`` it). Returns count."""
+        if not checked:
+            self.check_state_dict(state)
         own = self.model.state_dict()
         with torch.no_grad():
             for key, value in state.items():

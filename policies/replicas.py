@@ -45,6 +45,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load as load_safetensors_bytes
 
+from policies.continuous import reject, resolve
 from policies.generation import GenerationEngine, checkpoint_tensors
 from policies.sampling import Completion, EngineError, SamplingParams, per_prompt
 
@@ -254,7 +255,7 @@ class ReplicatedEngine:
             version = self._version + 1 if version is None else version
             self._version = version
             remote = [(r, self._request(r, "load", data, version)) for r in self.replicas[1:] if r.alive]
-            local = self.local.schedule_load(state, version)
+            local = self.local.schedule_load(state, version, checked=True)  # checked above, outside the lock
         local.result()
         for replica, future in remote:
             try:
@@ -345,14 +346,14 @@ class ReplicatedEngine:
                 kind, token, payload = replica.conn.recv()
                 with self._lock:
                     future, _ = replica.pending.pop(token, (None, None))
-                if future is None or future.done():  # a caller may have cancelled its future
+                if future is None:  # a call its caller cancelled
                     continue
-                if kind == "ok":
-                    future.set_result(payload)
+                if kind == "ok":  # resolve/reject: the caller may cancel meanwhile, which is no lost replica
+                    resolve(future, payload)
                 elif kind == "bad":  # the child's own check (the parent checks first: not expected)
-                    future.set_exception(ValueError(payload))
+                    reject(future, ValueError(payload))
                 else:
-                    future.set_exception(EngineError(f"engine replica {replica.index}: {payload}"))
+                    reject(future, EngineError(f"engine replica {replica.index}: {payload}"))
             except Exception as exc:  # the end of the pipe, or an answer that cannot be read: the replica is lost
                 self._lost(replica, exc)
                 return
@@ -375,8 +376,7 @@ class ReplicatedEngine:
             log.error("engine replica %d exited (exit code %s): %d calls fail", replica.index, code, len(pending))
         error = EngineError(f"engine replica {replica.index} exited (exit code {code}): {type(exc).__name__}")
         for future, _ in pending.values():
-            if not future.done():
-                future.set_exception(error)
+            reject(future, error)
 
 
 def _serve(conn, spec: dict) -> None:

@@ -24,9 +24,11 @@ import socket
 import time
 import uuid
 from collections import deque
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 from safetensors import SafetensorError
@@ -118,7 +120,7 @@ class PolicyServer:
         self._arrived = asyncio.Event()
         self._inflight = 0  # continuous engine: jobs handed over and not done yet
         self._worker: asyncio.Task | None = None
-        self._upload = asyncio.Lock()  # weight uploads, one at a time
+        self._upload = asyncio.Lock()  # weight updates, one at a time (`_one_update`)
         self.cancelled_requests = 0  # continuous engine: jobs stopped in the engine because their client went away
 
     def app(self) -> web.Application:
@@ -147,8 +149,10 @@ class PolicyServer:
         jobs = [self._pending.popleft()]
         size = len(jobs[0].prompts)
         while self._pending and size + len(self._pending[0].prompts) <= self.max_batch:
-            jobs.append(self._pending.popleft())
-            size += len(jobs[-1].prompts)
+            job = self._pending.popleft()
+            if not job.done.cancelled():  # its client went away while it queued
+                jobs.append(job)
+                size += len(job.prompts)
         return jobs
 
     async def _drain(self) -> None:
@@ -274,7 +278,7 @@ class PolicyServer:
             texts = [prompt] if isinstance(prompt, str) else prompt
             tokenizer = self._require_tokenizer("text prompts")
             self._check_text([len(t) for t in texts], tokenizer)
-            return await asyncio.to_thread(lambda: [tokenizer.encode(t) for t in texts])  # the loop serves others
+            return await asyncio.to_thread(tokenizer.encode_many, texts)  # the loop serves others meanwhile
         if isinstance(prompt[0], int):
             return [list(prompt)]  # type: ignore[arg-type]
         return [list(p) for p in prompt]  # type: ignore[union-attr]
@@ -423,12 +427,30 @@ class PolicyServer:
     async def update_weights(self, request: web.Request) -> web.Response:
         try:
             req = await self._parse(request, UpdateWeightsRequest)
-            version = await asyncio.to_thread(self.engine.load_checkpoint, Path(req.path), req.version)
         except BadRequest as exc:
             return _error(400, str(exc), "invalid_request_error")
+        return await self._one_update(self._load_path(req))
+
+    async def _load_path(self, req: UpdateWeightsRequest) -> web.Response:
+        try:
+            version = await asyncio.to_thread(self.engine.load_checkpoint, Path(req.path), req.version)
         except (OSError, KeyError, ValueError, SafetensorError) as exc:  # unreadable, not safetensors, wrong shapes
             return _error(400, f"cannot load weights from {req.path}: {exc}", "invalid_request_error")
         return web.json_response({"weights_version": version})
+
+    async def _one_update(self, update: Coroutine[None, None, web.Response]) -> web.Response:
+        """Run a weight update alone: one is read and loaded at a time (each may hold `max_body_bytes`), to its
+        end even when its client goes away (its handler is cancelled, not the load: the next update starts after
+        it, so versions load in order); one that waits `read_timeout_s` for another is a 503."""
+        try:
+            async with asyncio.timeout(self.options.read_timeout_s):
+                await self._upload.acquire()
+        except TimeoutError:
+            update.close()
+            return _error(503, "another weight update is in progress; retry later", "overloaded")
+        task = asyncio.ensure_future(update)
+        task.add_done_callback(lambda _: self._upload.release())
+        return await asyncio.shield(task)
 
     async def update_weights_from_tensors(self, request: web.Request) -> web.Response:
         raw_version = request.query.get("version")
@@ -442,14 +464,23 @@ class PolicyServer:
             )
         if (request.content_length or 0) > self.options.max_body_bytes:
             raise _TooLarge(self.options.max_body_bytes, "max_body_bytes")
-        async with self._upload:  # one upload read and loaded at a time: each may hold max_body_bytes
+        return await self._one_update(self._upload_and_load(request, version))
+
+    async def _upload_and_load(self, request: web.Request, version: int | None) -> web.Response:
+        try:
             data = await _read_upload(request, self.options.max_body_bytes, self.options.read_timeout_s)
-            if not data:
-                return _error(400, "body is empty: send the tensors as safetensors bytes", "invalid_request_error")
-            try:
-                version = await asyncio.to_thread(self.engine.load_safetensors, data, version)
-            except (KeyError, ValueError, SafetensorError) as exc:
-                return _error(400, f"cannot load the uploaded tensors: {exc}", "invalid_request_error")
+        except _TooLarge as exc:
+            return _error(413, str(exc), "invalid_request_error")
+        except _ReadTimeout as exc:
+            return _error(408, str(exc), "invalid_request_error")
+        except (OSError, aiohttp.ClientError) as exc:  # the client went away mid-upload: nobody reads this answer
+            return _error(400, f"upload ended early: {type(exc).__name__}: {exc}", "invalid_request_error")
+        if not data:
+            return _error(400, "body is empty: send the tensors as safetensors bytes", "invalid_request_error")
+        try:
+            version = await asyncio.to_thread(self.engine.load_safetensors, data, version)
+        except (KeyError, ValueError, SafetensorError) as exc:
+            return _error(400, f"cannot load the uploaded tensors: {exc}", "invalid_request_error")
         return web.json_response({"weights_version": version})
 
     async def score(self, request: web.Request) -> web.Response:

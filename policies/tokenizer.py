@@ -10,6 +10,7 @@ cannot forge a turn boundary.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -33,16 +34,25 @@ class TextTokenizer:
         self.path = path
         self._tok = Tokenizer.from_file(str(path))
         self._tok.encode_special_tokens = True  # text never encodes to a special id
-        # the most characters of text one token stands for (its vocabulary string or its decoded text, the longer):
-        # a text of more than tokens x this cannot encode to at most `tokens` ids (`too_long`)
-        vocab = self._tok.get_vocab(with_added_tokens=False)
-        self.max_token_chars = max(
-            [1] + [max(len(piece), len(self._tok.decode([i], skip_special_tokens=False))) for piece, i in vocab.items()]
-        )
+        # the most characters of text one token stands for (its vocabulary string or its decoded text, the longer;
+        # added tokens included): a text of more than tokens x this cannot encode to at most `tokens` ids
+        # (`too_long`). Only where every character of the text reaches a token: no normalizer (NFKC, replacements
+        # and stripping shrink text) and no pre-tokenizer but byte-level (a whitespace split drops the spaces)
+        spec = json.loads(path.read_text(encoding="utf-8"))
+        pre = (spec.get("pre_tokenizer") or {}).get("type")
+        if spec.get("normalizer") is None and pre in (None, "ByteLevel"):
+            vocab = self._tok.get_vocab(with_added_tokens=True)
+            self.max_token_chars: int | None = max(
+                [1]
+                + [max(len(piece), len(self._tok.decode([i], skip_special_tokens=False))) for piece, i in vocab.items()]
+            )
+        else:
+            self.max_token_chars = None
 
     def too_long(self, characters: int, tokens: int) -> bool:
-        """Whether text of ``characters`` characters surely encodes to more than ``tokens`` ids (no tokenizing)."""
-        return characters > tokens * self.max_token_chars
+        """Whether text of ``characters`` characters surely encodes to more than ``tokens`` ids (no tokenizing);
+        False where the tokenizer gives no such bound (`max_token_chars` None)."""
+        return self.max_token_chars is not None and characters > tokens * self.max_token_chars
 
     @property
     def vocab_size(self) -> int:
@@ -50,6 +60,10 @@ class TextTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
+
+    def encode_many(self, texts: list[str]) -> list[list[int]]:
+        """`encode` of each text, in one call that releases the GIL (a server's event loop goes on meanwhile)."""
+        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(ids, skip_special_tokens=False)
@@ -72,13 +86,14 @@ class TextTokenizer:
             text = "".join(f"{role}: {content}\n" for role, content in messages) + "assistant:"
             return self.encode(text), []
         start, message, end = self.token_id(START), self.token_id(MESSAGE), self.token_id(END)
+        pieces = iter(self.encode_many([text for pair in messages for text in pair] + ["assistant", "final"]))
         ids: list[int] = []
-        for role, content in messages:
-            ids += [start, *self.encode(role), message, *self.encode(content), end]
-        ids += [start, *self.encode("assistant")]
+        for _ in messages:
+            ids += [start, *next(pieces), message, *next(pieces), end]
+        ids += [start, *next(pieces)]
         channel = self.token_id(CHANNEL)
         if channel is not None:
-            ids += [channel, *self.encode("final")]
+            ids += [channel, *next(pieces)]
         ids.append(message)
         stops = [t for t in (end, self.token_id(RETURN), self.token_id(CALL)) if t is not None]
         return ids, stops

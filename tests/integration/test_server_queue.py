@@ -153,3 +153,46 @@ def test_a_continuous_engine_answers_a_short_request_before_a_long_one_that_came
     for body, prompt, n, seed in ((long_body, [1, 2, 3], 100, 1), (short_body, [4, 5], 40, 2)):
         expected = alone.generate_batch([prompt], [SamplingParams(max_tokens=n, seed=seed)])[0].token_ids
         assert body["choices"][0]["token_ids"] == expected
+
+
+def test_weight_updates_run_one_at_a_time_and_to_their_end_when_the_client_goes_away() -> None:
+    """A second update waiting read_timeout_s for a running one is a 503; an update whose client goes away is
+    still loaded to its end before the next one starts (its handler is cancelled, not the load), so versions
+    load in the order they were asked for (an outside review: the lock was released while the load ran)."""
+    import threading
+
+    release = threading.Event()
+    loaded: list[int | None] = []
+
+    class SlowLoads(ScriptedEngine):
+        def load_safetensors(self, data: bytes, version: int | None = None) -> int:
+            release.wait(timeout=60)
+            loaded.append(version)
+            return super().load_safetensors(data, version)
+
+    engine = SlowLoads()
+    server = PolicyServer(engine, ServerOptions(read_timeout_s=0.5))
+
+    async def scenario() -> tuple[int, int, int]:
+        async with TestServer(server.app(), host="127.0.0.1", handler_cancellation=True) as test_server:
+            async with aiohttp.ClientSession() as session:
+                url = test_server.make_url("/update_weights_from_tensors")
+
+                async def upload(version: int) -> int:
+                    async with session.post(f"{url}?version={version}", data=b"tensors") as response:
+                        return response.status
+
+                first = asyncio.ensure_future(upload(5))
+                await asyncio.sleep(0.2)  # the first is loading (blocked)
+                waiting = await upload(6)  # waits 0.5 s for the lock: 503
+                first.cancel()  # its client goes away mid-load
+                await asyncio.gather(first, return_exceptions=True)
+                await asyncio.sleep(0.2)
+                blocked_version = engine.weights_version  # still loading: not 5 yet
+                release.set()
+                third = await upload(7)  # starts once the first has loaded
+                return waiting, blocked_version, third
+
+    waiting, blocked_version, third = asyncio.run(scenario())
+    assert waiting == 503 and blocked_version == 0 and third == 200
+    assert loaded == [5, 7] and engine.weights_version == 7

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 import torch
@@ -307,6 +307,48 @@ def test_a_cancelled_future_stops_its_rows_and_frees_their_slots(policy) -> None
     alone = GenerationEngine(policy).generate_batch(PROMPTS[1:2], [SamplingParams(max_tokens=5, seed=2)])[0]
     same_completion(queued.result()[0], alone)
     engine.close()
+
+
+def test_a_cancelled_chunked_prefill_stops_at_its_next_chunk(policy) -> None:
+    engine = GenerationEngine(policy, prefill_chunk=1)
+    batcher = engine._batcher
+    long = engine.submit([[1 + i % 60 for i in range(80)]], [SamplingParams(max_tokens=4, seed=1)])  # 80 chunks
+    deadline = time.monotonic() + 60
+    while not (batcher.prefilling and batcher.prefilling.done) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    with batcher.condition:  # the worker waits here before its next step
+        prefill = batcher.prefilling
+        assert long.cancel()
+    after = engine.generate_batch(PROMPTS[:1], [SamplingParams(max_tokens=2, seed=2)])
+    assert after[0].token_ids and prefill.done < 80 and engine.stats()["cancelled"] == 1
+    engine.close()
+
+
+def test_a_cancel_racing_the_answer_fails_no_other_row(policy, monkeypatch) -> None:
+    """A caller's cancel can land between the worker's check and its `set_result` (the caller's thread): the
+    answer is dropped and the other rows of the step go on (it raised InvalidStateError, which failed every
+    running row as the model's fault; an outside review)."""
+    from policies import continuous
+
+    engine = GenerationEngine(policy, max_batch_size=2)
+    first = engine.submit(PROMPTS[:1], [SamplingParams(max_tokens=3, seed=1)])
+    second = engine.submit(PROMPTS[1:2], [SamplingParams(max_tokens=12, seed=2)])
+    completion = continuous.ContinuousBatcher._completion
+
+    def cancelled_meanwhile(row):
+        if row.job.future is first:
+            first.cancel()  # the race, made certain: the caller cancels as the worker answers
+        return completion(row)
+
+    monkeypatch.setattr(continuous.ContinuousBatcher, "_completion", staticmethod(cancelled_meanwhile))
+    assert len(second.result(timeout=60)[0].token_ids) == 12 and first.cancelled()
+    assert engine.generate_batch(PROMPTS[:1], [SamplingParams(max_tokens=2, seed=3)])[0].token_ids
+    engine.close()
+    for settle in (continuous.resolve, continuous.reject):  # on a cancelled future: nothing, no raise
+        future = Future()
+        future.cancel()
+        settle(future, ValueError("late"))
+        assert future.cancelled()
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 64])
