@@ -76,4 +76,8 @@ def run(args: argparse.Namespace) -> int:
         asyncio.run(serve(server, sock))
     except KeyboardInterrupt:
         log.info("stopped")
+    finally:  # stop the engine's worker and spawned replicas now, each within a bound, not at interpreter exit
+        close = getattr(engine, "close", None)
+        if close is not None:
+            close()
     return 0
