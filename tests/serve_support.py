@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import queue
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -26,6 +27,9 @@ def start_server(config: Path, seen: list[str] | None = None) -> tuple[subproces
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        # SIGINT as a terminal gives it: a suite started in the background (`make test &`, CI) ignores SIGINT and
+        # its children inherit that, so Ctrl-C tests found the server still running (py-spy: its loop idle)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
