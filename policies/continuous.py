@@ -365,9 +365,7 @@ class ContinuousBatcher:
             if not self.cancelling:
                 return
             self.cancelling = False
-            kept = deque(row for row in self.waiting if not row.job.future.cancelled())
-            self.cancelled += len(self.waiting) - len(kept)
-            self.waiting = kept
+            self.waiting = deque(self._uncancelled(self.waiting))
         for row in [row for row in self.running if row.job.future.cancelled()]:
             self._release(row)
             self.cancelled += 1
@@ -375,11 +373,15 @@ class ContinuousBatcher:
             self.cancelled += len(self.prefilling.rows)  # its remaining chunks would be prefilled for no one
             self.prefilling = None
 
+    def _uncancelled(self, rows) -> list[_Sequence]:
+        """``rows`` less those whose caller cancelled its future, counted in `cancelled`."""
+        kept = [row for row in rows if not row.job.future.cancelled()]
+        self.cancelled += len(rows) - len(kept)
+        return kept
+
     def _step(self, admit: list[_Sequence]) -> None:
         self._drop_cancelled()
-        kept = [row for row in admit if not row.job.future.cancelled()]  # cancelled since taken from the queue
-        self.cancelled += len(admit) - len(kept)
-        admit = kept
+        admit = self._uncancelled(admit)  # some may have been cancelled since they were taken from the queue
         try:
             if admit:
                 self.prefilling = self._start_prefill(admit)
@@ -430,9 +432,7 @@ class ContinuousBatcher:
 
         ``logits``: (P, V) at each distinct prompt's last column; ``routes``: (L, P, width, K) or None."""
         admit, distinct, width, prefill = p.rows, p.distinct, p.ids.shape[1], p.cache
-        kept = [row for row in admit if not row.job.future.cancelled()]  # cancelled while prefilling
-        self.cancelled += len(admit) - len(kept)
-        admit = kept
+        admit = self._uncancelled(admit)  # some may have been cancelled while prefilling
         if not admit:
             return
         cache = self.cache

@@ -145,10 +145,9 @@ class PolicyServer:
             await asyncio.gather(self._worker, return_exceptions=True)
 
     def _next_batch(self) -> list[_Job]:
-        """Oldest job, plus the following ones while they fit into one engine batch."""
-        jobs = [self._pending.popleft()]
-        size = len(jobs[0].prompts)
-        while self._pending and size + len(self._pending[0].prompts) <= self.max_batch:
+        """Oldest job its client still waits for, plus the following ones while they fit into one engine batch."""
+        jobs, size = [], 0
+        while self._pending and (not jobs or size + len(self._pending[0].prompts) <= self.max_batch):
             job = self._pending.popleft()
             if not job.done.cancelled():  # its client went away while it queued
                 jobs.append(job)
@@ -166,11 +165,9 @@ class PolicyServer:
                     if not job.done.cancelled():  # its client went away while it queued
                         self._submit(job)
                 continue
-            while self._pending and self._pending[0].done.cancelled():
-                self._pending.popleft()
-            if not self._pending:
-                continue
             jobs = self._next_batch()
+            if not jobs:  # every queued job was cancelled
+                continue
             prompts = [p for job in jobs for p in job.prompts]
             params = [p for job in jobs for p in job.params]
             try:
