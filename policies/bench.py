@@ -421,7 +421,7 @@ def logprob_gap(engine, requests: list[_Request]) -> dict:
     with torch.no_grad():
         for request, c in zip(requests, completions):
             ids = torch.tensor([request.prompt + c.token_ids], device=device)
-            routes = torch.tensor(c.routed_experts, device=device)[:, None]  # (L, 1, T, K)
+            routes = torch.tensor(c.routed_experts.array, dtype=torch.int64, device=device)[:, None]  # (L, 1, T, K)
             logits = trainer(ids, routed_experts=routes).logits[0, len(request.prompt) - 1 : -1].float()
             exact = torch.log_softmax(logits, dim=-1).gather(1, ids[0, len(request.prompt) :, None])[:, 0]
             gaps.append((exact - torch.tensor(c.raw_logprobs, device=device)).abs())

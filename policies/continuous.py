@@ -47,7 +47,7 @@ from policies.cuda_graphs import GraphDecoder
 from policies.decode import LeanDecoder
 from policies.hf_adapter import CausalLMPolicy
 from policies.sampler import RowDraws, RowSampling, Sample, sample, uniforms
-from policies.sampling import Completion, EngineError, SamplingParams
+from policies.sampling import Completion, EngineError, Routes, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def append_sample(row, drawn: tuple[int, float, float]) -> None:
         row.finish_reason = "length"
 
 
-def completion_routes(prompt, fed: list, tokens: int) -> list:
+def completion_routes(prompt, fed: list, tokens: int) -> Routes:
     """Routes (L, P + tokens, K) of a completion: the prompt's (L, P, K), then each fed token's (L, K), then -1
     for the last sampled token, which is never fed forward. Tensors (on any device) or numpy arrays; assembled
     on the CPU in numpy (a completion's hundreds of pieces cost ~0.2 ms there against ~1 ms as torch tensors)."""
@@ -116,7 +116,7 @@ def completion_routes(prompt, fed: list, tokens: int) -> list:
     else:
         steps = np.stack(steps, axis=1)
     last = np.full((layers, 1, k), -1, dtype=prompt.dtype)
-    return np.concatenate([prompt, steps.astype(prompt.dtype, copy=False), last], axis=1).tolist()
+    return Routes(np.concatenate([prompt, steps.astype(prompt.dtype, copy=False), last], axis=1))
 
 
 class SlotCache:

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from policies.sampling import MAX_SEED, SamplingParams
+from policies.sampling import MAX_SEED, Routes, SamplingParams
 
 # Strict: a token id `true` or `2.0`, or `"max_tokens": "16"`, is the client's bug, answered 400, not coerced.
 _REQUEST = ConfigDict(extra="forbid", use_attribute_docstrings=True, strict=True)
@@ -124,7 +124,7 @@ class CompletionChoice(BaseModel):
     finish_reason: Literal["stop", "length"]
     token_ids: list[int]
     raw_logprobs: list[float]
-    routed_experts: list[list[list[int]]] | None = None
+    routed_experts: Routes | None = None
     prompt_token_ids: list[int]
 
 
@@ -161,7 +161,7 @@ class ChatChoice(BaseModel):
     finish_reason: Literal["stop", "length"]
     token_ids: list[int]
     raw_logprobs: list[float]
-    routed_experts: list[list[list[int]]] | None = None
+    routed_experts: Routes | None = None
 
 
 class ChatCompletionResponse(BaseModel):

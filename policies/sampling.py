@@ -8,9 +8,11 @@ The gym imports these: `gym.policy_client.RolloutEngine` is
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, model_validator
+from pydantic_core import core_schema
 
 MAX_SEED = 1 << 62
 MIN_TEMPERATURE = 1e-5  # below it (but 0, greedy) float32 logits / temperature overflow to inf, samples to NaN
@@ -60,6 +62,69 @@ def per_prompt(params: SamplingParams, prompts: int) -> list[SamplingParams]:
     return [params.model_copy(update={"seed": params.seed + i}) for i in range(prompts)]
 
 
+class Routes:
+    """A completion's routed experts, ``routes[layer][position][k]``, as one read-only int16 array (L, T, K).
+
+    An engine hands the array it assembled; the JSON wire (and `model_dump`) carries nested lists, read back
+    into an array. Nested lists cost a GRPO step of the tiny policy ~100,000 Python lists (64 completions x 2
+    MoE layers x ~780 positions): building them, walking them in garbage collections, and turning them back
+    into the array the trainer replays. Values are -1 (route freely) or an expert index."""
+
+    __slots__ = ("array",)
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, routes: Any) -> None:
+        try:
+            array = np.asarray(routes)
+        except (ValueError, TypeError) as exc:  # ragged nested lists
+            raise ValueError(f"routed_experts must be a [layer][position][k] array of integers: {exc}") from None
+        if array.ndim != 3 or array.dtype.kind not in "iu":
+            raise ValueError(
+                f"routed_experts must be a [layer][position][k] array of integers, got {array.ndim} dimension(s) "
+                f"of {array.dtype}"
+            )
+        if array.size and (array.min() < -1 or array.max() > np.iinfo(np.int16).max):
+            raise ValueError(f"routed_experts must be -1 or an expert index, got {array.min()}..{array.max()}")
+        self.array = array.astype(np.int16)  # a copy: nobody else holds it
+        self.array.flags.writeable = False
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.array.shape
+
+    def tolist(self) -> list[list[list[int]]]:
+        return self.array.tolist()
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return self.array if dtype is None else self.array.astype(dtype)
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, index):
+        return self.array[index]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Routes):
+            return NotImplemented
+        return bool(np.array_equal(self.array, other.array))
+
+    def __repr__(self) -> str:
+        return f"Routes(shape={self.shape})"
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            lambda value: value if isinstance(value, Routes) else cls(value),
+            serialization=core_schema.plain_serializer_function_ser_schema(lambda routes: routes.tolist()),
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler) -> dict:
+        nested = core_schema.list_schema(core_schema.list_schema(core_schema.list_schema(core_schema.int_schema())))
+        return handler(nested)
+
+
 class Completion(BaseModel):
     """One sampled completion, token-exact."""
 
@@ -72,7 +137,7 @@ class Completion(BaseModel):
     (after temperature, top-k, top-p; 0.0 for greedy)."""
     raw_logprobs: list[float]
     """Logprob of each sampled token under the raw model (temperature 1, nothing truncated)."""
-    routed_experts: list[list[list[int]]] | None = None
+    routed_experts: Routes | None = None
     """routed_experts[layer][i][k] over i = prompt + completion positions (MoE policies, when asked).
     The last completion token is never fed forward, so its row is all -1 (it affects no logprob;
     the model routes -1 rows itself when replaying)."""

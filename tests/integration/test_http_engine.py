@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import numpy as np
 import pytest
 import trio
 
@@ -36,14 +37,14 @@ REPLY = {
 }
 
 
-def handler_for(answers: list[int], retry_after: str | None) -> type[BaseHTTPRequestHandler]:
-    """Answers each POST with the next status of ``answers`` (the reply above for 200)."""
+def handler_for(answers: list[int], retry_after: str | None, reply: dict = REPLY) -> type[BaseHTTPRequestHandler]:
+    """Answers each POST with the next status of ``answers`` (``reply`` for 200)."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers["Content-Length"]))
             code = answers.pop(0)
-            data = json.dumps(REPLY if code == 200 else {"error": "queue full"}).encode()
+            data = json.dumps(reply if code == 200 else {"error": "queue full"}).encode()
             self.send_response(code)
             if retry_after is not None and code == 503:
                 self.send_header("Retry-After", retry_after)
@@ -58,17 +59,19 @@ def handler_for(answers: list[int], retry_after: str | None) -> type[BaseHTTPReq
 
 
 @contextmanager
-def server(answers: list[int], retry_after: str | None = None, port: int = 0, after_s: float = 0.0) -> Iterator[str]:
+def server(
+    answers: list[int], retry_after: str | None = None, port: int = 0, after_s: float = 0.0, reply: dict = REPLY
+) -> Iterator[str]:
     """``http://127.0.0.1:PORT`` of a threaded server that starts listening ``after_s`` seconds from now."""
     holder: dict[str, ThreadingHTTPServer] = {}
 
     def serve() -> None:
         time.sleep(after_s)
-        holder["server"] = ThreadingHTTPServer(("127.0.0.1", port), handler_for(answers, retry_after))
+        holder["server"] = ThreadingHTTPServer(("127.0.0.1", port), handler_for(answers, retry_after, reply))
         holder["server"].serve_forever()
 
     if not port:
-        holder["server"] = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(answers, retry_after))
+        holder["server"] = ThreadingHTTPServer(("127.0.0.1", 0), handler_for(answers, retry_after, reply))
         port = holder["server"].server_address[1]
         thread = threading.Thread(target=holder["server"].serve_forever, daemon=True)
     else:
@@ -122,6 +125,21 @@ def test_other_http_errors_are_not_retried():
         with pytest.raises(EngineError, match="HTTP 500"):
             generate(HttpEngine(url))
     assert answers == [200]
+
+
+def with_routes(routes) -> dict:
+    return {**REPLY, "choices": [{**REPLY["choices"][0], "routed_experts": routes}]}
+
+
+def test_routes_come_back_as_one_array_and_malformed_routes_are_an_engine_failure():
+    with server([200], reply=with_routes([[[1, 2], [-1, -1]], [[3, 4], [-1, -1]]])) as url:
+        [completion] = generate(HttpEngine(url))
+    assert completion.routed_experts.shape == (2, 2, 2) and completion.routed_experts.array.dtype == np.int16
+    assert completion.routed_experts.tolist() == [[[1, 2], [-1, -1]], [[3, 4], [-1, -1]]]
+    for bad in ([[[1, 2], [3]]], [[1, 2]], [[[1.5, 2.0]]], [[[-3, 0]]], [[[70000, 0]]], [[["1", "2"]]]):
+        with server([200], reply=with_routes(bad)) as url:
+            with pytest.raises(EngineError, match="(?s)unexpected /v1/completions reply.*routed_experts must be"):
+                generate(HttpEngine(url))
 
 
 def test_a_server_coming_up_is_reached_through_the_connect_retries():

@@ -6,6 +6,7 @@ import asyncio
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import save
@@ -25,7 +26,7 @@ def policy() -> CausalLMPolicy:
 def full_logprobs(policy: CausalLMPolicy, prompt: list[int], tokens: list[int], routes=None) -> torch.Tensor:
     """log softmax of a full forward over prompt + tokens, at the sampled tokens."""
     ids = torch.tensor([prompt + tokens])
-    replay = None if routes is None else torch.tensor(routes)[:, None]  # (L, 1, T, K)
+    replay = None if routes is None else torch.tensor(routes.array, dtype=torch.int64)[:, None]  # (L, 1, T, K)
     with torch.no_grad():
         logits = policy.model(ids, routed_experts=replay).logits[0, len(prompt) - 1 : -1]
     return torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
@@ -64,7 +65,7 @@ def test_raw_and_sampling_logprobs(policy) -> None:
 def test_routes_replay_reproduces_the_rollout_logprobs(policy) -> None:
     params = SamplingParams(max_tokens=8, temperature=1.0, seed=2, return_routed_experts=True)
     for prompt, c in zip(PROMPTS, GenerationEngine(policy).generate_batch(PROMPTS, [params] * 3)):
-        routes = torch.tensor(c.routed_experts)
+        routes = torch.tensor(c.routed_experts.array)
         assert routes.shape == (2, len(prompt) + len(c.token_ids), 2)  # (moe layers, P + N, K)
         assert (routes[:, -1] == -1).all() and (routes[:, :-1] >= 0).all()
         with torch.no_grad():
@@ -196,7 +197,9 @@ def test_continuous_batching_equals_the_batch_path_routes_included(policy) -> No
         # built without a second validation: what the engine hands out validates as it is
         assert Completion.model_validate(a.model_dump()) == a
         assert all(type(x) is int for x in a.token_ids) and all(type(x) is float for x in a.logprobs)
-        assert all(type(k) is int for layer in a.routed_experts for position in layer for k in position)
+        # routes stay one array (not ~100,000 nested lists a GRPO step); the wire carries lists
+        assert a.routed_experts.array.dtype == np.int16 and not a.routed_experts.array.flags.writeable
+        assert a.model_dump()["routed_experts"] == a.routed_experts.array.tolist()
 
 
 def test_rows_join_a_running_batch_and_leave_it_when_they_stop(policy) -> None:
