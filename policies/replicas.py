@@ -290,6 +290,12 @@ class ReplicatedEngine:
             "rows": [p["admitted"] for p in parts],
         }
 
+    def replica_counts(self) -> dict[str, int]:
+        """``started`` and ``live`` replicas (this process's included), for /health: a spawned replica that died
+        or was retired takes no more calls and is not replaced (docs/engine.md)."""
+        with self._lock:
+            return {"started": len(self.replicas), "live": sum(r.alive for r in self.replicas)}
+
     def close(self) -> None:
         """Stop every replica (their running rows finish first; a child that does not stop in 30 s is
         killed; calls still waiting fail with EngineError); idempotent."""

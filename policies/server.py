@@ -410,16 +410,18 @@ class PolicyServer:
         return web.json_response({"object": "list", "data": [card]})
 
     async def health(self, _request: web.Request) -> web.Response:
-        return web.json_response(
-            {
-                "status": "ok",
-                "model": self.model_name,
-                "weights_version": self.engine.weights_version,
-                "queued_requests": len(self._pending),
-                "context_length": self.engine.context_length,
-                "cancelled_requests": self.cancelled_requests,
-            }
-        )
+        body = {
+            "status": "ok",
+            "model": self.model_name,
+            "weights_version": self.engine.weights_version,
+            "queued_requests": len(self._pending),
+            "context_length": self.engine.context_length,
+            "cancelled_requests": self.cancelled_requests,
+        }
+        counts = getattr(self.engine, "replica_counts", None)  # a `ReplicatedEngine` (engine.replicas > 1)
+        if counts is not None:
+            body["replicas"] = counts()
+        return web.json_response(body)
 
     async def update_weights(self, request: web.Request) -> web.Response:
         try:

@@ -227,9 +227,21 @@ def test_gym_serve_with_two_replicas_serves_and_updates_weights(tmp_path) -> Non
         uniform = -math.log(MODEL["vocab_size"])
         logprobs = [lp for a in after for lp in a["choices"][0]["logprobs"]["token_logprobs"]]
         assert max(abs(lp - uniform) for lp in logprobs) < 1e-4
-        assert requests.get(f"{url}/health", timeout=30).json()["weights_version"] == 4
+        health = requests.get(f"{url}/health", timeout=30).json()
+        assert health["weights_version"] == 4 and health["replicas"] == {"started": 2, "live": 2}
         children = _children(proc.pid)
         assert len(children) >= 1, children  # the spawned replica (and multiprocessing's helpers)
+        # a replica that dies shows in /health, and the server goes on with the one left
+        [replica] = [pid for pid in children if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()]
+        os.kill(replica, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while requests.get(f"{url}/health", timeout=30).json()["replicas"]["live"] != 1:
+            assert time.monotonic() < deadline, "the dead replica still counted live after 60 s"
+            time.sleep(0.1)
+        with ThreadPoolExecutor(8) as pool:
+            left_one = list(pool.map(complete, range(8)))
+        assert all(r.status_code == 200 for r in left_one), [r.text for r in left_one]
+        assert {r.json()["weights_version"] for r in left_one} == {4}
         proc.send_signal(signal.SIGINT)  # Ctrl-C: the server stops and closes its engine, replicas included
         try:
             assert proc.wait(timeout=120) == 0
