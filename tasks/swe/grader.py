@@ -18,6 +18,11 @@
    only from a cache outside the tree, pytest's plugin autoload off and
    only the instance's declared plugins loaded.
 4. The log is parsed (`tasks.swe.testlog`) and graded (`tasks.swe.resolution`).
+5. A P2P test the run skipped passes only where the same command skips it on the
+   unpatched tree (with ``test_patch``): that reference run is made in another
+   fresh container the first time a grading needs it, once per instance and
+   command, and kept (`SweGrader.skipped_before`). A reference run that does not
+   finish and pass its own checks is the instance's failure: ``infra_error``.
 
 A sandbox failure or a grader crash is ``infra_error`` (masked, never a 0);
 a timeout, OOM or runaway output of the tests is the candidate's doing:
@@ -46,7 +51,7 @@ from sandbox.workspace import Workspace
 from tasks.swe import testlog
 from tasks.swe.diff import files_of_test_ids, protection, strip_protected
 from tasks.swe.instance import SweInstance
-from tasks.swe.resolution import InstanceResult, Status, StrippedPath, TestGroup, grade_log
+from tasks.swe.resolution import InstanceResult, Status, StrippedPath, TestGroup, allow_skips, grade_log
 from tasks.swe.workspace import MAX_DIFF_BYTES, PRISTINE_REPO, REPO, copy_repo, put_file
 
 log = logging.getLogger(__name__)
@@ -188,6 +193,7 @@ class SweGrader:
 
     def __init__(self, config: SweGraderConfig | None = None):
         self.config = config or SweGraderConfig()
+        self._skipped_before: dict[tuple[str, str], frozenset[str]] = {}  # (instance id, command): P2P skipped
 
     async def grade(self, pool: WorkspacePool | FleetPool, instance: SweInstance, model_patch: str) -> InstanceResult:
         """Grade ``model_patch``; never raises for anything the candidate or the sandbox does."""
@@ -209,6 +215,8 @@ class SweGrader:
         try:
             async with pool.acquire(owner=f"swe-grade:{instance.instance_id}") as ws:
                 result, text = await self._run(ws, instance, kept.diff)
+            if result.p2p_skipped and result.status in ("resolved", "unresolved"):
+                result = allow_skips(result, await self.skipped_before(pool, instance))
         except Exception as err:  # a sandbox or grader failure is infrastructure, never a reward of 0
             log.exception("grading %s crashed", instance.instance_id)
             result, text = self._outcome(instance, "infra_error", f"grader crash: {err!r}"[:500]), ""
@@ -217,6 +225,23 @@ class SweGrader:
         )
         self._save(instance, model_patch, kept.diff, text, result)
         return result
+
+    async def skipped_before(self, pool: WorkspacePool | FleetPool, instance: SweInstance) -> frozenset[str]:
+        """The P2P tests the instance's command skips on the unpatched tree (with ``test_patch``), from a reference
+        run in a fresh container (once per instance and command); raises `InfraError` when that run cannot be
+        graded (then nothing of a candidate's skips can be judged: the instance's failure, not the candidate's)."""
+        key = (instance.instance_id, instance.command())
+        if key not in self._skipped_before:
+            async with pool.acquire(owner=f"swe-grade-reference:{instance.instance_id}") as ws:
+                reference, _ = await self._run(ws, instance, "")
+            if reference.status not in ("resolved", "unresolved") or reference.exit_code is None:
+                raise InfraError(
+                    f"the reference run of the unpatched tree, needed to judge skipped P2P tests, ended "
+                    f"{reference.status} (exit code {reference.exit_code}): {reference.detail[:300]}"
+                )
+            self._skipped_before[key] = frozenset(reference.p2p_skipped)
+            log.info("%s: the unpatched tree skips %d P2P test(s)", instance.instance_id, len(reference.p2p_skipped))
+        return self._skipped_before[key]
 
     @staticmethod
     def _outcome(instance: SweInstance, status: Status, detail: str) -> InstanceResult:
@@ -334,7 +359,9 @@ class SweGrader:
                 f"{result.f2p.total + result.p2p.total} tests passing; a killed run's log is not graded)"
             )
             failed = {"f2p": TestGroup(failure=instance.fail_to_pass), "p2p": TestGroup(failure=instance.pass_to_pass)}
-            update = {"resolved": False, "status": "unresolved", "partial": 0.0, "detail": detail, **failed}
+            update = {
+                "resolved": False, "status": "unresolved", "partial": 0.0, "detail": detail, "p2p_skipped": (), **failed
+            }  # fmt: skip
             return result.model_copy(update=update)
         return result
 

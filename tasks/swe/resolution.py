@@ -3,12 +3,14 @@
 Rules (the SWE-bench harness's, made stricter where a log can lie):
 
 * an F2P test passes only when its status is ``PASSED``;
-* a P2P test passes when ``PASSED``, ``XPASS`` or ``SKIPPED`` (a skip of a test
-  that passed before is not a regression), unless some skip in the log was
-  raised from the repository's own code outside the tests (``-rA`` prints where
-  each skip was raised): code that calls ``pytest.skip`` where a broken P2P
-  test would fail must not turn that failure into a pass; ``XFAIL`` is never a
-  pass, so code that calls ``pytest.xfail`` cannot either;
+* a P2P test passes when ``PASSED`` or ``XPASS``, or ``SKIPPED`` where the same
+  command skips it on the unpatched tree too (the grader's reference run,
+  `allow_skips`): a skip is the result of whatever code ran, so code that calls
+  ``pytest.skip`` where a broken P2P test would fail must not turn that failure
+  into a pass, however the skip's reported place is dressed up (a frame hidden
+  with ``__tracebackhide__``, code compiled under an installed package's file
+  name); ``XFAIL`` is never a pass, so code that calls ``pytest.xfail`` cannot
+  either;
 * a test missing from the log fails;
 * resolved = every F2P and every P2P test passes, and the log is valid;
 * a log without evidence the session ran, a non-zero exit with no failure in
@@ -22,32 +24,17 @@ Statuses: ``resolved``, ``unresolved``, ``patch_apply_failed``, ``invalid``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.swe.diff import files_of_test_ids, protection
 from tasks.swe.testlog import PytestLog, TestStatus
 
 Status = Literal["resolved", "unresolved", "patch_apply_failed", "invalid", "infra_error"]
 
 F2P_PASS = frozenset({TestStatus.PASSED})
-P2P_PASS = frozenset({TestStatus.PASSED, TestStatus.XPASS, TestStatus.SKIPPED})
-P2P_PASS_UNSKIPPED = P2P_PASS - {TestStatus.SKIPPED}
-
-
-def skipped_in_code(locations: Sequence[str], test_files: Iterable[str]) -> str | None:
-    """The first skip location (``path:line`` as ``-rA`` prints it) in the repository's code outside its tests, or
-    None: such a skip was raised by code a diff can change. Locations in test files (marks, ``pytest.skip`` in a
-    test, ``importorskip``) and outside the repository (absolute paths: installed packages) are not."""
-    files = frozenset(test_files)
-    for where in locations:
-        path, _, line = where.rpartition(":")
-        path = path if line.isdigit() else where
-        if path and not path.startswith("/") and protection(path, files) is None:
-            return where
-    return None
+P2P_PASS = frozenset({TestStatus.PASSED, TestStatus.XPASS})  # SKIPPED: only as the reference run skips it
 
 
 class TestGroup(BaseModel):
@@ -92,6 +79,9 @@ class InstanceResult(BaseModel):
     exit_code: int | None = None
     detail: str = ""
     wall_s: float = 0.0
+    p2p_skipped: tuple[str, ...] = Field(
+        (), description="P2P tests the run skipped and the unpatched tree's run does not (or not yet compared): failing"
+    )
 
     @property
     def infra_error(self) -> bool:
@@ -154,8 +144,8 @@ def grade_log(
 ) -> InstanceResult:
     """Apply the F2P/P2P rules to a parsed log (``exit_code`` None: the command was killed, e.g. timeout)."""
     f2p = group(fail_to_pass, log.statuses, F2P_PASS)
-    in_code = skipped_in_code(log.skipped_locations, files_of_test_ids([*fail_to_pass, *pass_to_pass]))
-    p2p = group(pass_to_pass, log.statuses, P2P_PASS_UNSKIPPED if in_code else P2P_PASS)
+    p2p = group(pass_to_pass, log.statuses, P2P_PASS)
+    skipped = tuple(t for t in p2p.failure if log.statuses.get(t) == TestStatus.SKIPPED)
     problem = validity_problem(log, exit_code)
     if problem:
         return InstanceResult(
@@ -167,17 +157,43 @@ def grade_log(
             exit_code=exit_code,
             detail=problem,
         )
+    return _graded(
+        InstanceResult(instance_id=instance_id, resolved=False, status="unresolved", exit_code=exit_code),
+        f2p,
+        p2p,
+        skipped,
+    )
+
+
+def allow_skips(result: InstanceResult, skipped_before: frozenset[str]) -> InstanceResult:
+    """``result`` with its skipped P2P tests that the unpatched tree's run skips as well (``skipped_before``) passing:
+    a skip the candidate's change did not cause is not a regression; the others keep failing."""
+    allowed = [t for t in result.p2p_skipped if t in skipped_before]
+    if not allowed or result.status not in ("resolved", "unresolved"):
+        return result
+    p2p = TestGroup(
+        success=tuple(t for t in result.p2p.failure if t in allowed) + result.p2p.success,
+        failure=tuple(t for t in result.p2p.failure if t not in allowed),
+    )
+    return _graded(result, result.f2p, p2p, tuple(t for t in result.p2p_skipped if t not in allowed))
+
+
+def _graded(result: InstanceResult, f2p: TestGroup, p2p: TestGroup, skipped: tuple[str, ...]) -> InstanceResult:
+    """``result`` (a valid log's) with these groups: resolved, status, partial and detail follow from them."""
     resolved = not f2p.failure and not p2p.failure
     total = f2p.total + p2p.total
-    return InstanceResult(
-        instance_id=instance_id,
-        resolved=resolved,
-        status="resolved" if resolved else "unresolved",
-        f2p=f2p,
-        p2p=p2p,
-        partial=(len(f2p.success) + len(p2p.success)) / total if total else 0.0,
-        exit_code=exit_code,
-        detail=f"a skip was raised in the repository's code ({in_code}): a skipped P2P test does not pass"
-        if in_code
-        else "",
+    detail = ""
+    if skipped:
+        shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+        detail = f"{len(skipped)} P2P test(s) skipped that the unpatched tree's run does not skip: {shown}"
+    return result.model_copy(
+        update={
+            "resolved": resolved,
+            "status": "resolved" if resolved else "unresolved",
+            "f2p": f2p,
+            "p2p": p2p,
+            "partial": (len(f2p.success) + len(p2p.success)) / total if total else 0.0,
+            "detail": detail,
+            "p2p_skipped": skipped,
+        }
     )

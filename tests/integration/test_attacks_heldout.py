@@ -20,7 +20,10 @@ SWE: a prediction of 280 MiB (one new file's lines) made the request that writes
 a runner frame (256 MiB): the runner's stream was lost, a grader crash, masked as ``infra_error``.
 
 SWE: with a ``-v`` test command (statuses per test id), a fix that breaks a P2P test (``interpose``) and calls
-``pytest.skip`` where it would fail resolved: a skipped P2P test counted as passing.
+``pytest.skip`` where it would fail resolved: a skipped P2P test counted as passing. Then a skip was refused only
+where pytest reported it raised in the repository's code, and a second red team moved the reported place (a frame
+hidden with ``__tracebackhide__``; code compiled under an installed package's file name): now a skipped P2P test
+passes only where the unpatched tree's run skips it too.
 
 CP: a program that sleeps just under its wall-clock backstop on every test spends the grading workspace's episode
 wall clock; the workspace cuts the next test's deadline to what the episode leaves, the runner stops the batch at
@@ -241,25 +244,67 @@ def test_a_diff_past_a_runner_frame_is_the_candidates_failure():
     assert control.resolved, control
 
 
-SKIP_BROKEN_INTERPOSE = """\
-diff --git a/toolz/itertoolz.py b/toolz/itertoolz.py
---- a/toolz/itertoolz.py
-+++ b/toolz/itertoolz.py
-@@ -531,4 +531,5 @@ def interpose(el, seq):
-     \"\"\"
-     inposed = concat(zip(itertools.repeat(el), seq))
--    next(inposed)
-+    import pytest
-+    pytest.skip("later")
-     return inposed
+def _interpose_skipping(*added: str) -> str:
+    """A diff of toolz's ``interpose`` whose broken body skips its caller's test (``added`` lines) instead."""
+    body = "".join(f"+    {line}\n" for line in added)
+    return (
+        "diff --git a/toolz/itertoolz.py b/toolz/itertoolz.py\n--- a/toolz/itertoolz.py\n+++ b/toolz/itertoolz.py\n"
+        f"@@ -531,4 +531,{3 + len(added)} @@ def interpose(el, seq):\n"
+        '     """\n     inposed = concat(zip(itertools.repeat(el), seq))\n-    next(inposed)\n'
+        f"{body}     return inposed\n"
+    )
+
+
+SKIPS = {
+    "plain": _interpose_skipping("import pytest", 'pytest.skip("later")'),
+    # the skip's reported place moves to the test file: pytest hides the frame that raised it
+    "tracebackhide": _interpose_skipping("__tracebackhide__ = True", "import pytest", 'pytest.skip("later")'),
+    # the skip's reported place is an installed package's file
+    "absolute file name": _interpose_skipping(
+        'exec(compile("import pytest; pytest.skip(\'later\')", "/usr/lib/python3/dist-packages/six.py", "exec"))'
+    ),
+}
+OPTIONAL_TEST = """\
+diff --git a/toolz/tests/test_gym_optional.py b/toolz/tests/test_gym_optional.py
+new file mode 100644
+--- /dev/null
++++ b/toolz/tests/test_gym_optional.py
+@@ -0,0 +1,6 @@
++import pytest
++
++
++@pytest.mark.skip(reason="an optional dependency this image lacks")
++def test_optional():
++    pass
 """
 
 
 def test_a_p2p_test_skipped_by_the_code_is_not_passing():
+    """However the skip's reported place is dressed up: a skipped P2P test passes only where the unpatched tree's run
+    skips it too (a reference run), so an instance whose P2P list holds a test its image always skips still
+    resolves."""
     toolz = shipped()[TOOLZ]
     verbose = toolz.model_copy(update={"test_cmd": "python -m pytest -rA -v toolz/tests/test_itertoolz.py"})
-    hidden, control = grade([(verbose, verbose.patch + SKIP_BROKEN_INTERPOSE), (verbose, verbose.patch)])
-    assert hidden.status == "unresolved" and not hidden.resolved, hidden
-    assert hidden.p2p.failure == ("toolz/tests/test_itertoolz.py::test_interpose",), hidden.p2p
-    assert "toolz/itertoolz.py:" in hidden.detail, hidden
+    optional = verbose.model_copy(
+        update={
+            "test_patch": verbose.test_patch.rstrip("\n") + "\n" + OPTIONAL_TEST,
+            "test_cmd": verbose.test_cmd + " toolz/tests/test_gym_optional.py",
+            "pass_to_pass": (*verbose.pass_to_pass, "toolz/tests/test_gym_optional.py::test_optional"),
+        }
+    )
+    attacks = [(verbose, verbose.patch + diff) for diff in SKIPS.values()]
+    *hidden, control, kept, attacked = grade(
+        [*attacks, (verbose, verbose.patch), (optional, optional.patch), (optional, optional.patch + SKIPS["plain"])]
+    )
+    for name, result in zip(SKIPS, hidden):
+        assert result.status == "unresolved" and not result.resolved and result.reward == 0.0, (name, result)
+        assert result.p2p.failure == ("toolz/tests/test_itertoolz.py::test_interpose",), (name, result.p2p)
+        assert result.p2p_skipped == result.p2p.failure and "test_interpose" in result.detail, (name, result)
     assert control.resolved, control  # the same -v command resolves the fix
+    # the image skips test_optional with or without the fix: not a regression
+    assert (
+        kept.resolved
+        and kept.p2p_skipped == ()
+        and "toolz/tests/test_gym_optional.py::test_optional" in (kept.p2p.success)
+    ), kept
+    assert not attacked.resolved and attacked.p2p_skipped == ("toolz/tests/test_itertoolz.py::test_interpose",)

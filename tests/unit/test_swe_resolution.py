@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tasks.swe.resolution import InstanceResult, SweReport, grade_log
+from tasks.swe.resolution import InstanceResult, SweReport, allow_skips, grade_log
 from tasks.swe.testlog import PytestLog, TestStatus
 
 P, F, E, S, XF, XP = (
@@ -52,11 +52,23 @@ def test_one_f2p_failure_is_not_resolved_and_partial_counts():
     assert result.f2p.failure == (F2P[1],) and result.partial == 0.75
 
 
-def test_skipped_counts_as_pass_only_for_p2p():
-    skipped_p2p = grade({**{t: P for t in F2P}, P2P[0]: S, P2P[1]: P})
-    assert skipped_p2p.resolved
-    skipped_f2p = grade({F2P[0]: S, F2P[1]: P, **{t: P for t in P2P}})
-    assert not skipped_f2p.resolved and skipped_f2p.f2p.failure == (F2P[0],)
+def test_a_skipped_p2p_test_passes_only_where_the_unpatched_tree_skips_it_too():
+    skipped_p2p = grade({**{t: P for t in F2P}, P2P[0]: S, P2P[1]: P}, skipped=1)
+    assert not skipped_p2p.resolved and skipped_p2p.p2p.failure == (P2P[0],)  # until the reference run says
+    assert skipped_p2p.p2p_skipped == (P2P[0],) and P2P[0] in skipped_p2p.detail
+    allowed = allow_skips(skipped_p2p, frozenset({P2P[0], "t.py::test_unrelated"}))
+    assert allowed.resolved and allowed.status == "resolved" and allowed.partial == 1.0 and allowed.reward == 1.0
+    assert allowed.p2p.failure == () and allowed.p2p_skipped == () and allowed.detail == ""
+    regression = allow_skips(skipped_p2p, frozenset({P2P[1]}))  # the unpatched tree runs test_old: a regression
+    assert regression == skipped_p2p and not regression.resolved
+    both = grade({**{t: P for t in F2P}, **{t: S for t in P2P}}, skipped=2)
+    partly = allow_skips(both, frozenset({P2P[1]}))
+    assert not partly.resolved and partly.p2p.failure == (P2P[0],) and partly.p2p_skipped == (P2P[0],)
+    assert partly.partial == 0.75
+    skipped_f2p = grade({F2P[0]: S, F2P[1]: P, **{t: P for t in P2P}}, skipped=1)
+    assert allow_skips(skipped_f2p, frozenset(F2P)).f2p.failure == (F2P[0],)  # an F2P test must pass, never skip
+    invalid = grade({**{t: P for t in F2P}, P2P[0]: S, P2P[1]: P}, exit_code=3, skipped=1)
+    assert invalid.status == "invalid" and allow_skips(invalid, frozenset(P2P)) == invalid
 
 
 def test_xfail_is_not_a_pass_xpass_is_for_p2p():
