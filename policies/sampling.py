@@ -96,7 +96,8 @@ class Routes:
         return self.array.tolist()
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        return self.array if dtype is None else self.array.astype(dtype)
+        array = self.array if dtype is None else self.array.astype(dtype)
+        return array.copy() if copy and array is self.array else array
 
     def __len__(self) -> int:
         return len(self.array)

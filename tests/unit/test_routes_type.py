@@ -30,6 +30,10 @@ def test_nested_lists_become_one_read_only_int16_array():
     assert c.routed_experts.array.dtype == np.int16 and not c.routed_experts.array.flags.writeable
     assert np.asarray(c.routed_experts).tolist() == NESTED == c.routed_experts.tolist()
     assert np.asarray(c.routed_experts, dtype=np.int64).dtype == np.int64
+    assert np.asarray(c.routed_experts) is c.routed_experts.array  # no copy for the trainer's asarray
+    mine = np.array(c.routed_experts)  # a copy, writable
+    mine[0, 0, 0] = 7
+    assert mine.flags.writeable and c.routed_experts.array[0, 0, 0] == 0
     assert len(c.routed_experts) == 2 and c.routed_experts[1][0].tolist() == [4, 5]
     with pytest.raises(ValueError, match="read-only"):
         c.routed_experts.array[0, 0, 0] = 7
