@@ -11,7 +11,17 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, GetJsonSchemaHandler, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    StrictInt,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 from pydantic_core import core_schema
 
 MAX_SEED = 1 << 62
@@ -62,6 +72,9 @@ def per_prompt(params: SamplingParams, prompts: int) -> list[SamplingParams]:
     return [params.model_copy(update={"seed": params.seed + i}) for i in range(prompts)]
 
 
+_NESTED_INTS = TypeAdapter(list[list[list[StrictInt]]])
+
+
 class Routes:
     """A completion's routed experts, ``routes[layer][position][k]``, as one read-only int16 array (L, T, K).
 
@@ -74,19 +87,30 @@ class Routes:
     __hash__ = None  # type: ignore[assignment]
 
     def __init__(self, routes: Any) -> None:
+        if isinstance(routes, (list, tuple)):  # from the wire: integers only (numpy would read True as 1, 2.0 as 2)
+            try:
+                _NESTED_INTS.validate_python(routes)
+            except ValidationError as exc:
+                error = exc.errors()[0]
+                where = "".join(f"[{i}]" for i in error["loc"])
+                raise ValueError(f"routed_experts must be a [layer][position][k] array of integers: {where} "
+                                 f"{error['msg'].lower()}") from None  # fmt: skip
         try:
             array = np.asarray(routes)
         except (ValueError, TypeError) as exc:  # ragged nested lists
             raise ValueError(f"routed_experts must be a [layer][position][k] array of integers: {exc}") from None
-        if array.ndim != 3 or array.dtype.kind not in "iu":
+        if array.ndim != 3 or array.dtype.kind not in "iu" or not array.size:
             raise ValueError(
-                f"routed_experts must be a [layer][position][k] array of integers, got {array.ndim} dimension(s) "
+                f"routed_experts must be a non-empty [layer][position][k] array of integers, got shape {array.shape} "
                 f"of {array.dtype}"
             )
-        if array.size and (array.min() < -1 or array.max() > np.iinfo(np.int16).max):
+        if array.min() < -1 or array.max() > np.iinfo(np.int16).max:
             raise ValueError(f"routed_experts must be -1 or an expert index, got {array.min()}..{array.max()}")
         self.array = array.astype(np.int16)  # a copy: nobody else holds it
         self.array.flags.writeable = False
+
+    def __reduce__(self):  # a pickled or deep-copied Routes is read-only too (spawned replicas pickle completions)
+        return (Routes, (self.array,))
 
     @property
     def shape(self) -> tuple[int, int, int]:

@@ -18,11 +18,15 @@
    only from a cache outside the tree, pytest's plugin autoload off and
    only the instance's declared plugins loaded.
 4. The log is parsed (`tasks.swe.testlog`) and graded (`tasks.swe.resolution`).
-5. A P2P test the run skipped passes only where the same command skips it on the
-   unpatched tree (with ``test_patch``): that reference run is made in another
-   fresh container the first time a grading needs it, once per instance and
-   command, and kept (`SweGrader.skipped_before`). A reference run that does not
-   finish and pass its own checks is the instance's failure: ``infra_error``.
+5. A P2P test the run skipped passes only where the same command skips it with
+   the gold patch too (the pristine tree where an instance has none; with
+   ``test_patch``): that reference run is made in another fresh container the
+   first time a grading needs it, once per instance and command (gradings that
+   need it meanwhile wait for it), and kept (`SweGrader.reference`). When it
+   cannot tell (it did not end normally or add up, tried twice; it has no status
+   for a skipped test), a result that only the skips keep from ``resolved`` is
+   ``infra_error`` (the instance's failure); any other stays as graded, the
+   skipped tests failing.
 
 A sandbox failure or a grader crash is ``infra_error`` (masked, never a 0);
 a timeout, OOM or runaway output of the tests is the candidate's doing:
@@ -36,6 +40,7 @@ import logging
 import shlex
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
@@ -188,19 +193,34 @@ def framed_log(result: ExecResult) -> str:
     return f"{START_MARKER}\n{output}\n{end}\n"
 
 
+def _protected(instance: SweInstance) -> set[str]:
+    """The paths no diff may change: the instance's test files and the files its test ids name."""
+    return set(instance.test_files()) | files_of_test_ids(instance.fail_to_pass + instance.pass_to_pass)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The P2P tests the gold patch's run (the reference run) skips and passes."""
+
+    skipped: frozenset[str]
+    passed: frozenset[str]
+
+
 class SweGrader:
     """Grades predictions; one fresh container per prediction, from a pool per instance image."""
 
     def __init__(self, config: SweGraderConfig | None = None):
         self.config = config or SweGraderConfig()
-        self._skipped_before: dict[tuple[str, str], frozenset[str]] = {}  # (instance id, command): P2P skipped
+        # per (instance id, command): the reference run's P2P statuses, or why it failed (and how often)
+        self._references: dict[tuple[str, str], Reference] = {}
+        self._reference_failures: dict[tuple[str, str], tuple[int, str]] = {}
+        self._reference_locks: dict[tuple[str, str], trio.Lock] = {}
 
     async def grade(self, pool: WorkspacePool | FleetPool, instance: SweInstance, model_patch: str) -> InstanceResult:
         """Grade ``model_patch``; never raises for anything the candidate or the sandbox does."""
         started = time.monotonic()
-        protected = set(instance.test_files()) | files_of_test_ids(instance.fail_to_pass + instance.pass_to_pass)
         try:
-            kept = strip_protected(model_patch, protected)
+            kept = strip_protected(model_patch, _protected(instance))
             size = len(kept.diff.encode("utf-8", errors="surrogateescape"))  # a lone surrogate: not a diff
         except Exception as err:  # the candidate's diff text: whatever the parser meets in it is the candidate's
             result = self._outcome(instance, "patch_apply_failed", f"the diff cannot be read: {err!r}"[:500])
@@ -216,7 +236,7 @@ class SweGrader:
             async with pool.acquire(owner=f"swe-grade:{instance.instance_id}") as ws:
                 result, text = await self._run(ws, instance, kept.diff)
             if result.p2p_skipped and result.status in ("resolved", "unresolved"):
-                result = allow_skips(result, await self.skipped_before(pool, instance))
+                result = await self._judge_skips(pool, instance, result)
         except Exception as err:  # a sandbox or grader failure is infrastructure, never a reward of 0
             log.exception("grading %s crashed", instance.instance_id)
             result, text = self._outcome(instance, "infra_error", f"grader crash: {err!r}"[:500]), ""
@@ -226,22 +246,52 @@ class SweGrader:
         self._save(instance, model_patch, kept.diff, text, result)
         return result
 
-    async def skipped_before(self, pool: WorkspacePool | FleetPool, instance: SweInstance) -> frozenset[str]:
-        """The P2P tests the instance's command skips on the unpatched tree (with ``test_patch``), from a reference
-        run in a fresh container (once per instance and command); raises `InfraError` when that run cannot be
-        graded (then nothing of a candidate's skips can be judged: the instance's failure, not the candidate's)."""
-        key = (instance.instance_id, instance.command())
-        if key not in self._skipped_before:
-            async with pool.acquire(owner=f"swe-grade-reference:{instance.instance_id}") as ws:
-                reference, _ = await self._run(ws, instance, "")
-            if reference.status not in ("resolved", "unresolved") or reference.exit_code is None:
+    async def _judge_skips(
+        self, pool: WorkspacePool | FleetPool, instance: SweInstance, result: InstanceResult
+    ) -> InstanceResult:
+        """``result`` with the skipped P2P tests that the reference run skips too passing (see the module
+        docstring); raises `InfraError` only when the reference cannot tell and only the skips stand between
+        ``result`` and resolved."""
+        decisive = not result.f2p.failure and set(result.p2p.failure) <= set(result.p2p_skipped)
+        try:
+            reference = await self.reference(pool, instance)
+            undecided = [t for t in result.p2p_skipped if t not in reference.skipped and t not in reference.passed]
+            if undecided:
                 raise InfraError(
-                    f"the reference run of the unpatched tree, needed to judge skipped P2P tests, ended "
-                    f"{reference.status} (exit code {reference.exit_code}): {reference.detail[:300]}"
+                    f"the reference run gives no pass or skip for skipped P2P test(s) {', '.join(undecided[:5])}"
                 )
-            self._skipped_before[key] = frozenset(reference.p2p_skipped)
-            log.info("%s: the unpatched tree skips %d P2P test(s)", instance.instance_id, len(reference.p2p_skipped))
-        return self._skipped_before[key]
+        except InfraError as err:
+            if decisive:
+                raise
+            log.warning("%s: skipped P2P tests stay failing (the result cannot resolve): %s", instance.instance_id, err)
+            return result
+        return allow_skips(result, reference.skipped)
+
+    async def reference(self, pool: WorkspacePool | FleetPool, instance: SweInstance) -> Reference:
+        """The P2P statuses of the instance's command with the gold patch (the pristine tree where the instance has
+        none), from a reference run in a fresh container, once per instance and command (concurrent callers wait
+        for one run); raises `InfraError` when that run cannot be graded (the second failure is kept)."""
+        key = (instance.instance_id, instance.command())
+        async with self._reference_locks.setdefault(key, trio.Lock()):
+            if key in self._references:
+                return self._references[key]
+            tries, why = self._reference_failures.get(key, (0, ""))
+            if tries >= 2:
+                raise InfraError(f"the reference run failed {tries} times: {why}")
+            try:
+                gold = strip_protected(instance.patch, _protected(instance)).diff if instance.patch.strip() else ""
+                async with pool.acquire(owner=f"swe-grade-reference:{instance.instance_id}") as ws:
+                    run, _ = await self._run(ws, instance, gold)
+                if run.status not in ("resolved", "unresolved") or run.test_run not in ("ok", "nonzero_exit"):
+                    raise InfraError(
+                        f"the reference run (gold patch) ended {run.status}, test run {run.test_run}: {run.detail[:300]}"
+                    )
+            except Exception as err:
+                self._reference_failures[key] = (tries + 1, repr(err)[:500])
+                raise InfraError(f"the reference run failed: {err!r}"[:600]) from err
+            self._references[key] = Reference(skipped=frozenset(run.p2p_skipped), passed=frozenset(run.p2p.success))
+            log.info("%s: the gold patch's run skips %d P2P test(s)", instance.instance_id, len(run.p2p_skipped))
+            return self._references[key]
 
     @staticmethod
     def _outcome(instance: SweInstance, status: Status, detail: str) -> InstanceResult:
@@ -295,7 +345,7 @@ class SweGrader:
                 return self._outcome(instance, "patch_apply_failed", detail), ""
             if _failed(after):
                 return self._left_broken(instance, "listing the changed tree", after), ""
-            protected = set(instance.test_files()) | files_of_test_ids(instance.fail_to_pass + instance.pass_to_pass)
+            protected = _protected(instance)
             modules = frozenset(installed.stdout_text.split())
             restored = [
                 (path, reason)
@@ -338,6 +388,10 @@ class SweGrader:
 
     @staticmethod
     def _judge(instance: SweInstance, run: ExecResult, text: str) -> InstanceResult:
+        return SweGrader._judged(instance, run, text).model_copy(update={"test_run": run.failure.value})
+
+    @staticmethod
+    def _judged(instance: SweInstance, run: ExecResult, text: str) -> InstanceResult:
         if run.failure == FailureKind.INFRA_ERROR:
             return SweGrader._outcome(instance, "infra_error", f"the test run was lost: {run.detail}")
         try:

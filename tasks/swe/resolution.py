@@ -4,7 +4,7 @@ Rules (the SWE-bench harness's, made stricter where a log can lie):
 
 * an F2P test passes only when its status is ``PASSED``;
 * a P2P test passes when ``PASSED`` or ``XPASS``, or ``SKIPPED`` where the same
-  command skips it on the unpatched tree too (the grader's reference run,
+  command skips it with the gold patch too (the grader's reference run,
   `allow_skips`): a skip is the result of whatever code ran, so code that calls
   ``pytest.skip`` where a broken P2P test would fail must not turn that failure
   into a pass, however the skip's reported place is dressed up (a frame hidden
@@ -80,7 +80,10 @@ class InstanceResult(BaseModel):
     detail: str = ""
     wall_s: float = 0.0
     p2p_skipped: tuple[str, ...] = Field(
-        (), description="P2P tests the run skipped and the unpatched tree's run does not (or not yet compared): failing"
+        (), description="P2P tests the run skipped and the gold patch's run does not (or not yet compared): failing"
+    )
+    test_run: str | None = Field(
+        None, description="how the test command ended (the runner's failure kind: ok, nonzero_exit, timeout, oom, ...)"
     )
 
     @property
@@ -166,7 +169,7 @@ def grade_log(
 
 
 def allow_skips(result: InstanceResult, skipped_before: frozenset[str]) -> InstanceResult:
-    """``result`` with its skipped P2P tests that the unpatched tree's run skips as well (``skipped_before``) passing:
+    """``result`` with its skipped P2P tests that the reference run skips as well (``skipped_before``) passing:
     a skip the candidate's change did not cause is not a regression; the others keep failing."""
     allowed = [t for t in result.p2p_skipped if t in skipped_before]
     if not allowed or result.status not in ("resolved", "unresolved"):
@@ -185,7 +188,7 @@ def _graded(result: InstanceResult, f2p: TestGroup, p2p: TestGroup, skipped: tup
     detail = ""
     if skipped:
         shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
-        detail = f"{len(skipped)} P2P test(s) skipped that the unpatched tree's run does not skip: {shown}"
+        detail = f"{len(skipped)} P2P test(s) skipped that the gold patch's run does not skip: {shown}"
     return result.model_copy(
         update={
             "resolved": resolved,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 import pickle
 
@@ -45,6 +46,8 @@ def test_the_wire_and_dumps_carry_nested_lists_and_read_back_equal():
     assert '"routed_experts":[[[0,1],[2,3],[-1,-1]],[[4,5],[6,7],[-1,-1]]]' in c.model_dump_json()
     assert Completion.model_validate_json(c.model_dump_json()) == c
     assert pickle.loads(pickle.dumps(c)) == c  # spawned replicas send completions through a pipe
+    for copied in (pickle.loads(pickle.dumps(c)), copy.deepcopy(c), c.model_copy(deep=True)):
+        assert not copied.routed_experts.array.flags.writeable, copied  # read-only wherever it went
     other = completion([[[0, 1], [2, 3], [-1, -1]], [[4, 5], [6, 6], [-1, -1]]])
     assert other != c and other.routed_experts != c.routed_experts
     assert completion(None).routed_experts is None
@@ -59,16 +62,23 @@ def test_the_wire_and_dumps_carry_nested_lists_and_read_back_equal():
 @pytest.mark.parametrize(
     ("bad", "why"),
     [
-        ([[0, 1], [2, 3]], "2 dimension"),  # no k axis
-        ([[[0, 1], [2]]], "integers"),  # ragged
-        ([[[0.5, 1.0]]], "float64"),  # not integers (nested lists of ints took 1.0 as 1 before)
-        ([[[True, False]]], "bool"),
-        ([[["0", "1"]]], "integers"),
+        ([[0, 1], [2, 3]], r"\[0\]\[0\] input should be a valid list"),  # no k axis
+        (np.zeros((2, 2), dtype=np.int64), r"shape \(2, 2\)"),
+        ([[[0, 1], [2]]], "inhomogeneous"),  # ragged
+        ([[[0.5, 1.0]]], "valid integer"),  # not integers (nested lists of ints took 1.0 as 1 before)
+        ([[[1, 2.0]]], "valid integer"),
+        ([[[True, False]]], "valid integer"),
+        ([[[True, 2]]], "valid integer"),  # numpy alone reads this as [[[1, 2]]]
+        (np.array([[[True]]]), "of bool"),
+        ([[["0", "1"]]], "valid integer"),
         ([[[-2, 0]]], "-1 or an expert index"),
         ([[[40000, 0]]], "-1 or an expert index"),
-        ([[[2**70, 0]]], "object"),
-        ("routes", "0 dimension"),
-        ({"layer": 0}, "integers"),
+        ([[[2**70, 0]]], "-1 or an expert index|object"),
+        ([], r"non-empty .* shape \(0,\)"),  # its own JSON could not be read back
+        ([[[]]], r"non-empty .* shape \(1, 1, 0\)"),
+        (np.zeros((2, 0, 2), dtype=np.int64), r"non-empty .* shape \(2, 0, 2\)"),
+        ("routes", "shape"),
+        ({"layer": 0}, "shape|integers"),
     ],
 )
 def test_malformed_routes_are_a_validation_error_naming_the_field(bad, why):
