@@ -3,7 +3,8 @@
 For each held-out task, n samples are drawn and graded; a sample passes when its correctness
 term is 1 (every hidden test passed). pass@k = mean over tasks of 1 - C(n - c, k) / C(n, k)
 (Chen et al. 2021), c = passing samples. Masked samples (infrastructure errors) are left out of n
-(a task with fewer than k graded samples is skipped and counted).
+(a task with fewer than k graded samples is skipped and counted). Each task's own counts (``per_task``) go to
+the run's ``evals.jsonl``, for comparisons paired by task.
 """
 
 from __future__ import annotations
@@ -30,6 +31,18 @@ def passed(reward_breakdown: dict[str, float], correctness_weight: float = 1.0) 
     """A sample passes when its correctness contribution reaches the term's weight (all tests passed)."""
     value = reward_breakdown.get("correctness", 0.0)
     return correctness_weight > 0 and value >= correctness_weight - 1e-9
+
+
+def per_task(groups: Iterable[Group], correctness_weight: float = 1.0) -> dict[str, tuple[int, int]]:
+    """Task id -> (passing samples, graded samples): what a paired comparison of two evaluations with the same
+    tasks and seeds reads (masked samples are left out, as in pass@k)."""
+    counts: dict[str, tuple[int, int]] = {}
+    for group in groups:
+        graded = [s for s in group.samples if not s.masked]
+        c = sum(passed(s.trajectory.reward_breakdown, correctness_weight) for s in graded)
+        before_c, before_n = counts.get(group.task_id, (0, 0))
+        counts[group.task_id] = (before_c + c, before_n + len(graded))
+    return counts
 
 
 def evaluate(groups: Iterable[Group], ks: Sequence[int], correctness_weight: float = 1.0) -> dict[str, float]:

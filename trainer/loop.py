@@ -461,7 +461,7 @@ class Loop:
         from gym.environment import Environment
         from gym.registry import environment_config
         from gym.rollout import collect_async
-        from trainer.evaluation import evaluate
+        from trainer.evaluation import evaluate, per_task
         from trainer.sample import Sample
 
         if self.eval_env is None:
@@ -483,9 +483,13 @@ class Loop:
         for t in trajectories:
             by_group.setdefault(t.group_key, []).append(Sample(t))
         groups = [Group(task_id=s[0].trajectory.task_id, samples=tuple(s)) for s in by_group.values()]
-        figures = evaluate(groups, self.config.eval.k, env.config.rubric.correctness.weight)
+        weight = env.config.rubric.correctness.weight
+        figures = evaluate(groups, self.config.eval.k, weight)
         figures["time/eval"] = time.monotonic() - started
         self.evals.append((step, figures))
+        counts = {task: list(pair) for task, pair in per_task(groups, weight).items()}
+        with (self.run_dir / "evals.jsonl").open("a") as out:  # task -> [passing, graded]: paired comparisons
+            out.write(json.dumps({"step": step, "per_task": counts}) + "\n")
         log.info(
             "held-out eval at step %d: %s",
             step,

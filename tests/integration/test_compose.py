@@ -37,7 +37,10 @@ WHEEL_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") /
 # compose.yaml's variables come from the tests alone, never from the shell that started pytest
 OUTER_ENV = {key: value for key, value in os.environ.items() if not key.startswith(("GYM_", "COMPOSE_"))}
 
-pytestmark = pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose is not installed")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose is not installed"),
+    pytest.mark.timeout(3600),  # the module's fixtures stage the wheels and build the image cold (1800 s each)
+]
 
 
 def compose(*args: str, env: dict | None = None, timeout: float = 120, file: Path = ROOT / "compose.yaml"):

@@ -108,17 +108,37 @@ def test_requests_are_bounded_in_sequences_and_body_size() -> None:
     assert "max_json_body_bytes" in results[1][1]["error"]["message"]
 
 
+async def _until(condition, what: str, timeout_s: float = 30.0) -> None:
+    """Poll `condition` every 5 ms; fail naming `what` after timeout_s (a test never waits without a bound)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout_s} s for {what}")
+        await asyncio.sleep(0.005)
+
+
 def test_a_continuous_engine_answers_a_short_request_before_a_long_one_that_came_first() -> None:
+    """The long request is handed over first, the short one once the long one runs, a third while both run (503).
+
+    The engine takes no step until the third has its answer (a gate in its forward): an earlier version sent the
+    requests after fixed delays and then waited, without a bound, for two to run at once, which under load never
+    happened when one had finished before the other arrived (the suite hung)."""
+    import threading
+
     from policies.generation import GenerationEngine
     from policies.hf_adapter import CausalLMPolicy
     from tests.policy_support import small_model
 
-    class Paced(CausalLMPolicy):  # 20 ms a forward: the long request runs about 2 s
+    gate = threading.Event()
+
+    class Gated(CausalLMPolicy):  # no forward before the gate opens, then 20 ms each: the long one runs ~2 s
         def step(self, *args, **kwargs):
+            if not gate.wait(timeout=60):
+                raise RuntimeError("the test never opened the engine's gate")
             time.sleep(0.02)
             return super().step(*args, **kwargs)
 
-    engine = GenerationEngine(Paced(small_model()), max_batch_size=8)
+    engine = GenerationEngine(Gated(small_model()), max_batch_size=8)
     assert engine.continuous
     server = PolicyServer(engine, ServerOptions(max_queued_requests=2))
     finished: list[str] = []
@@ -127,24 +147,25 @@ def test_a_continuous_engine_answers_a_short_request_before_a_long_one_that_came
         async with TestServer(server.app(), host="127.0.0.1") as test_server:
             async with aiohttp.ClientSession() as session:
 
-                async def one(name: str, body: dict, delay_s: float, after: int = 0) -> tuple[int, dict]:
-                    await asyncio.sleep(delay_s)
-                    while server._inflight < after:  # sent once that many requests run (a fixed delay was not
-                        await asyncio.sleep(0.005)  # enough under load: the short one had finished, no 503)
+                async def one(name: str, body: dict) -> tuple[int, dict]:
                     async with session.post(test_server.make_url("/v1/completions"), json=body) as response:
                         result = response.status, await response.json()
                     finished.append(name)
                     return result
 
-                return await asyncio.gather(
-                    one("long", {"prompt": [1, 2, 3], "max_tokens": 100, "seed": 1}, 0.0),
-                    one("short", {"prompt": [4, 5], "max_tokens": 40, "seed": 2}, 0.1),  # 0.8 s, the long one 2 s
-                    one(
-                        "over", {"prompt": [6], "max_tokens": 2, "seed": 3}, 0.2, after=2
-                    ),  # a third while two run: 503
-                )
+                try:
+                    long = asyncio.ensure_future(one("long", {"prompt": [1, 2, 3], "max_tokens": 100, "seed": 1}))
+                    await _until(lambda: server._inflight >= 1, "the long request to reach the engine")
+                    short = asyncio.ensure_future(one("short", {"prompt": [4, 5], "max_tokens": 40, "seed": 2}))
+                    await _until(lambda: server._inflight >= 2, "the short request to reach the engine")
+                    over = await one("over", {"prompt": [6], "max_tokens": 2, "seed": 3})  # a third while two run
+                finally:
+                    gate.set()
+                return [await long, await short, over]
 
-    (long_status, long_body), (short_status, short_body), (over_status, _) = asyncio.run(scenario())
+    (long_status, long_body), (short_status, short_body), (over_status, _) = asyncio.run(
+        asyncio.wait_for(scenario(), timeout=120)
+    )
     assert (long_status, short_status, over_status) == (200, 200, 503)
     assert finished.index("short") < finished.index("long")
     alone = GenerationEngine(CausalLMPolicy(small_model()), mode="kv_cache")

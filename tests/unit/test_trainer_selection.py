@@ -136,3 +136,8 @@ def test_evaluate_pass_at_k_over_groups():
     assert figures["pass@1"] == pytest.approx((0.25 + 0.0) / 2)
     assert figures["pass@2"] == pytest.approx((0.5 + 0.0) / 2)
     assert figures["masked"] == 1 and figures["tasks"] == 2
+    # each task's own counts, masked samples left out; a task's groups add up
+    from trainer.evaluation import per_task
+
+    again = Group(task_id="a", samples=(graded(True), graded(True, masked=True)))
+    assert per_task([*groups, again]) == {"a": (2, 5), "b": (0, 3)}
