@@ -15,6 +15,7 @@ bundles the same episodes.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -22,6 +23,7 @@ import docker
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gym.episode import EpisodeConfig, EpisodeResult
+from gym.message import Message, ToolCall
 from gym.rubric import RubricConfig
 from gym.run_dir import write_atomic
 from gym.tools import ToolCallRecord, ToolsConfig
@@ -43,6 +45,44 @@ BundleReason = Literal["failure", "sampled"]
 
 class BundleError(ValueError):
     """A file is not a readable bundle; the message names the file and the field."""
+
+
+MAX_BUNDLE_BYTES = (
+    64 << 20
+)  # the largest file read as a bundle (an episode's is ~32 kB; SWE diffs and hidden tests add MBs)
+
+
+def read_bundle_text(path: Path) -> str:
+    """The text of a bundle file; a file past ``MAX_BUNDLE_BYTES`` is refused unread (``BundleError``)."""
+    try:
+        with Path(path).open("rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            data = file.read(MAX_BUNDLE_BYTES + 1) if size <= MAX_BUNDLE_BYTES else b""
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot read: {exc}") from None
+    if size > MAX_BUNDLE_BYTES or len(data) > MAX_BUNDLE_BYTES:
+        raise BundleError(f"{path}: {max(size, len(data))} bytes, larger than a bundle may be ({MAX_BUNDLE_BYTES})")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BundleError(f"{path}: cannot read: {exc}") from None
+
+
+def recorded_call(record: ToolCallRecord) -> ToolCall:
+    """The call a record holds, parsed by the rules the episode parsed it with (``ToolCall.from_message``):
+    a recorded episode never holds a call whose arguments did not parse, so one that does not is tampering
+    (ValueError saying what is wrong)."""
+    try:
+        message = Message(role="assistant", channel="commentary", recipient=record.recipient, content=record.arguments)
+    except ValidationError as exc:
+        raise ValueError(f"recipient: {exc.errors()[0]['msg']}") from None
+    try:
+        return ToolCall.from_message(message)
+    except ValueError as exc:  # also json's refusal of integers past 4,300 digits, which is no JSONDecodeError
+        text = " ".join(str(exc).split())
+        if "integer string conversion" in text:
+            text = "arguments hold an integer of more than 4,300 digits"
+        raise ValueError(f"{'recipient' if 'recipient' in text else 'arguments'}: {text[:200]}") from None
 
 
 class Bundle(BaseModel):
@@ -119,18 +159,25 @@ def write_bundle(path: Path, bundle: Bundle) -> Path:
 
 
 def read_bundle(path: Path) -> Bundle:
+    """A bundle file, validated: its fields (``BundleError`` names the first wrong one) and every recorded tool
+    call's recipient and arguments (``tool_calls.N.arguments``). What it may ask of this machine is checked
+    apart, by ``gym.replay_limits.vet``."""
+    text = read_bundle_text(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BundleError(f"{path}: cannot read: {exc}") from None
-    try:
-        return Bundle.model_validate_json(text)
+        bundle = Bundle.model_validate_json(text)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
         raise BundleError(
-            f"{path}: not a replay bundle: {where}: {first['msg']} ({exc.error_count()} errors)"
+            f"{path}: not a replay bundle: {where}: {' '.join(first['msg'].split())[:200]} ({exc.error_count()} errors)"
         ) from None
+    for i, record in enumerate(bundle.tool_calls):
+        try:
+            recorded_call(record)
+        except ValueError as exc:
+            field, _, why = str(exc).partition(": ")
+            raise BundleError(f"{path}: not a replay bundle: tool_calls.{i}.{field}: {why}") from None
+    return bundle
 
 
 def bundle_name(index: int, task_id: str) -> str:

@@ -37,11 +37,12 @@ from typing import Literal
 import trio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gym.bundle import BundleError
+from gym.bundle import BundleError, read_bundle_text
 from gym.chain import Chain, decide, verifier_row
 from gym.harmony import Harmony
 from gym.replay import Difference, ReplayReport, _short
 from gym.replay import _diff as _compare  # the episode replay's difference recorder, shared
+from gym.replay_limits import vet
 from gym.roles import ROLES, MetaVerdict, RolePrompts, Solution, Verdict, parse_role, role_messages, role_user_text
 from gym.run_dir import write_atomic
 from gym.tokenizer import TokenizerError, load_tokenizer
@@ -72,24 +73,25 @@ def write_chain_bundle(path: Path, bundle: ChainBundle) -> Path:
 
 
 def is_chain_bundle(path: Path) -> bool:
-    """Whether ``path`` holds a JSON object of kind ``selfplay_chain`` (anything unreadable: False, so the
-    episode-bundle reader reports it)."""
+    """Whether ``path`` holds a JSON object of kind ``selfplay_chain`` (anything unreadable, too large or nested
+    too deeply: False, so the episode-bundle reader reports it in one line)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        data = json.loads(read_bundle_text(path))
+    except (BundleError, ValueError, RecursionError):  # ValueError: bad JSON, and integers past 4,300 digits
         return False
     return isinstance(data, dict) and data.get("kind") == KIND
 
 
 def read_chain_bundle(path: Path) -> ChainBundle:
+    """A chain bundle file, validated (``BundleError`` names the first wrong field); what it may ask of this
+    machine is checked apart, by ``gym.replay_limits.vet`` (``replay_chain_files``)."""
     try:
-        return ChainBundle.model_validate_json(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BundleError(f"{path}: cannot read: {exc}") from None
+        return ChainBundle.model_validate_json(read_bundle_text(path))
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise BundleError(f"{path}: not a chain bundle: {where}: {first['msg']} ({exc.error_count()} errors)") from None
+        why = " ".join(first["msg"].split())[:200]
+        raise BundleError(f"{path}: not a chain bundle: {where}: {why} ({exc.error_count()} errors)") from None
 
 
 def _check_key(grading: TaskResult | None) -> object:
@@ -196,8 +198,10 @@ async def replay_chain(bundle: ChainBundle, *, path: str = "", grader: MathGrade
 
 
 def replay_chain_files(paths: Sequence[Path]) -> list[ReplayReport]:
-    """Replay chain bundle files one after another (each check is a child process at most)."""
-    bundles = [read_chain_bundle(path) for path in paths]
+    """Replay chain bundle files one after another (each check is a child process at most). Each is read and
+    vetted first, as episode bundles are (``gym.replay_limits.vet``: the math check runs on this host, so its
+    bounds are never looser than the defaults): the first refused one is a ``BundleError`` and nothing runs."""
+    bundles = [vet(read_chain_bundle(path), path)[0] for path in paths]
 
     async def main() -> list[ReplayReport]:
         return [await replay_chain(bundle, path=str(path)) for path, bundle in zip(paths, bundles)]

@@ -27,12 +27,12 @@ from pathlib import Path
 import trio
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym.bundle import Bundle, BundleError, image_digest, read_bundle
+from gym.bundle import Bundle, BundleError, image_digest, read_bundle, recorded_call
+from gym.replay_limits import vet
 from gym.rubric import score, total
 from gym.tokenizer import TokenizerError, load_tokenizer
 from gym.tools import Toolbox, printable
 from gym.trajectory import TrajectoryError, assert_token_exact
-from sandbox.config import Hardening, SandboxConfig
 from sandbox.errors import InfraError
 from sandbox.fleet import FleetPool, open_pool
 from sandbox.pool import WorkspacePool
@@ -164,7 +164,7 @@ async def replay(bundle: Bundle, family: TaskFamily, *, path: str = "") -> Repla
     submitted: str | None = None
     async with family.workspace(task, owner=f"replay:{task.task_id}") as ws:
         for record in bundle.tool_calls:
-            outcome = await toolbox.call(ws, record.call())
+            outcome = await toolbox.call(ws, recorded_call(record))  # vetted when read
             _diff(
                 differences,
                 f"tool call {record.index} ({record.recipient}) output",
@@ -214,43 +214,36 @@ async def replay(bundle: Bundle, family: TaskFamily, *, path: str = "") -> Repla
     )
 
 
-def weakened(sandbox: SandboxConfig) -> list[str]:
-    """What in a bundle's sandbox configuration is weaker than this machine's hardened defaults, or
-    points the replay at another engine: a tampered bundle must not turn a replay into an escape."""
-    problems = [
-        f"hardening.{name} = {value!r} (hardened: {getattr(Hardening(), name)!r})"
-        for name, value in sandbox.hardening
-        if value != getattr(Hardening(), name)
-    ]
-    if sandbox.budgets.pids is None:
-        problems.append("budgets.pids = None (no pids limit)")
-    if sandbox.engine.base_url is not None:
-        problems.append(f"engine.base_url = {sandbox.engine.base_url!r} (replays use this machine's engine)")
-    return problems
-
-
-def weakened_bundle(bundle: Bundle) -> list[str]:
-    """``weakened`` of the bundle's sandbox, and of the SWE budgets it carries."""
-    problems = weakened(bundle.sandbox)
-    if bundle.swe is not None and bundle.swe.budgets.pids is None:
-        problems.append("swe.budgets.pids = None (no pids limit)")
-    return problems
+def read_for_replay(paths: Sequence[Path], *, trust: bool = False) -> list[tuple[Bundle, tuple[str, ...]]]:
+    """Every bundle read and vetted (``gym.replay_limits.vet``) before any is replayed: each as it may run here,
+    with its notes. A bundle that is malformed or asks for more than the limits is a ``BundleError`` of one line;
+    when several are, each is logged in its line and the error names the first and counts them. Nothing has
+    started then."""
+    vetted: list[tuple[Bundle, tuple[str, ...]]] = []
+    refused: list[BundleError] = []
+    for path in paths:
+        try:
+            vetted.append(vet(read_bundle(path), path, trust=trust))
+        except BundleError as exc:
+            refused.append(exc)
+    if len(refused) > 1:
+        for exc in refused:
+            log.error("%s", exc)
+        raise BundleError(f"{refused[0]} ({len(refused)} bundles refused, each logged above)")
+    if refused:
+        raise refused[0]
+    return vetted
 
 
 def replay_files(paths: Sequence[Path], concurrency: int = 4, *, trust_sandbox: bool = False) -> list[ReplayReport]:
     """Replay bundle files (a pool per distinct sandbox configuration); reports in input order.
 
-    A bundle whose sandbox is weakened or names an engine is refused (``BundleError``) unless
-    ``trust_sandbox`` (``gym replay --trust-bundle-sandbox``): replays run hardened, on this machine.
+    Every bundle is vetted first (``read_for_replay``): the engine is this machine's, never the bundle's, and a
+    bundle asking for more than the hardened limits is refused (``BundleError``); ``trust_sandbox``
+    (``gym replay --trust-bundle-sandbox``) lets its sandbox-side fields through, never its host-side ones.
     """
-    bundles = [read_bundle(path) for path in paths]
-    for path, bundle in zip(paths, bundles):
-        problems = weakened_bundle(bundle)
-        if problems and not trust_sandbox:
-            raise BundleError(
-                f"{path}: refusing to replay under a weakened or remote sandbox: {'; '.join(problems)} "
-                "(pass --trust-bundle-sandbox if you wrote this bundle)"
-            )
+    vetted = read_for_replay(paths, trust=trust_sandbox)
+    bundles = [bundle for bundle, _ in vetted]
     groups: dict[str, list[int]] = {}
     for i, bundle in enumerate(bundles):
         groups.setdefault(bundle.sandbox.model_dump_json(), []).append(i)
@@ -272,6 +265,8 @@ def replay_files(paths: Sequence[Path], concurrency: int = 4, *, trust_sandbox: 
                 reports[i] = await replay(bundle, family, path=str(paths[i]))
             else:
                 reports[i] = await replay(bundle, CodeFamily(pool, Grader(pool, bundle.grader)), path=str(paths[i]))
+            report = reports[i]
+            reports[i] = report.model_copy(update={"notes": vetted[i][1] + report.notes})
             log.info("replayed %s: %s", paths[i], "identical" if reports[i].identical else "DIFFERENT")
 
     async def main() -> None:
