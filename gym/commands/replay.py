@@ -25,8 +25,9 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     parser.add_argument(
         "--trust-bundle-sandbox",
         action="store_true",
-        help="replay a bundle whose sandbox is weakened (network, seccomp, caps, no pids limit) or "
-        "names another engine; refused otherwise, since a tampered bundle could escape",
+        help="replay a bundle whose sandbox-side settings are weaker than the hardened defaults (network, "
+        "seccomp, caps, budgets) as recorded; refused otherwise, since a tampered bundle could escape. Never "
+        "covers host-side bounds or the engine: a replay always runs on this machine's engine (docs/gym.md)",
     )
 
 
