@@ -39,6 +39,7 @@ def test_all_experts_equals_the_grouped_path(experts, top_k, rows):
     want = grouped(x, idx, gate, wg, wu, wd)
     got = all_experts_swiglu(x, idx, gate, wg, wu, wd)
     assert got.shape == want.shape == (rows, hidden)
+    # measured max |diff| 4.2e-7 over default/avx2/avx512 kernels (0.11 of the tolerance): margin 9x
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
@@ -48,6 +49,8 @@ def test_a_replayed_route_naming_one_expert_twice_counts_it_twice():
     wg, wu, wd = torch.randn(4, 6, 8, generator=g), torch.randn(4, 6, 8, generator=g), torch.randn(4, 8, 6, generator=g)
     idx = torch.tensor([[2, 2], [0, 3], [1, 1]])
     gate = torch.rand(3, 2, generator=g)
+    # float32 default tolerance; measured max |diff| 2.9e-6 (default kernels), 1.9e-6 (avx2/avx512), 0.19 of the
+    # tolerance: margin 5x. Counting each repeated expert once instead moves the output by up to 5.2.
     torch.testing.assert_close(all_experts_swiglu(x, idx, gate, wg, wu, wd), grouped(x, idx, gate, wg, wu, wd))
 
 
@@ -92,6 +95,7 @@ def test_the_block_runs_all_experts_only_for_small_inference_steps(monkeypatch):
         monkeypatch.setattr(experts_module, "ALL_EXPERTS_MAX_ROWS", 0)
         general = moe(small).hidden
     assert calls == [1]
+    # measured max |diff| 4.8e-7 over default/avx2/avx512 kernels (0.11 of the tolerance): margin 9x
     torch.testing.assert_close(fast, general, rtol=1e-5, atol=1e-6)
     monkeypatch.setattr(experts_module, "ALL_EXPERTS_MAX_ROWS", ALL_EXPERTS_MAX_ROWS)
     moe(small)  # autograd on (training, the trainer's logprobs): the grouped path
@@ -124,6 +128,7 @@ def test_plain_rows_sample_as_through_the_processed_distribution():
     got = sample(logits, rows_of(params))
     tokens, logprobs = general_formula(logits, params)
     assert torch.equal(got.tokens, tokens)
+    # logprobs here and below: measured max |diff| 4.8e-7 over default/avx2/avx512 kernels: margin 20x
     assert torch.allclose(got.logprobs, logprobs, atol=1e-5, rtol=0)
     assert (got.logprobs[::4] == 0).all()  # the greedy rows
     raw = torch.log_softmax(logits, -1).gather(1, tokens[:, None])[:, 0]
@@ -138,6 +143,7 @@ def test_a_batch_without_greedy_rows_samples_as_the_general_formula(temperature)
     got = sample(logits, rows_of(params))
     tokens, logprobs = general_formula(logits, params)
     assert torch.equal(got.tokens, tokens)
+    # logprobs here and below: measured max |diff| 4.8e-7 over default/avx2/avx512 kernels: margin 20x
     assert torch.allclose(got.logprobs, logprobs, atol=1e-5, rtol=0)
     raw = torch.log_softmax(logits, -1).gather(1, tokens[:, None])[:, 0]
     assert torch.allclose(got.raw_logprobs, raw, atol=1e-5, rtol=0)
@@ -191,4 +197,5 @@ def test_a_one_token_step_reads_grouped_keys_in_place_with_the_same_result():
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         general = attention.o_proj(out.transpose(1, 2).reshape(batch, 1, -1))
+    # measured max |diff| 7.5e-8 over default/avx2/avx512 kernels (0.06 of the tolerance): margin 16x
     torch.testing.assert_close(fast, general, rtol=1e-5, atol=1e-6)

@@ -31,6 +31,8 @@ def both_steps(model, fed, lengths, cache):
 
 def assert_same_step(lean, forward, lean_cache, forward_cache) -> None:
     assert lean.logits.shape == forward.logits.shape
+    # measured max |diff| over default/avx2/avx512 kernels: logits 1.2e-7 (margin 80x), keys 1.5e-7 and values 1.0e-7
+    # (margin 7x and 10x)
     assert torch.allclose(lean.logits, forward.logits, atol=1e-5, rtol=0)
     assert torch.equal(lean.routes, forward.routes)
     assert torch.allclose(lean_cache.keys, forward_cache.keys, atol=1e-6, rtol=0)

@@ -53,4 +53,5 @@ def test_an_hf_directory_trains_and_its_checkpoint_scores_the_same(tmp_path):
     rows, _ = render_all(fmt, read_step_rows([json.dumps(row) for row in generate_rows(3, seed=5)]).rows, 256)
     served = scorer.score([r.ids for r in rows], [r.positions for r in rows])  # one padded batch
     trained = predict(scorer.model, rows, fmt.label_ids, batch_size=1, device="cpu")  # row by row
+    # measured max |diff| 0 (default, avx512 kernels) to 6e-8 (avx2): margin 170x
     assert [p for scores in served for p in scores] == pytest.approx([p for p, _, _ in trained], abs=1e-5)
