@@ -194,6 +194,30 @@ class ReplayConfig(_Config):
     rate: float = Field(0.1, ge=0, le=1, description="Share of successful episodes bundled (deterministic by episode).")
     failures: bool = Field(True, description="Always bundle failed, masked or erroring episodes.")
     seed: int = Field(0, ge=0, description="Seed of the deterministic sampling.")
+    bytes_floor: int = Field(
+        256 << 10,
+        ge=4 << 10,
+        le=32 << 20,
+        description="Bytes a bundle may spend on what its episode produced outside the trajectory (tool outputs, "
+        "submitted programs, the answer diff, grading details), whatever it sampled; larger fields are cut to a "
+        "marker (size, sha256) and the bundle replays as truncated (docs/gym.md). An honest episode's are ~10 kB.",
+    )
+    bytes_per_token: int = Field(
+        1024,
+        ge=0,
+        le=64 << 10,
+        description="Bytes added to bytes_floor per sampled token: the cheapest tool call is ~8 sampled tokens "
+        "and its observation at most tools.output_chars (8,192) characters, so ~1 kB per token keeps every "
+        "observation an honest episode can cause; a 1 MB file or diff made by a few tokens does not fit.",
+    )
+    run_bytes: int = Field(
+        512 << 20,
+        ge=0,
+        le=1 << 40,
+        description="Disk for all of a run's bundles (bundles/ of the run, what is there at start counted): past "
+        "it no bundle is written, and the skipped ones (count, bytes) go to summary.json and the log. The main "
+        "job writes ~1,000 bundles of ~32 kB; this is 16 times that.",
+    )
 
 
 class EnvironmentConfig(_Config):

@@ -15,7 +15,9 @@ Three kinds of check, all reported as ``Difference`` data:
    the recorded grader configuration and gives the same verdict per test and
    the same reward.
 
-Timings (wall time of tests and calls) are never compared.
+Timings (wall time of tests and calls) are never compared. A field cut when the
+bundle was written (``Bundle.cuts``, gym/bundle.py) is compared by its size and
+sha256; such a bundle is reported as truncated, never as identical.
 """
 
 from __future__ import annotations
@@ -70,10 +72,13 @@ class ReplayReport(BaseModel):
     reward_replayed: float | None = Field(description="Reward of the replayed grading.")
     differences: tuple[Difference, ...] = Field(description="Everything that differed; empty when identical.")
     notes: tuple[str, ...] = Field((), description="Checks that could not run, and why.")
+    truncated: tuple[str, ...] = Field(
+        (), description="Fields cut when the bundle was written (compared by sha256): it never replays identically."
+    )
 
     @property
     def identical(self) -> bool:
-        return not self.differences
+        return not self.differences and not self.truncated
 
 
 def _short(value: object, limit: int = 300) -> str:
@@ -121,17 +126,32 @@ def consistency(bundle: Bundle) -> tuple[list[Difference], list[str]]:
     observed = [r for r in bundle.tool_calls if r.outcome.submitted is None]
     _diff(out, "number of tool results", len(observed), len(results))
     for record, message, event in zip(observed, results, result_events):
-        _diff(out, f"tool call {record.index} result in the trajectory", record.outcome.output, message.content)
+        field = f"tool_calls.{record.index}.outcome.output"
+        _diff(
+            out,
+            f"tool call {record.index} result in the trajectory",
+            *bundle.comparable(field, record.outcome.output, message.content),
+        )
         _diff(out, f"tool call {record.index} failure in the trajectory", record.outcome.failure, event.failure)
     if bundle.answer_source == "final":
         finals = [m for m in trajectory.messages if m.is_final]
         final = finals[-1].content if finals else None
         if final is not None and not isinstance(bundle.task, MathTask):  # a math answer is the whole message
             final = extract_code(final)
-        _diff(out, "answer (final channel)", bundle.answer, final)
+        _diff(out, "answer (final channel)", *bundle.comparable("answer", bundle.answer, final))
     elif bundle.answer_source == "submit" and not isinstance(bundle.task, SweInstance):  # SWE: the answer is the diff
-        submitted = [r.outcome.submitted for r in bundle.tool_calls if r.outcome.submitted is not None]
-        _diff(out, "answer (submitted)", bundle.answer, submitted[-1] if submitted else None)
+        submitted = [r for r in bundle.tool_calls if r.outcome.submitted is not None]
+        last = submitted[-1] if submitted else None
+        _diff(
+            out,
+            "answer (submitted)",
+            *bundle.comparable(
+                "answer",
+                bundle.answer,
+                None if last is None else last.outcome.submitted,
+                None if last is None else f"tool_calls.{last.index}.outcome.submitted",
+            ),
+        )
     _diff(out, "reward for the recorded grading", trajectory.reward, _reward(bundle, bundle.grading))
     if any(e.kind == "parse_error" for e in trajectory.events):
         notes.append("token exactness not checked: the trajectory holds turns that did not parse")
@@ -168,8 +188,7 @@ async def replay(bundle: Bundle, family: TaskFamily, *, path: str = "") -> Repla
             _diff(
                 differences,
                 f"tool call {record.index} ({record.recipient}) output",
-                record.outcome.output,
-                outcome.output,
+                *bundle.comparable(f"tool_calls.{record.index}.outcome.output", record.outcome.output, outcome.output),
             )
             _diff(
                 differences,
@@ -180,8 +199,9 @@ async def replay(bundle: Bundle, family: TaskFamily, *, path: str = "") -> Repla
             _diff(
                 differences,
                 f"tool call {record.index} ({record.recipient}) submitted program",
-                record.outcome.submitted,
-                outcome.submitted,
+                *bundle.comparable(
+                    f"tool_calls.{record.index}.outcome.submitted", record.outcome.submitted, outcome.submitted
+                ),
             )
             submitted = outcome.submitted if outcome.submitted is not None else submitted
         handed_in = submitted if bundle.answer_source == "submit" else bundle.answer
@@ -191,7 +211,11 @@ async def replay(bundle: Bundle, family: TaskFamily, *, path: str = "") -> Repla
                 answer = await family.answer(task, ws, handed_in)
             except ValueError as exc:
                 notes.append(f"no answer to grade: {exc}")
-    _diff(differences, "answer", bundle.answer, None if answer is None else printable(answer))
+    _diff(
+        differences,
+        "answer",
+        *bundle.comparable("answer", bundle.answer, None if answer is None else printable(answer)),
+    )
     grading = None
     if answer is not None and bundle.grading is not None:
         grading = await family.grade(task, answer)
@@ -211,6 +235,7 @@ async def replay(bundle: Bundle, family: TaskFamily, *, path: str = "") -> Repla
         reward_replayed=reward,
         differences=tuple(differences),
         notes=tuple(notes),
+        truncated=tuple(f"{cut.field} ({cut.bytes} bytes, sha256 {cut.sha256[:16]})" for cut in bundle.cuts),
     )
 
 
@@ -267,7 +292,9 @@ def replay_files(paths: Sequence[Path], concurrency: int = 4, *, trust_sandbox: 
                 reports[i] = await replay(bundle, CodeFamily(pool, Grader(pool, bundle.grader)), path=str(paths[i]))
             report = reports[i]
             reports[i] = report.model_copy(update={"notes": vetted[i][1] + report.notes})
-            log.info("replayed %s: %s", paths[i], "identical" if reports[i].identical else "DIFFERENT")
+            done = reports[i]
+            verdict = "identical" if done.identical else "DIFFERENT" if done.differences else "TRUNCATED"
+            log.info("replayed %s: %s", paths[i], verdict)
 
     async def main() -> None:
         for indices in groups.values():

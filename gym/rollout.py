@@ -35,9 +35,10 @@ from pathlib import Path
 
 import trio
 
-from gym.bundle import bundle_name, bundle_of, bundle_reason, image_digest, write_bundle
+from gym.bundle import BundleBudget, bundle_name, bundle_of, bundle_reason, image_digest
 from gym.environment import Environment, TaskStream
 from gym.episode import EpisodeResult, run_episode
+from gym.run_dir import write_atomic
 from gym.trajectory import Trajectory
 from policies.sampling import RolloutEngine
 from sandbox.errors import InfraError
@@ -85,6 +86,8 @@ class RolloutWorkers:
         self.limiter = trio.CapacityLimiter(concurrency or env.config.concurrency)
         self.stream = stream or env.stream(shard)
         self.bundle_dir = bundle_dir
+        # the run's disk for bundles (replay.run_bytes): what bundle_dir holds already counts (a resumed run)
+        self.bundle_budget = BundleBudget(env.config.replay.run_bytes, bundle_dir)
         self.results: list[EpisodeResult] = []  # finished episodes, in finishing order (bundles, reports)
         self.bundles: list[Path] = []
         self._digests: dict[str, str] = {}  # image id of every workspace image, by name
@@ -164,8 +167,21 @@ class RolloutWorkers:
             self._digests[image] = await image_digest(pool)
         path = self.bundle_dir / bundle_name(index, result.trajectory.task_id)
         try:
-            bundle = bundle_of(self.env, result, reason, self._digests[image], image=image)
-            self.bundles.append(await trio.to_thread.run_sync(write_bundle, path, bundle))
+            bundle = bundle_of(self.env, result, reason, self._digests[image], image=image)  # fields bounded
+            text = bundle.model_dump_json(indent=1)
+            if not self.bundle_budget.admit(len(text.encode("utf-8", "surrogatepass"))):
+                return
+            self.bundle_budget.count_cuts(bundle.cuts)
+            if bundle.cuts:  # a warning the first time; summary.json and the closing line count every one
+                log.log(
+                    logging.WARNING if self.bundle_budget.truncated == 1 else logging.DEBUG,
+                    "episode %d (%s): bundle truncated: %d fields of %d bytes cut (replay.bytes_floor/bytes_per_token)",
+                    index + 1,
+                    result.trajectory.task_id,
+                    len(bundle.cuts),
+                    sum(cut.bytes for cut in bundle.cuts),
+                )
+            self.bundles.append(await trio.to_thread.run_sync(write_atomic, path, text))
         except (ValueError, UnicodeError, OSError) as exc:  # a bundle that cannot be written never ends the run
             log.error("episode %d (%s): bundle not written: %s", index + 1, result.trajectory.task_id, str(exc)[:300])
 

@@ -130,6 +130,7 @@ class Loop:
         self.step_pass_rates: list[float] = []
         self.evals: list[tuple[int, dict[str, float]]] = []
         self.tally = MaskedTally(config.loop)
+        self.bundle_budget = None  # the rollout workers' (gym.bundle.BundleBudget): summary.json's bundle_disk
         self.engine = None
         self.sync = None
 
@@ -283,6 +284,7 @@ class Loop:
                 bundle_dir=self.run_dir / "bundles",
                 stream=stream,
             )
+            self.bundle_budget = workers.bundle_budget
         else:  # the groups run on the cluster's nodes (routes come back with them); eval and warm start stay here
             workers = self.ray_workers(env, stream, replay)
             recorder = workers.routes if replay else None
@@ -531,7 +533,18 @@ class Loop:
             "stopped": str(stopped) if stopped is not None else None,
             "weights_version": state.weights_version,
             "resumed": self.learner.resumed,
+            "bundle_disk": budget.figures() if (budget := self.bundle_budget) is not None else None,
         }
+        if budget is not None and (budget.skipped or budget.truncated):
+            log.warning(
+                "bundles: %d written, %d truncated (%d bytes cut), %d skipped (%d bytes) past replay.run_bytes %d",
+                budget.written,
+                budget.truncated,
+                budget.cut_bytes,
+                budget.skipped,
+                budget.skipped_bytes,
+                budget.limit,
+            )
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         self.draw_curves()
         return summary

@@ -7,7 +7,8 @@ against its own trajectory (see gym/replay.py). A self-play chain bundle
 check and the acceptance decision (gym/chain_bundle.py). A folder argument
 means every ``*.json`` bundle in it. Prints one line per bundle (and each difference);
 exits 0 when every bundle replayed identically, 1 otherwise (5 for a file that
-is not a bundle, docs/cli.md). ``--json FILE`` writes the reports.
+is not a bundle, docs/cli.md); a bundle whose fields were cut to its byte bound
+is TRUNCATED, never identical (docs/gym.md). ``--json FILE`` writes the reports.
 """
 
 from __future__ import annotations
@@ -57,13 +58,18 @@ def run(args: argparse.Namespace) -> int:
     by_path = dict(zip(episodes, replayed)) | dict(zip(chains, replay_chain_files(chains)))
     reports = [by_path[path] for path in paths]
     for report in reports:
+        truncated = getattr(report, "truncated", ())  # chain reports have none
         status = "identical" if report.identical else f"{len(report.differences)} DIFFERENCES"
+        if truncated and not report.differences:
+            status = f"TRUNCATED ({len(truncated)} fields cut when written, each matched by sha256; not identical)"
         print(
             f"{report.bundle}: {report.task_id}: {report.tool_calls} tool calls, reward "
             f"{report.reward_recorded} -> {report.reward_replayed}: {status}"
         )
         for difference in report.differences:
             print(f"  {difference.what}: recorded {difference.recorded!r}, replayed {difference.replayed!r}")
+        for field in truncated:
+            print(f"  truncated: {field}")
         for note in report.notes:
             print(f"  note: {note}")
     same = sum(r.identical for r in reports)

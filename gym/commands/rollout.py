@@ -200,9 +200,16 @@ class _Run:
             "interrupted": self.signal is not None,
             **({"error": self.error} if self.error else {}),
             "bundles": len(workers.bundles) if workers else 0,
+            "bundle_disk": workers.bundle_budget.figures() if workers else None,
             "stream_position": workers.stream.position if workers else 0,
         }
         write_atomic(self.out / "summary.json", json.dumps(summary, indent=2) + "\n")
+        disk = summary["bundle_disk"]
+        if disk and (disk["skipped"] or disk["truncated"]):
+            log.warning(
+                "bundles: %d written, %d truncated (%d bytes cut), %d skipped (%d bytes) past replay.run_bytes %d",
+                *(disk[k] for k in ("written", "truncated", "cut_bytes", "skipped", "skipped_bytes", "run_bytes")),
+            )
         return summary
 
     def _verdict(self, summary: dict) -> int:
