@@ -18,6 +18,10 @@ Expected outputs come from a host-side oracle per variant, independent of the
 reference program (tests check that the two agree in a real interpreter).
 Each row also carries a deliberately wrong program (``incorrect_solutions``).
 
+Every task's tests reject a family of degenerate programs (`tasks/degenerate.py`: constants, echo, the
+reference off by one), judged at generation time as the grader judges; where the tests as drawn do not, hidden
+tests drawn on from the task's stream are added (`drawn_tests`), and a task no such test can fix is never drawn.
+
 Split: for each variant, the HELDOUT_PERCENT of its parameter tuples with the
 smallest sha256 of (template, variant, parameters) are held out (at least
 one, never all); levels 1 and 2 of the same parameters share a variant, so
@@ -36,11 +40,13 @@ import random
 import string
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache, partial
 from itertools import combinations, permutations, product
 from pathlib import Path
 from typing import Any, Literal
 
+from tasks import degenerate
+from tasks.degenerate import Degenerate
 from tasks.errors import TaskError
 
 Split = Literal["train", "heldout"]
@@ -52,6 +58,12 @@ LEVELS = (1, 2, 3)
 HELDOUT_PERCENT = 20  # share of each variant's parameter values held out
 PUBLIC_TESTS = 1  # shown in the statement as the example; graded too
 HIDDEN_TESTS = 6
+# Draws spent looking for a hidden test that rejects a degenerate program still passing (docs/generated_tasks.md
+# "Degenerate programs"). The rarest fixable miss needs a random value to land one above a parameter (about 1
+# test in 20 at level 1): at seeds 0-2 the 555 strengthened tasks needed 7 draws (median), 129 at most. A task
+# whose miss no test of its distribution can catch (an off-by-one program equal to the reference on every input
+# the statement allows) spends them all and is dropped.
+STRENGTHEN_TRIES = 400
 TIME_LIMIT_S = 2
 MEMORY_LIMIT_BYTES = 256 << 20
 LETTERS = string.ascii_lowercase
@@ -120,6 +132,19 @@ class TaskSpec:
         return "heldout" if self.params in _heldout(self.template, self.level == 3) else "train"
 
 
+Cases = tuple[Any, ...]  # one test: its cases (one at level 1), as the variant's input generator drew them
+
+
+@dataclass(frozen=True)
+class DrawnTests:
+    """A task's tests as drawn cases, and what the degenerate-program check (`tasks/degenerate.py`) made of them."""
+
+    public: tuple[Cases, ...]
+    hidden: tuple[Cases, ...]  # the HIDDEN_TESTS drawn, then the ones added to reject a degenerate program
+    added: int  # hidden tests added (0: the task was strong as drawn)
+    survivors: tuple[str, ...]  # degenerate programs that still pass every test: `draw` drops the task
+
+
 @dataclass(frozen=True)
 class GeneratedTask:
     """A rendered task: the row the loader reads and its two programs."""
@@ -128,6 +153,8 @@ class GeneratedTask:
     row: dict[str, Any]  # a CodeContests row
     reference: str
     wrong: str
+    added: int = 0  # hidden tests added to reject a degenerate program
+    survivors: tuple[str, ...] = ()  # degenerate programs passing every test (never in what `draw` returns)
 
 
 # ---- input generators -------------------------------------------------------------------------------
@@ -576,20 +603,105 @@ def program(spec: TaskSpec, body: str, params_in: ParamsIn = "statement") -> str
     """Parameter assignments (or their read from the first input line), then the case read and ``body``,
     inside a test-case loop above level 1."""
     head = _read_params(spec) if params_in == "input" else "".join(f"{k} = {v!r}\n" for k, v in spec.params)
+    return head + _solve(spec, body)
+
+
+def _solve(spec: TaskSpec, body: str) -> str:
+    """The case read and ``body``, inside a test-case loop above level 1 (the parameters already set)."""
     code = READ[TEMPLATES[spec.template].kind] + "\n" + body
     if spec.level == 1:
-        return head + code + "\n"
-    return head + "for _ in range(int(input())):\n" + "".join(f"    {line}\n" for line in code.splitlines())
+        return code + "\n"
+    return "for _ in range(int(input())):\n" + "".join(f"    {line}\n" for line in code.splitlines())
 
 
-def _test(spec: TaskSpec, rng: random.Random, most_cases: int, params_in: ParamsIn) -> tuple[str, str]:
+def _cases(spec: TaskSpec, rng: random.Random, most_cases: int) -> Cases:
+    """One test's cases (one at level 1, else 2..most_cases)."""
+    params = dict(spec.params)
+    return tuple(spec.variant.case(rng, params) for _ in range(1 if spec.level == 1 else rng.randint(2, most_cases)))
+
+
+def _layout(spec: TaskSpec, cases: Cases, params_in: ParamsIn) -> tuple[str, str]:
+    """One test's (input, expected output) text."""
     variant, kind = spec.variant, TEMPLATES[spec.template].kind
     params = dict(spec.params)
-    cases = [variant.case(rng, params) for _ in range(1 if spec.level == 1 else rng.randint(2, most_cases))]
     text = "".join(_render_case(kind, c) for c in cases)
     answers = "".join(variant.answer(c, params) + "\n" for c in cases)
     head = _join(v for _, v in spec.params) + "\n" if params_in == "input" else ""
     return head + (text if spec.level == 1 else f"{len(cases)}\n{text}"), answers
+
+
+# ---- degenerate programs (tasks/degenerate.py) ------------------------------------------------------
+
+
+def _parse(spec: TaskSpec, text: str, params_in: ParamsIn) -> tuple[Params, list[Any]]:
+    """The parameters and cases a program reads from a test input in ``params_in`` layout."""
+    lines = iter(text.splitlines())
+    params = dict(spec.params)
+    if params_in == "input":
+        values = next(lines).split()
+        params = {k: int(x) if isinstance(v, int) else x for (k, v), x in zip(spec.params, values, strict=True)}
+    kind = TEMPLATES[spec.template].kind
+    cases: list[Any] = []
+    for _ in range(1 if spec.level == 1 else int(next(lines))):
+        if kind == "ints":
+            next(lines)  # n: the reference reads it and never uses it
+            cases.append([int(x) for x in next(lines).split()])
+        else:
+            line = next(lines)
+            cases.append(int(line) if kind == "int" else line.strip() if kind == "word" else line)
+    return params, cases
+
+
+def _shifted(spec: TaskSpec, name: str, delta: int, params_in: ParamsIn, text: str) -> str | None:
+    """What the reference with parameter ``name`` moved by ``delta`` prints on ``text``, by the variant's oracle."""
+    params, cases = _parse(spec, text, params_in)
+    params[name] += delta
+    try:
+        return "".join(spec.variant.answer(case, params) + "\n" for case in cases)
+    except (LookupError, ArithmeticError, ValueError):  # the program raises the same, and fails the test
+        return None
+
+
+def degenerates(spec: TaskSpec, tests: Sequence[tuple[str, str]], params_in: ParamsIn) -> list[Degenerate]:
+    """The degenerate programs ``tests`` must reject (`tasks.degenerate.family`), with the reference off by one
+    in each integer parameter, both ways."""
+    shifted = []
+    for name, value in spec.params:
+        if not isinstance(value, int):
+            continue
+        for delta in (-1, 1):
+            if params_in == "input":
+                source = _read_params(spec) + f"{name} += {delta}\n" + _solve(spec, spec.variant.body)
+            else:
+                moved = tuple((k, v + delta if k == name else v) for k, v in spec.params)
+                source = program(TaskSpec(spec.template, spec.level, moved), spec.variant.body)
+            run = partial(_shifted, spec, name, delta, params_in)
+            shifted.append(Degenerate(f"{name}{delta:+d}", source, run))
+    return degenerate.family(tests, shifted)
+
+
+def _surviving(spec: TaskSpec, tests: Sequence[Cases]) -> set[str]:
+    """The degenerate programs that pass every one of ``tests`` in either layout (they differ in echo only)."""
+    alive: set[str] = set()
+    for params_in in ("statement", "input"):
+        rendered = [_layout(spec, cases, params_in) for cases in tests]
+        alive.update(degenerate.survivors(degenerates(spec, rendered, params_in), rendered))
+    return alive
+
+
+@lru_cache(maxsize=8192)  # `draw` checks a task and `render` lays it out; the whole catalogue is 5103 tasks
+def drawn_tests(spec: TaskSpec, seed: int, tries: int = STRENGTHEN_TRIES) -> DrawnTests:
+    """The task's tests, from ``(seed, task_id)`` alone: PUBLIC_TESTS + HIDDEN_TESTS drawn, then hidden tests
+    drawn on from the same stream (so the first ones never change) while a degenerate program passes them all,
+    each kept only when it rejects one; ``tries`` draws at most (0: the tests as first drawn). Shared by every
+    caller: never mutate the cases."""
+    rng = random.Random(f"{seed}:{spec.task_id}")
+    # the example (in the statement) has at most 3 cases: shorter prompts for small policies
+    drawn = [_cases(spec, rng, 3 if n < PUBLIC_TESTS else 5) for n in range(PUBLIC_TESTS + HIDDEN_TESTS)]
+    added, alive = degenerate.strengthen(drawn, lambda: _cases(spec, rng, 5), partial(_surviving, spec), tries)
+    return DrawnTests(
+        tuple(drawn[:PUBLIC_TESTS]), tuple(drawn[PUBLIC_TESTS:] + added), len(added), tuple(sorted(alive))
+    )
 
 
 def statement(spec: TaskSpec, example: tuple[str, str], params_in: ParamsIn = "statement") -> str:
@@ -618,10 +730,9 @@ def render(spec: TaskSpec, seed: int, params_in: ParamsIn = "statement") -> Gene
     ``params_in``: ``statement`` states the parameter values (``Parameters: K = 17.``) and the program
     assigns them; ``input`` names the parameters only, every test's first line holds their values and the
     program reads them, so one program per (variant, level) solves every parameter value."""
-    rng = random.Random(f"{seed}:{spec.task_id}")
-    # the example (in the statement) has at most 3 cases: shorter prompts for small policies
-    tests = [_test(spec, rng, 3 if n < PUBLIC_TESTS else 5, params_in) for n in range(PUBLIC_TESTS + HIDDEN_TESTS)]
-    public, hidden = tests[:PUBLIC_TESTS], tests[PUBLIC_TESTS:]
+    drawn = drawn_tests(spec, seed)
+    public = [_layout(spec, cases, params_in) for cases in drawn.public]
+    hidden = [_layout(spec, cases, params_in) for cases in drawn.hidden]
     reference, wrong = program(spec, spec.variant.body, params_in), program(spec, spec.variant.wrong, params_in)
     row = {
         "name": spec.task_id,
@@ -643,46 +754,76 @@ def render(spec: TaskSpec, seed: int, params_in: ParamsIn = "statement") -> Gene
             "seed": seed,
         },
     }
-    return GeneratedTask(spec=spec, row=row, reference=reference, wrong=wrong)
+    return GeneratedTask(
+        spec=spec, row=row, reference=reference, wrong=wrong, added=drawn.added, survivors=drawn.survivors
+    )
 
 
 def draw(
     split: Split, count: int, seed: int, levels: Sequence[int] = LEVELS, templates: Sequence[str] | None = None
 ) -> list[TaskSpec]:
     """``count`` tasks of ``split``, round-robin over (template, level) buckets each shuffled by ``seed``,
-    so every template and level is drawn about equally often."""
+    so every template and level is drawn about equally often. A task whose tests cannot be made to reject
+    every degenerate program (`drawn_tests`) is dropped: the next task of its bucket takes its turn."""
+    return _draw(split, count, seed, levels, templates)[0]
+
+
+def _draw(
+    split: Split, count: int, seed: int, levels: Sequence[int], templates: Sequence[str] | None
+) -> tuple[list[TaskSpec], list[TaskSpec]]:
+    """``(drawn, dropped)``: `draw`'s tasks and the ones it passed over."""
     buckets: dict[tuple[str, int], list[TaskSpec]] = {}
     for spec in catalogue(levels, templates):
         if spec.split == split:
             buckets.setdefault((spec.template, spec.level), []).append(spec)
-    available = sum(map(len, buckets.values()))
-    if count > available:
-        which = "" if templates is None else f" of templates {', '.join(templates)}"
-        raise GeneratorError(f"{count} {split} tasks asked for levels {sorted(set(levels))}{which}, {available} exist")
     for (template, level), specs in buckets.items():
         random.Random(f"{seed}:{split}:{template}:{level}").shuffle(specs)
     drawn: list[TaskSpec] = []
+    dropped: list[TaskSpec] = []
     queues = list(buckets.values())
-    while len(drawn) < count:
+    # the cheap refusal first: more than the buckets hold, dropped ones or not (checking them all takes seconds)
+    total = sum(map(len, queues))
+    while len(drawn) < count <= total and any(queues):
         for queue in queues:
-            if queue and len(drawn) < count:
-                drawn.append(queue.pop())
-    return drawn
+            while queue and len(drawn) < count:
+                spec = queue.pop()
+                if not drawn_tests(spec, seed).survivors:
+                    drawn.append(spec)
+                    break
+                dropped.append(spec)
+    if len(drawn) < count:
+        which = "" if templates is None else f" of templates {', '.join(templates)}"
+        exist = f"{total} exist" if count > total else f"{len(drawn)} exist ({len(dropped)} more dropped as weak)"
+        raise GeneratorError(f"{count} {split} tasks asked for levels {sorted(set(levels))}{which}, {exist}")
+    return drawn, dropped
+
+
+@dataclass(frozen=True)
+class Written:
+    """What `write` wrote, per split."""
+
+    rows: dict[str, int]  # rows in each file
+    strengthened: dict[str, int]  # written tasks given hidden tests to reject a degenerate program
+    dropped: dict[str, int]  # tasks passed over in the draw: no test of theirs rejects some degenerate program
 
 
 def write(
     out: Path, seed: int, train: int, heldout: int, levels: Sequence[int] = LEVELS, params_in: ParamsIn = "statement"
-) -> dict[str, int]:
-    """``out/{train,heldout}.jsonl`` and ``out/{train,heldout}.solutions.jsonl``; the number of rows per file."""
+) -> Written:
+    """``out/{train,heldout}.jsonl`` and ``out/{train,heldout}.solutions.jsonl``; rows, strengthened and dropped
+    tasks per split."""
     out.mkdir(parents=True, exist_ok=True)
-    counts: dict[str, int] = {}
+    written = Written({}, {}, {})
     for split, count in (("train", train), ("heldout", heldout)):
-        tasks = [render(spec, seed, params_in) for spec in draw(split, count, seed, levels)]
+        specs, dropped = _draw(split, count, seed, levels, None)
+        tasks = [render(spec, seed, params_in) for spec in specs]
         rows = (json.dumps(t.row) + "\n" for t in tasks)
         solutions = (
             json.dumps({"task_id": t.spec.task_id, "completion": t.reference, "expect": "passed"}) + "\n" for t in tasks
         )
         (out / f"{split}.jsonl").write_text("".join(rows))
         (out / f"{split}.solutions.jsonl").write_text("".join(solutions))
-        counts[split] = len(tasks)
-    return counts
+        written.rows[split] = len(tasks)
+        written.strengthened[split] = sum(t.added > 0 for t in tasks)
+        written.dropped[split] = len(dropped)
+    return written

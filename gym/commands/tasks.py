@@ -147,9 +147,17 @@ def _generate(args: argparse.Namespace) -> int:
     from tasks.generator import write
 
     started = time.monotonic()
-    counts = write(args.out, args.seed, args.train, args.heldout, args.levels, args.params_in)
-    for split, count in counts.items():
+    written = write(args.out, args.seed, args.train, args.heldout, args.levels, args.params_in)
+    for split, count in written.rows.items():
         print(f"{split:<8} {count:>6} tasks -> {args.out / f'{split}.jsonl'} (+ {split}.solutions.jsonl)")
+    splits = list(written.rows)
+    print(
+        "degenerate programs (constants, echo, the reference off by one) rejected by every task: strengthened "
+        + ", ".join(f"{written.strengthened[s]} {s}" for s in splits)
+        + " (hidden tests added), dropped "
+        + ", ".join(f"{written.dropped[s]} {s}" for s in splits)
+        + " (replaced by the next task of their bucket)"
+    )
     print(
         f"seed {args.seed}, levels {','.join(map(str, sorted(set(args.levels))))}, parameters in the "
         f"{args.params_in}, "

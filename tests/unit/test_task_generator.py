@@ -25,6 +25,7 @@ from tasks.generator import (
 )
 from tasks.loader import load_tasks
 from tasks.submission import read_submissions
+from tests.unit.generated_programs import outputs
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = ("train.jsonl", "heldout.jsonl", "train.solutions.jsonl", "heldout.solutions.jsonl")
@@ -61,37 +62,9 @@ def _tests(spec: TaskSpec, seed: int = 0) -> list[tuple[str, str]]:
     return [(i, o) for group in groups for i, o in zip(group["input"], group["output"])]
 
 
-# Runs a program once per input inside one isolated interpreter (`python3 -I`): a fresh module namespace,
-# stdin and stdout per run. One process per task, not per test: an interpreter start costs ~0.1 s of CPU
-# here, and 350 of them made this file take 35 s on a busy 2-core machine.
-_HARNESS = """
-import contextlib, io, json, sys
-source, inputs = json.load(sys.stdin)
-code = compile(source, "solution.py", "exec")
-outputs = []
-for text in inputs:
-    sys.stdin, out = io.StringIO(text), io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out):
-            exec(code, {"__name__": "__main__"})
-    except Exception as err:
-        out.write(f"<{type(err).__name__}: {err}>")
-    outputs.append(out.getvalue())
-sys.stdout.write(json.dumps(outputs))
-"""
-
-
 def _outputs(source: str, inputs: list[str]) -> list[str]:
     """``source``'s stdout on each input, run by a host `python3 -I` subprocess."""
-    proc = subprocess.run(
-        [sys.executable, "-I", "-c", _HARNESS],
-        input=json.dumps([source, inputs]),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return json.loads(proc.stdout)
+    return outputs([(source, inputs)])[0]
 
 
 def _failures(source: str, tests: list[tuple[str, str]]) -> list[tuple[str, str, str]]:
@@ -189,7 +162,7 @@ def test_the_statement_states_every_parameter_and_the_reference_copies_it():
         example_in, example_out = task.row["public_tests"]["input"][0], task.row["public_tests"]["output"][0]
         assert f"Example input:\n{example_in}Example output:\n{example_out}" in description
         assert ("for _ in range(int(input())):" in task.reference) == (spec.level > 1)
-        assert len(task.row["private_tests"]["input"]) == HIDDEN_TESTS
+        assert len(task.row["private_tests"]["input"]) == HIDDEN_TESTS + task.added
 
 
 def _cases(kind: str, level: int, text: str) -> list[object]:
@@ -262,7 +235,7 @@ def test_the_cli_writes_the_four_files_and_refuses_too_many(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(FILES)
     rows = [json.loads(line) for line in (tmp_path / "heldout.jsonl").read_text().splitlines()]
     assert len(rows) == 7 and {r["generator"]["level"] for r in rows} <= {1, 3}
-    assert "train" in proc.stdout and "20 tasks" in proc.stdout
+    assert "train" in proc.stdout and "20 tasks" in proc.stdout and "dropped 0 train, 0 heldout" in proc.stdout
     too_many = subprocess.run(
         command + ["--train", "100000"], cwd=REPO, capture_output=True, text=True, timeout=120
     )  # the last --train wins
