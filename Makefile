@@ -1,5 +1,5 @@
 # The two commands of the README. Each installs what it needs first (bin/setup).
-.PHONY: setup run test
+.PHONY: setup run test check
 
 setup:
 	bash bin/setup
@@ -14,3 +14,9 @@ test: setup
 	python3 -m ruff check .
 	python3 -m ruff format --check .
 	python3 -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
+
+# The edit loop: the lint gate and the unit tier (no Docker), on two workers.
+check:
+	python3 -m ruff check .
+	python3 -m ruff format --check .
+	python3 -m pytest -q -n 2 -m "not slow and not docker" tests/unit
