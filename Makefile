@@ -13,7 +13,7 @@ run: setup
 test: setup
 	python3 -m ruff check .
 	python3 -m ruff format --check .
-	python3 -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder tests
+	python3 -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25 tests
 
 # The edit loop: the lint gate and the unit tier (no Docker), on two workers.
 check:
