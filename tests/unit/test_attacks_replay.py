@@ -20,10 +20,10 @@ from gym.bundle import Bundle, BundleError, bundle_of, read_bundle, write_bundle
 from gym.chain_bundle import is_chain_bundle, read_chain_bundle, replay_chain_files, write_chain_bundle
 from gym.replay import replay_files
 from gym.scripted import load_scripted
+from tests import selfplay_support
 from tests.fakes import codecontests_env, run_workers
-from tests.unit import test_attacks_selfplay
 
-chain_bundles = test_attacks_selfplay.chain_bundles  # the fixture: honest chain bundles, right and wrong
+chain_bundles = selfplay_support.chain_bundles  # the fixture: honest chain bundles, right and wrong
 
 
 class Opened(Exception):
@@ -257,7 +257,7 @@ def test_wrong_types_name_the_field(honest, tmp_path):
 
 @pytest.fixture(scope="module")
 def chain(chain_bundles, tmp_path_factory) -> Path:
-    """One honest chain bundle of a right answer (the scripted self-play policy: test_attacks_selfplay's)."""
+    """One honest chain bundle of a right answer (the scripted self-play policy: tests/selfplay_support.py)."""
     return write_chain_bundle(tmp_path_factory.mktemp("chain") / "right.json", chain_bundles["right"])
 
 

@@ -6,49 +6,18 @@ tokenizer this machine cannot load was the hole: nothing of it was re-checked an
 from __future__ import annotations
 
 import functools
-import os
-from pathlib import Path
 
 import pytest
 import trio
 
-from gym.chain import Decision, verifier_row
+from gym.chain import Decision
 from gym.chain_bundle import ChainBundle, replay_chain
-from gym.environment import Environment
-from gym.registry import environment_config
 from gym.roles import MetaVerdict, Verdict
-from gym.selfplay import ChainRunner, SelfplayConfig
-from gym.selfplay_scripted import answers_wrong, load_selfplay_scripted
 from sandbox import failure
 from tasks.math.grader import MathGraderConfig
+from tests import selfplay_support
 
-ROOT = Path(__file__).resolve().parents[2]
-CONFIG = "configs/math_smoke.yaml"
-
-
-@pytest.fixture(scope="module")
-def chain_bundles() -> dict[str, ChainBundle]:
-    """One untouched bundle of a right answer and one of a wrong answer, from the scripted self-play policy."""
-    here = os.getcwd()
-    os.chdir(ROOT)  # the config's pool paths are relative to the repository root
-    try:
-        env = Environment(environment_config(CONFIG))
-    finally:
-        os.chdir(here)
-    settings = SelfplayConfig(environment=CONFIG, policy="scripted:selfplay", replay_rate=1.0)
-    runner = ChainRunner(settings, env, load_selfplay_scripted("selfplay", env, settings.prompts))
-
-    async def main():
-        return [await runner.run(task, position) for position, task in env.stream().take(4)]
-
-    made = trio.run(main)
-    common = {"environment": env.name, "tokenizer": env.config.tokenizer, "prompts": settings.prompts}
-    return {
-        ("wrong" if answers_wrong(chain.task) else "right"): ChainBundle(
-            **common, math=env.config.math, chain=chain, row=verifier_row(chain)
-        )
-        for chain in made
-    }
+chain_bundles = selfplay_support.chain_bundles  # the fixture: honest chain bundles, right and wrong
 
 
 def _replay(bundle: ChainBundle):
