@@ -33,15 +33,20 @@ def passed(reward_breakdown: dict[str, float], correctness_weight: float = 1.0) 
     return correctness_weight > 0 and value >= correctness_weight - 1e-9
 
 
+def graded_counts(group: Group, correctness_weight: float = 1.0) -> tuple[int, int]:
+    """(passing samples, graded samples) of one group; masked samples are left out."""
+    graded = [s for s in group.samples if not s.masked]
+    return sum(passed(s.trajectory.reward_breakdown, correctness_weight) for s in graded), len(graded)
+
+
 def per_task(groups: Iterable[Group], correctness_weight: float = 1.0) -> dict[str, tuple[int, int]]:
     """Task id -> (passing samples, graded samples): what a paired comparison of two evaluations with the same
     tasks and seeds reads (masked samples are left out, as in pass@k)."""
     counts: dict[str, tuple[int, int]] = {}
     for group in groups:
-        graded = [s for s in group.samples if not s.masked]
-        c = sum(passed(s.trajectory.reward_breakdown, correctness_weight) for s in graded)
+        c, n = graded_counts(group, correctness_weight)
         before_c, before_n = counts.get(group.task_id, (0, 0))
-        counts[group.task_id] = (before_c + c, before_n + len(graded))
+        counts[group.task_id] = (before_c + c, before_n + n)
     return counts
 
 
@@ -52,11 +57,9 @@ def evaluate(groups: Iterable[Group], ks: Sequence[int], correctness_weight: flo
     skipped = masked = tasks = 0
     for group in groups:
         tasks += 1
-        graded = [s for s in group.samples if not s.masked]
-        masked += len(group.samples) - len(graded)
-        rewards.extend(s.reward for s in graded)
-        n = len(graded)
-        c = sum(passed(s.trajectory.reward_breakdown, correctness_weight) for s in graded)
+        c, n = graded_counts(group, correctness_weight)
+        masked += len(group.samples) - n
+        rewards.extend(s.reward for s in group.samples if not s.masked)
         for k in ks:
             if n < k:
                 skipped += 1
