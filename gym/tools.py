@@ -50,7 +50,7 @@ from gym.message import ToolCall
 from gym.prompt import ToolSpec
 from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
-from sandbox.protocol import ExecRequest, ExecResult, FileResult, ListDirResult, ReadFileResult
+from sandbox.protocol import MAX_DATA, ExecRequest, ExecResult, FileResult, ListDirResult, ReadFileResult
 
 ToolName = Literal["python", "bash", "read_file", "write_file", "apply_patch", "list_dir", "submit", "search", "view"]
 ALL_TOOLS: tuple[ToolName, ...] = (
@@ -81,7 +81,9 @@ class ToolsConfig(BaseModel):
     timeout_s: float = Field(10.0, gt=0, description="Deadline of a python/bash/apply_patch/search call naming none.")
     max_timeout_s: float = Field(60.0, gt=0, description="Largest deadline a call may ask for (larger asks are cut).")
     output_chars: int = Field(8192, ge=256, description="Observation text bound; the middle of longer text is cut.")
-    read_bytes: int = Field(1 << 20, gt=0, description="Most bytes read_file, view, search, submit read from a file.")
+    read_bytes: int = Field(
+        1 << 20, gt=0, le=MAX_DATA, description="Most bytes read_file, view, search, submit read from a file."
+    )
 
     @model_validator(mode="after")
     def _timeouts(self) -> ToolsConfig:
@@ -316,15 +318,15 @@ async def _write_file(box: Toolbox, ws: ToolWorkspace, args: WriteFileArgs) -> T
 
 async def _list_dir(box: Toolbox, ws: ToolWorkspace, args: ListDirArgs) -> ToolOutcome:
     result = await ws.list_dir(args.path)
-    if result.failure != FailureKind.OK:
+    if result.failure not in (FailureKind.OK, FailureKind.OUTPUT_TRUNCATED):
         return _refusal(result.failure, result.detail)
     lines = [
         f"{e.name}/" if e.kind == "dir" else f"{e.name} ({e.size} bytes)" if e.kind == "file" else f"{e.name} -> (link)"
         for e in result.entries
     ]
-    return ToolOutcome(
-        output=_cut("\n".join(lines) or "(empty directory)", box.config.output_chars), failure=FailureKind.OK
-    )
+    note = f"\n[{result.detail}]" if result.truncated else ""  # the sandbox's listing bound: how many there are
+    text = _cut("\n".join(lines) or "(empty directory)", box.config.output_chars - len(note))
+    return ToolOutcome(output=text + note, failure=result.failure)
 
 
 # One grep -Z record: the file name, NUL, the line number, ':', the line; a name may hold any byte but NUL.
@@ -351,8 +353,8 @@ async def _search(box: Toolbox, ws: ToolWorkspace, args: SearchArgs) -> ToolOutc
         request = ExecRequest(argv=argv, stdin=read.data, cwd=".", timeout_s=timeout_s, env=_BYTES_LOCALE)
         result = await ws.exec(request)
         name = args.path
-    if result.failure not in (FailureKind.OK, FailureKind.NONZERO_EXIT):
-        return _refusal(result.failure, result.detail)
+    if result.failure not in (FailureKind.OK, FailureKind.NONZERO_EXIT, FailureKind.OUTPUT_TRUNCATED):
+        return _refusal(result.failure, result.detail)  # grep cut at the output bound: its matches so far are shown
     if result.exit_code == 2 and result.stderr:  # with --no-messages only a bad pattern or option writes here
         return _refusal(FailureKind.TOOL_ERROR, _cut(result.stderr_text.strip(), box.config.output_chars))
     if result.exit_code == 2:
@@ -374,7 +376,7 @@ async def _search(box: Toolbox, ws: ToolWorkspace, args: SearchArgs) -> ToolOutc
         )
     return ToolOutcome(
         output=_match_lines(matches, args.max_results, result.truncated, box.config.output_chars, notes),
-        failure=FailureKind.OK,
+        failure=FailureKind.OUTPUT_TRUNCATED if result.truncated else FailureKind.OK,
     )
 
 

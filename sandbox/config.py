@@ -14,6 +14,7 @@ from images.inputs import runner_image
 from sandbox.config_file import read_config, validate_config
 from sandbox.engine_url import parse_engine_url
 from sandbox.errors import SandboxConfigError
+from sandbox.protocol import MAX_DATA
 
 
 class _Config(BaseModel):
@@ -56,7 +57,9 @@ class CallBudgets(_Config):
     """Per tool-call defaults (a request may name its own)."""
 
     timeout_s: float = Field(10.0, gt=0, le=3600, description="wall-clock deadline of one call")
-    output_limit_bytes: int = Field(1 << 20, gt=0, description="stdout+stderr bound; the rest is dropped and flagged")
+    output_limit_bytes: int = Field(
+        1 << 20, gt=0, le=MAX_DATA, description="stdout+stderr bound; the rest is dropped and flagged"
+    )
     grace_s: float = Field(
         2.0, gt=0, description="host-side slack past the deadline before the runner is presumed lost"
     )

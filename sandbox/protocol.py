@@ -20,6 +20,11 @@ from sandbox.failure import FailureKind
 HEADER = struct.Struct(">I")
 MAX_FRAME = 256 << 20
 PROTOCOL_VERSION = 1
+# The most bytes of data one reply carries (file, output, archive; base64 on the wire) and the most
+# entries one listing returns: with them every reply the runner makes fits a frame (sandbox/runner.py
+# holds the same figures and clamps to them whatever a request asks).
+MAX_DATA = 96 << 20
+MAX_LIST_ENTRIES = 20000
 
 
 # pydantic's ser_json_bytes="base64" writes the URL-safe alphabet ('-', '_'), which the runner's
@@ -43,7 +48,9 @@ class ExecRequest(_Wire):
     timeout_s: float | None = Field(
         None, gt=0, description="wall-clock deadline; None = the workspace's per-call budget"
     )
-    output_limit_bytes: int | None = Field(None, gt=0, description="stdout+stderr bound; None = the workspace budget")
+    output_limit_bytes: int | None = Field(
+        None, gt=0, le=MAX_DATA, description="stdout+stderr bound; None = the workspace budget"
+    )
     memory_limit_bytes: int | None = Field(
         None, gt=0, description="RLIMIT_AS for this process (graders' per-test limit)"
     )
@@ -125,7 +132,7 @@ class BatchExecResult(_Wire):
 
 class ReadFileRequest(_Wire):
     path: str
-    max_bytes: int = Field(1 << 20, gt=0)
+    max_bytes: int = Field(1 << 20, gt=0, le=MAX_DATA)
 
 
 class ReadFileResult(_Wire):
@@ -152,6 +159,9 @@ class FileResult(_Wire):
 
 class ListDirRequest(_Wire):
     path: str
+    max_entries: int = Field(
+        MAX_LIST_ENTRIES, gt=0, le=MAX_LIST_ENTRIES, description="the first this many entries by name are returned"
+    )
 
 
 class DirEntry(_Wire):
@@ -162,6 +172,8 @@ class DirEntry(_Wire):
 
 class ListDirResult(_Wire):
     entries: list[DirEntry] = Field(default_factory=list)
+    total: int = Field(0, description="entries in the directory (a floor past a million)")
+    truncated: bool = Field(False, description="more entries than max_entries: failure is output_truncated")
     failure: FailureKind = FailureKind.OK
     detail: str = ""
 
@@ -173,7 +185,7 @@ class PutArchiveRequest(_Wire):
 
 class GetArchiveRequest(_Wire):
     path: str
-    max_bytes: int = Field(64 << 20, gt=0)
+    max_bytes: int = Field(64 << 20, gt=0, le=MAX_DATA)
 
 
 class GetArchiveResult(_Wire):

@@ -37,6 +37,13 @@ SANDBOX_GID = 1000
 PROTOCOL_VERSION = 1
 HEADER = struct.Struct(">I")
 MAX_FRAME = 256 << 20
+# Every reply is bounded where it is produced, so none can pass the host's frame bound (a lost stream
+# masks the episode: the candidate would hide its own failure): bytes of data an operation returns
+# (base64 makes them 4/3 as many), and entries a listing returns (a name of 255 bytes that are all
+# control characters is 1,530 bytes of JSON). Past a bound the reply says output_truncated.
+MAX_DATA = 96 << 20
+MAX_LIST_ENTRIES = 20000
+LIST_SCAN_ENTRIES = 1000000  # a listing stops counting here (the total it reports is then a floor)
 PR_CAPBSET_DROP = 24
 IPC_RMID = 0
 LAST_CAP = 40
@@ -90,10 +97,23 @@ def read_frame(fd):
     return None if body is None else json.loads(body)
 
 
-def write_frame(fd, message):
+def encode_reply(message):
     # Text from the workspace (a file name that is not UTF-8 comes back from the OS with lone surrogates)
     # is sent as valid UTF-8, lone surrogates as "?": the host refuses JSON that is not.
-    body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8", errors="replace")
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8", errors="replace")
+
+
+def write_frame(fd, message):
+    body = encode_reply(message)
+    if len(body) > MAX_FRAME:  # the operations' own bounds keep every reply far below: a last guard
+        inner = message.get("body") if isinstance(message.get("body"), dict) else {}
+        if "item" in inner:
+            inner = {"item": inner["item"], "result": _result(failure="output_truncated", truncated=True)}
+        else:
+            inner = {"failure": "output_truncated", "truncated": True}
+        if "detail" not in inner:
+            inner["detail"] = "the reply (%d bytes) passed the frame bound of %d bytes" % (len(body), MAX_FRAME)
+        body = encode_reply(dict(message, body=inner))
     os.write(fd, HEADER.pack(len(body)))
     view = memoryview(body)  # no copies of a large body: its memory is the container's budget
     while view:
@@ -658,7 +678,7 @@ def run_command(body, fs_paths):
 
     env = dict(SANDBOX_ENV)
     env.update(body.get("env") or {})
-    limit = int(body["output_limit_bytes"])
+    limit = min(int(body["output_limit_bytes"]), MAX_DATA)
     timeout = float(body["timeout_s"])
     memory_limit = body.get("memory_limit_bytes")
     cpu_limit = body.get("cpu_limit_s")
@@ -917,7 +937,7 @@ def _file_result(failure="ok", detail="", **fields):
 
 
 def op_read_file(body, fs_paths, emit):
-    limit = int(body["max_bytes"])
+    limit = min(int(body["max_bytes"]), MAX_DATA)
     try:
         with SandboxIdentity():
             path = resolve(body["path"], body["allow"])
@@ -953,21 +973,56 @@ def op_write_file(body, fs_paths, emit):
 
 
 def op_list_dir(body, fs_paths, emit):
+    """The directory's entries, the first ``max_entries`` by name (a bounded heap: however many
+    entries the candidate made, the reply and the runner's memory stay bounded); past the bound the
+    reply says output_truncated and how many entries there are (a floor past LIST_SCAN_ENTRIES)."""
+    import heapq
+
+    limit = max(1, min(int(body.get("max_entries") or MAX_LIST_ENTRIES), MAX_LIST_ENTRIES))
     try:
         with SandboxIdentity():
             path = resolve(body["path"], body["allow"])
-            entries = []
+            names, total = [], 0
             with os.scandir(path) as it:
                 for entry in it:
-                    st = entry.stat(follow_symlinks=False)
-                    kind = "dir" if stat.S_ISDIR(st.st_mode) else "link" if stat.S_ISLNK(st.st_mode) else "file"
-                    entries.append({"name": entry.name, "kind": kind, "size": st.st_size})
+                    total += 1
+                    key = os.fsencode(entry.name)
+                    if len(names) < limit:
+                        heapq.heappush(names, _Desc(key))
+                    elif key < names[0].key:
+                        heapq.heapreplace(names, _Desc(key))
+                    if total >= LIST_SCAN_ENTRIES:
+                        break
+            entries = []
+            for item in sorted(names, key=lambda d: d.key):
+                name = os.fsdecode(item.key)
+                try:
+                    st = os.stat(os.path.join(path, name), follow_symlinks=False)
+                except OSError:  # removed meanwhile (nothing of the sandbox user runs now, but a listing is data)
+                    continue
+                kind = "dir" if stat.S_ISDIR(st.st_mode) else "link" if stat.S_ISLNK(st.st_mode) else "file"
+                entries.append({"name": name, "kind": kind, "size": st.st_size})
     except Denied as exc:
         return _file_result("sandbox_denied", str(exc), entries=[])
     except OSError as exc:
         return _file_result("tool_error", "%s: %s" % (body["path"], exc.strerror or exc), entries=[])
-    entries.sort(key=lambda e: e["name"])
-    return _file_result(entries=entries)
+    if total <= limit:
+        return _file_result(entries=entries, total=total)
+    more = "at least %d" % total if total >= LIST_SCAN_ENTRIES else "%d" % total
+    detail = "%s entries; the first %d by name are listed" % (more, limit)
+    return _file_result("output_truncated", detail, entries=entries, total=total, truncated=True)
+
+
+class _Desc:
+    """A heap item ordered backwards, so heapq's min-heap keeps the largest of the smallest names on top."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        self.key = key
+
+    def __lt__(self, other):
+        return self.key > other.key
 
 
 def op_put_archive(body, fs_paths, emit):
@@ -1049,7 +1104,7 @@ def tree_size(path, limit):
 def op_get_archive(body, fs_paths, emit):
     import tarfile
 
-    limit = int(body["max_bytes"])
+    limit = min(int(body["max_bytes"]), MAX_DATA)
     buffer = BoundedBuffer(limit)
     try:
         with SandboxIdentity():

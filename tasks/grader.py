@@ -61,7 +61,7 @@ from sandbox.config import SandboxConfig
 from sandbox.failure import FailureKind, Verdict
 from sandbox.fleet import FleetPool, open_pool
 from sandbox.pool import WorkspacePool
-from sandbox.protocol import BatchExecRequest, ExecRequest, ExecResult
+from sandbox.protocol import MAX_DATA, BatchExecRequest, ExecRequest, ExecResult
 from tasks.assertion import split as split_assert
 from tasks.comparison import Tolerance
 from tasks.judge import (
@@ -136,7 +136,10 @@ class GraderConfig(BaseModel):
         96 << 20, gt=0, description="floor of RLIMIT_AS: below this the interpreter itself cannot start"
     )
     output_limit_bytes: int = Field(
-        1 << 20, gt=0, description="stdout+stderr bound per test (raised to twice the expected output when larger)"
+        1 << 20,
+        gt=0,
+        le=MAX_DATA,
+        description="stdout+stderr bound per test (raised to twice the expected output when larger)",
     )
     early_stop: bool = Field(
         False, description="stop a task's batch at the first test that crashes or times out (the rest: not_run)"
@@ -350,6 +353,13 @@ class Grader:
         tolerance = self.config.tolerance
         if isinstance(test, StdinTest):
             limit = max(self.config.output_limit_bytes, 2 * len(test.output.encode()) + 4096)
+            if limit > MAX_DATA:  # no reply can carry an output this long: the row cannot be graded
+                return None, lambda r: TestResult(
+                    index=index,
+                    verdict=Verdict.INFRA_ERROR,
+                    detail=f"expected output of {len(test.output.encode())} bytes passes the sandbox's "
+                    f"data bound ({MAX_DATA // 2 - 4096} bytes)",
+                )
             request = ExecRequest(
                 argv=[*self.config.python, "solution.py"],
                 stdin=test.input.encode(),

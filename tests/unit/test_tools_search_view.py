@@ -38,8 +38,12 @@ def grep_output(*records: tuple[str, int, str], exit_code: int = 0, stderr: byte
         exit_code=exit_code,
         stdout=stdout,
         stderr=stderr,
-        truncated=truncated,
-        failure=FailureKind.OK if exit_code == 0 else FailureKind.NONZERO_EXIT,
+        truncated=truncated,  # the runner's classification: a cut output is output_truncated
+        failure=FailureKind.OUTPUT_TRUNCATED
+        if truncated
+        else FailureKind.OK
+        if exit_code == 0
+        else FailureKind.NONZERO_EXIT,
     )
 
 
@@ -122,6 +126,7 @@ def test_the_observation_bound_cuts_whole_match_lines_and_says_so():
     cut = 200 - len(lines) + 1
     assert lines[-1] == f"[{cut} more matches not shown (output limit); narrow the pattern, path or glob]"
     cut_by_sandbox = search(GrepWorkspace(grep_output(*records[:2], truncated=True)), pattern="y")
+    assert cut_by_sandbox.failure == FailureKind.OUTPUT_TRUNCATED and cut_by_sandbox.output.startswith("f000.py:1:")
     assert cut_by_sandbox.output.endswith(
         "[0 more matches not shown, and maybe more not found: the search output "
         "passed the sandbox's output limit; narrow the pattern, path or glob]"
