@@ -129,7 +129,7 @@ class Bundle(BaseModel):
     task: Task | SweInstance | MathTask = Field(
         description="The task (hidden tests included), the SWE instance, or the math task (gold included)."
     )
-    image: str = Field(description="Workspace image name.")
+    image: str = Field(description="Workspace image name ('' when the episode had none: an SWE instance not built).")
     image_digest: str = Field(description="Image id (sha256) the episode ran on; '' when unknown.")
     sandbox: SandboxConfig = Field(description="Workspace configuration (tools and grading).")
     tools: ToolsConfig = Field(description="Tool configuration.")
@@ -316,7 +316,7 @@ def bundle_of(
         task=task,
         swe=config.swe if isinstance(task, SweInstance) else None,
         math=config.math if isinstance(task, MathTask) else None,
-        image=image or config.sandbox.image,
+        image=config.sandbox.image if image is None else image,
         image_digest=digest,
         sandbox=config.sandbox,
         tools=config.tools,

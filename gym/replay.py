@@ -15,9 +15,14 @@ Three kinds of check, all reported as ``Difference`` data:
    the recorded grader configuration and gives the same verdict per test and
    the same reward.
 
-Timings (wall time of tests and calls) are never compared. A field cut when the
-bundle was written (``Bundle.cuts``, gym/bundle.py) is compared by its size and
-sha256; such a bundle is reported as truncated, never as identical.
+Timings (wall time of tests and calls) are never compared. An outcome that depends on
+timing (a tool call that timed out on one side only, a test judged ``time_limit`` on one
+side only) is reported in ``ReplayReport.timing``, with every difference that follows it in
+the episode (a call that timed out leaves the workspace in another state), never as a
+difference of the environment. A field cut when the bundle was written (``Bundle.cuts``,
+gym/bundle.py) is compared by its size and sha256; such a bundle is reported as truncated,
+never as identical. A bundle that cannot be replayed here (its image is not on this engine,
+its pool does not open) is reported as ``failed`` with the reason; the others replay.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ from gym.rubric import score, total
 from gym.tokenizer import TokenizerError, load_tokenizer
 from gym.tools import Toolbox, printable
 from gym.trajectory import TrajectoryError, assert_token_exact
-from sandbox.errors import InfraError
+from sandbox.errors import InfraError, SandboxError
+from sandbox.failure import FailureKind, Verdict
 from sandbox.fleet import FleetPool, open_pool
 from sandbox.pool import WorkspacePool
 from tasks.family import CodeFamily, TaskFamily
@@ -75,10 +81,16 @@ class ReplayReport(BaseModel):
     truncated: tuple[str, ...] = Field(
         (), description="Fields cut when the bundle was written (compared by sha256): it never replays identically."
     )
+    timing: tuple[Difference, ...] = Field(
+        (),
+        description="Outcomes that depend on timing (a call or test timed out on one side only) and every "
+        "difference after the first of them: not differences of the environment, never identical either.",
+    )
+    failed: str = Field("", description="Why the bundle could not be replayed here ('' when it was).")
 
     @property
     def identical(self) -> bool:
-        return not self.differences and not self.truncated
+        return not self.differences and not self.truncated and not self.timing and not self.failed
 
 
 def _short(value: object, limit: int = 300) -> str:
@@ -89,6 +101,18 @@ def _short(value: object, limit: int = 300) -> str:
 def _diff(out: list[Difference], what: str, recorded: object, replayed: object) -> None:
     if recorded != replayed:
         out.append(Difference(what=what, recorded=_short(recorded), replayed=_short(replayed)))
+
+
+def _timed_out(failure: object) -> bool:
+    return str(getattr(failure, "value", failure)) == FailureKind.TIMEOUT.value
+
+
+def _timing_only(recorded: TaskResult | None, replayed: TaskResult | None) -> bool:
+    """Whether two gradings differ only in tests judged ``time_limit`` on one side (and what follows from them)."""
+    if recorded is None or replayed is None or len(recorded.tests) != len(replayed.tests):
+        return False
+    pairs = [(a.verdict, b.verdict) for a, b in zip(recorded.tests, replayed.tests) if a.verdict != b.verdict]
+    return bool(pairs) and all(Verdict.TIME_LIMIT in pair for pair in pairs)
 
 
 def _grading_key(result: TaskResult | None) -> object:
@@ -182,22 +206,28 @@ async def replay(bundle: Bundle, family: TaskFamily, *, path: str = "") -> Repla
     kind = "repository" if isinstance(task, SweInstance) else "answer" if isinstance(task, MathTask) else "program"
     toolbox = Toolbox(bundle.tools, kind=kind)
     submitted: str | None = None
+    timing: list[Difference] = []
+    sink = differences  # from the first outcome that depends on timing on, every difference goes to ``timing``
     async with family.workspace(task, owner=f"replay:{task.task_id}") as ws:
         for record in bundle.tool_calls:
             outcome = await toolbox.call(ws, recorded_call(record))  # vetted when read
+            if record.outcome.failure != outcome.failure and (
+                _timed_out(record.outcome.failure) or _timed_out(outcome.failure)
+            ):
+                sink = timing
             _diff(
-                differences,
+                sink,
                 f"tool call {record.index} ({record.recipient}) output",
                 *bundle.comparable(f"tool_calls.{record.index}.outcome.output", record.outcome.output, outcome.output),
             )
             _diff(
-                differences,
+                sink,
                 f"tool call {record.index} ({record.recipient}) failure",
                 record.outcome.failure,
                 outcome.failure,
             )
             _diff(
-                differences,
+                sink,
                 f"tool call {record.index} ({record.recipient}) submitted program",
                 *bundle.comparable(
                     f"tool_calls.{record.index}.outcome.submitted", record.outcome.submitted, outcome.submitted
@@ -212,21 +242,23 @@ async def replay(bundle: Bundle, family: TaskFamily, *, path: str = "") -> Repla
             except ValueError as exc:
                 notes.append(f"no answer to grade: {exc}")
     _diff(
-        differences,
+        sink,
         "answer",
         *bundle.comparable("answer", bundle.answer, None if answer is None else printable(answer)),
     )
     grading = None
     if answer is not None and bundle.grading is not None:
         grading = await family.grade(task, answer)
+    if _timing_only(bundle.grading, grading):
+        sink = timing
     _diff(
-        differences,
+        sink,
         "grading (passed, fraction, infra_error, verdicts)",
         _grading_key(bundle.grading),
         _grading_key(grading),
     )
     reward = _reward(bundle, grading)
-    _diff(differences, "reward", bundle.trajectory.reward, reward)
+    _diff(sink, "reward", bundle.trajectory.reward, reward)
     return ReplayReport(
         bundle=path,
         task_id=bundle.task.task_id,
@@ -236,6 +268,7 @@ async def replay(bundle: Bundle, family: TaskFamily, *, path: str = "") -> Repla
         differences=tuple(differences),
         notes=tuple(notes),
         truncated=tuple(f"{cut.field} ({cut.bytes} bytes, sha256 {cut.sha256[:16]})" for cut in bundle.cuts),
+        timing=tuple(timing),
     )
 
 
@@ -275,25 +308,52 @@ def replay_files(paths: Sequence[Path], concurrency: int = 4, *, trust_sandbox: 
     reports: list[ReplayReport | None] = [None] * len(bundles)
     limiter = trio.CapacityLimiter(concurrency)
 
+    def failed(i: int, exc: BaseException) -> ReplayReport:
+        bundle = bundles[i]
+        why = f"{type(exc).__name__}: {exc}".splitlines()[0][:600]
+        log.error("cannot replay %s: %s", paths[i], why)
+        return ReplayReport(
+            bundle=str(paths[i]),
+            task_id=bundle.task.task_id,
+            tool_calls=0,
+            reward_recorded=bundle.trajectory.reward,
+            reward_replayed=None,
+            differences=(),
+            notes=vetted[i][1],
+            failed=why,
+        )
+
     async def one(pool: WorkspacePool | FleetPool, i: int) -> None:
         async with limiter:
             bundle = bundles[i]
             task = bundle.task
-            if isinstance(task, SweInstance):  # its own image, named by the bundle (built when the episode ran)
-                family = SweFamily(
-                    bundle.sandbox, bundle.swe or SweFamilyConfig(), [task], {}, {task.instance_id: bundle.image}
-                )
-                async with family.opened():
-                    reports[i] = await replay(bundle, family, path=str(paths[i]))
-            elif isinstance(task, MathTask):
-                family = MathFamily(pool, MathGrader(bundle.math or MathGraderConfig()))
-                reports[i] = await replay(bundle, family, path=str(paths[i]))
-            else:
-                reports[i] = await replay(bundle, CodeFamily(pool, Grader(pool, bundle.grader)), path=str(paths[i]))
-            report = reports[i]
-            reports[i] = report.model_copy(update={"notes": vetted[i][1] + report.notes})
-            done = reports[i]
-            verdict = "identical" if done.identical else "DIFFERENT" if done.differences else "TRUNCATED"
+            try:
+                if isinstance(task, SweInstance):  # its own image, named by the bundle (built when the episode ran)
+                    if not bundle.image:
+                        raise InfraError("the episode had no workspace image (it was masked before it ran)")
+                    family = SweFamily(
+                        bundle.sandbox, bundle.swe or SweFamilyConfig(), [task], {}, {task.instance_id: bundle.image}
+                    )
+                    async with family.opened():
+                        report = await replay(bundle, family, path=str(paths[i]))
+                elif isinstance(task, MathTask):
+                    family = MathFamily(pool, MathGrader(bundle.math or MathGraderConfig()))
+                    report = await replay(bundle, family, path=str(paths[i]))
+                else:
+                    report = await replay(bundle, CodeFamily(pool, Grader(pool, bundle.grader)), path=str(paths[i]))
+            except (SandboxError, OSError) as exc:  # this bundle cannot be replayed here: said, the others go on
+                reports[i] = failed(i, exc)
+                return
+            reports[i] = done = report.model_copy(update={"notes": vetted[i][1] + report.notes})
+            verdict = (
+                "identical"
+                if done.identical
+                else "DIFFERENT"
+                if done.differences
+                else "TIMING-DEPENDENT"
+                if done.timing
+                else "TRUNCATED"
+            )
             log.info("replayed %s: %s", paths[i], verdict)
 
     async def main() -> None:
@@ -302,9 +362,13 @@ def replay_files(paths: Sequence[Path], concurrency: int = 4, *, trust_sandbox: 
             config = sandbox.model_copy(
                 update={"pool": sandbox.pool.model_copy(update={"size": min(sandbox.pool.size, concurrency)})}
             )
-            async with open_pool(config) as pool, trio.open_nursery() as nursery:
+            try:
+                async with open_pool(config) as pool, trio.open_nursery() as nursery:
+                    for i in indices:
+                        nursery.start_soon(one, pool, i)
+            except (SandboxError, OSError) as exc:  # the group's pool did not open here (its image missing)
                 for i in indices:
-                    nursery.start_soon(one, pool, i)
+                    reports[i] = reports[i] or failed(i, exc)
 
     trio.run(main)
     return [r for r in reports if r is not None]

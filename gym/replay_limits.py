@@ -125,8 +125,10 @@ def loosened(limit: Limit, value: object) -> bool:
         return value is None or not value <= limit.bound  # type: ignore[operator]
     if limit.kind == "under":
         return not all(isinstance(entry, str) and _inside(entry, limit.bound) for entry in value)  # type: ignore[arg-type,union-attr]
-    if limit.kind == "local_image":
-        return not (isinstance(value, str) and LOCAL_IMAGE.fullmatch(value))
+    if limit.kind == "local_image":  # the episode's own image may be none ('': an SWE instance never built)
+        return not (
+            isinstance(value, str) and (LOCAL_IMAGE.fullmatch(value) or (value == "" and limit.field == "image"))
+        )
     return value != limit.bound
 
 

@@ -8,7 +8,10 @@ check and the acceptance decision (gym/chain_bundle.py). A folder argument
 means every ``*.json`` bundle in it. Prints one line per bundle (and each difference);
 exits 0 when every bundle replayed identically, 1 otherwise (5 for a file that
 is not a bundle, docs/cli.md); a bundle whose fields were cut to its byte bound
-is TRUNCATED, never identical (docs/gym.md). ``--json FILE`` writes the reports.
+is TRUNCATED, one whose differences follow from a timeout on one side only is
+TIMING-DEPENDENT, one that cannot run here (its image missing) is NOT REPLAYED
+with the reason while the others replay; none of them is identical (docs/gym.md).
+``--json FILE`` writes the reports.
 """
 
 from __future__ import annotations
@@ -59,21 +62,36 @@ def run(args: argparse.Namespace) -> int:
     reports = [by_path[path] for path in paths]
     for report in reports:
         truncated = getattr(report, "truncated", ())  # chain reports have none
+        timing, failed = getattr(report, "timing", ()), getattr(report, "failed", "")
         status = "identical" if report.identical else f"{len(report.differences)} DIFFERENCES"
         if truncated and not report.differences:
             status = f"TRUNCATED ({len(truncated)} fields cut when written, each matched by sha256; not identical)"
+        if timing and not report.differences:
+            status = f"TIMING-DEPENDENT ({len(timing)} outcomes depend on timing: a call or test timed out on one side)"
+        if failed:
+            status = f"NOT REPLAYED: {failed}"
         print(
             f"{report.bundle}: {report.task_id}: {report.tool_calls} tool calls, reward "
             f"{report.reward_recorded} -> {report.reward_replayed}: {status}"
         )
         for difference in report.differences:
             print(f"  {difference.what}: recorded {difference.recorded!r}, replayed {difference.replayed!r}")
+        for difference in timing:
+            print(f"  timing: {difference.what}: recorded {difference.recorded!r}, replayed {difference.replayed!r}")
         for field in truncated:
             print(f"  truncated: {field}")
         for note in report.notes:
             print(f"  note: {note}")
     same = sum(r.identical for r in reports)
-    print(f"{same}/{len(reports)} bundles replayed identically")
+    unreplayed = sum(bool(getattr(r, "failed", "")) for r in reports)
+    timed = sum(bool(getattr(r, "timing", ())) and not r.differences and not getattr(r, "failed", "") for r in reports)
+    extra = "".join(
+        [
+            f", {timed} differ only in timing-dependent outcomes" if timed else "",
+            f", {unreplayed} not replayed" if unreplayed else "",
+        ]
+    )
+    print(f"{same}/{len(reports)} bundles replayed identically{extra}")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps([json.loads(r.model_dump_json()) for r in reports], indent=2) + "\n")
