@@ -351,6 +351,8 @@ class Grader:
         """The process that runs ``test`` and the host-side judge of its result (no process: refused)."""
         time_s, memory = self.limits(task)
         tolerance = self.config.tolerance
+        if task.graded_as_floats:  # a tolerant checker compares numbers as numbers: an expected `1` accepts `1.0`
+            tolerance = tolerance.model_copy(update={"numbers": True})
         if isinstance(test, StdinTest):
             limit = max(self.config.output_limit_bytes, 2 * len(test.output.encode()) + 4096)
             if limit > MAX_DATA:  # no reply can carry an output this long: the row cannot be graded

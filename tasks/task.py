@@ -20,9 +20,12 @@ Three test kinds:
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from tasks.comparison import graded_as_floats
 
 TaskKind = Literal["stdin", "call", "assert"]
 FormatName = Literal["nemotron", "taco", "apps", "codecontests", "lcb", "humaneval", "mbpp"]
@@ -95,3 +98,13 @@ class Task(_Frozen):
     )
     setup_code: str = Field("", description="statements run inside before assert tests (imports only in practice)")
     solutions: tuple[str, ...] = Field((), description="reference solutions the row carries (whole programs)")
+
+    @cached_property
+    def graded_as_floats(self) -> bool:
+        """Whether the task is graded with a float tolerance (`tasks.comparison.graded_as_floats`): the grader then
+        compares its numbers as numbers, so an expected ``1`` accepts ``1.0``."""
+        every = (*self.tests, *self.public_tests)
+        return graded_as_floats(
+            (t.output for t in every if isinstance(t, StdinTest)),
+            (t.expected for t in every if isinstance(t, CallTest)),
+        )

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tasks.comparison import Tolerance, outputs_match, values_match
+from tasks.comparison import Tolerance, graded_as_floats, outputs_match, values_match
 
 TOL = Tolerance()
 
@@ -97,3 +97,67 @@ def test_integer_tokens_match_only_when_equal(a, b):
 )
 def test_values_match(actual, expected, ok):
     assert values_match(actual, expected, TOL) is ok
+
+
+NUMBERS = Tolerance(numbers=True)  # a task graded with a float tolerance (graded_as_floats)
+
+
+@pytest.mark.parametrize(
+    "actual, expected, ok",
+    [
+        ("1.0", "1", True),  # an expected integer token accepts a decimal within tolerance
+        ("1.000000", "1", True),
+        ("0.9999999", "1", True),
+        ("1e0", "1", True),
+        ("1.001", "1", False),
+        ("1", "1", True),
+        ("+1", "1", True),
+        ("1000000000000000001", "1000000000000000000", False),  # two integers: still exact digits
+        ("2", "1", False),
+        ("nan", "1", False),
+        ("inf", "1", False),
+        ("1e999", "1" + "0" * 400, False),
+        ("one", "1", False),
+    ],
+)
+def test_a_tolerant_task_compares_numbers_as_numbers(actual, expected, ok):
+    assert outputs_match(actual, expected, NUMBERS) is ok
+    if "." in actual or "e" in actual:
+        assert not outputs_match(actual, expected, TOL)  # a task graded as integers never takes a decimal
+
+
+@pytest.mark.parametrize(
+    "actual, expected, ok",
+    [
+        (1.0, 1, True),
+        (0.9999999, 1, True),
+        (1.01, 1, False),
+        (True, 1, False),
+        (1, 1, True),
+        ([1.0, 2.0], [1, 2], True),
+    ],
+)
+def test_a_tolerant_task_takes_a_float_for_an_int_result(actual, expected, ok):
+    assert values_match(actual, expected, NUMBERS) is ok
+    if isinstance(actual, float):
+        assert not values_match(actual, expected, TOL)
+
+
+@pytest.mark.parametrize(
+    "outputs, values, floats",
+    [
+        (["1\n", "1.5\n"], [], True),
+        (["3 7\n", "-2\n"], [], False),
+        (["1e5\n"], [], True),
+        (["v1.2.3 done\n"], [], False),  # not a number: text
+        ([], [1, [2, {"a": 3}]], False),
+        ([], [1, [2, {"a": 3.5}]], True),
+    ],
+)
+def test_which_tasks_are_graded_as_floats(outputs, values, floats):
+    assert graded_as_floats(outputs, values) is floats
+
+
+@given(st.integers(min_value=-(10**30), max_value=10**30), st.integers(min_value=-(10**30), max_value=10**30))
+def test_integers_stay_exact_in_a_tolerant_task(a, b):
+    assert outputs_match(str(a), str(b), NUMBERS) is (a == b)
