@@ -60,12 +60,43 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-PASS_WINDOW = 3
 """Steps averaged at each end of a run for summary.json's pass_rate_first / pass_rate_last."""
 
 
 def mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else 0.0
+
+
+def _flat(value: object, prefix: str = "") -> dict[str, object]:
+    if isinstance(value, dict):
+        out: dict[str, object] = {}
+        for key, item in value.items():
+            out.update(_flat(item, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): value}
+
+
+def record_config(run_dir: Path, text: str, step: int) -> list[str]:
+    """Write the run's ``config.json``. A resumed run whose configuration changed keeps the one it ran with
+    until now as ``config.step_NNNNNN.json`` and says which fields changed (a warning, and the return value):
+    a resume never overwrites the record of how the earlier steps were trained without a word."""
+    path = run_dir / "config.json"
+    changed: list[str] = []
+    if path.is_file():
+        try:
+            before = _flat(json.loads(path.read_text()))
+        except (OSError, ValueError):  # an unreadable record is kept as it is, beside the new one
+            before = {}
+        after = _flat(json.loads(text))
+        changed = sorted(k for k in before.keys() | after.keys() if before.get(k, None) != after.get(k, None))
+        if changed:
+            kept = run_dir / f"config.step_{step:06d}.json"
+            path.replace(kept)
+            shown = ", ".join(f"{k} ({before.get(k)!r:.40} -> {after.get(k)!r:.40})" for k in changed[:8])
+            more = f" and {len(changed) - 8} more" if len(changed) > 8 else ""
+            log.warning("resumed with a changed config: %s%s; the earlier one is kept as %s", shown, more, kept.name)
+    path.write_text(text)
+    return changed
 
 
 @dataclass
@@ -145,7 +176,7 @@ class Loop:
         if not self.learner.resumed:
             self.set_aside_previous_run()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.json").write_text(self.config.model_dump_json(indent=2) + "\n")
+        record_config(self.run_dir, self.config.model_dump_json(indent=2) + "\n", self.learner.state.step)
         env = Environment(self.config.env)
         state = self.learner.state
         self.metrics = MetricsLogger(
@@ -500,17 +531,16 @@ class Loop:
         self.metrics.log(step, figures, kind="eval")
 
     def summary(self, stopped: MaskedShareError | None = None) -> dict:
-        """summary.json. reward_first / reward_last: mean reward over the first / last quarter of this
-        run's steps (at least one step each): one step's 16 samples swing with the tasks drawn.
-        pass_rate_first / pass_rate_last: share of graded episodes passing every test over the first /
-        last 3 steps (fewer when the run has fewer than 6). heldout_pass1_before / _after: pass@1 of the
+        """summary.json. reward_first / reward_last and pass_rate_first / pass_rate_last: mean reward and
+        share of graded episodes passing every test over the same first / last quarter of this run's steps
+        (``window_steps``, at least one step each): one step's 16 samples swing with the tasks drawn.
+        heldout_pass1_before / _after: pass@1 of the
         evaluation before the first step (``eval.before``) and of the last one after it (null if none).
         masked_share: masked / consumed samples of this run (``samples``), with the most frequent
         reasons; ``stopped``: the MaskedShareError's message when the run stopped on it, else null."""
         state = self.learner.state
         rewards, rates = self.step_rewards, self.step_pass_rates
-        window = max(1, len(rewards) // 4)
-        pass_window = min(PASS_WINDOW, max(1, len(rates) // 2))
+        window = max(1, len(rewards) // 4)  # one window for every first/last figure
         before = next((f.get("pass@1") for step, f in self.evals if step == 0), None)
         after = next((f.get("pass@1") for step, f in reversed(self.evals) if step > 0), None)
         summary = {
@@ -519,10 +549,10 @@ class Loop:
             "steps": state.step,
             "reward_first": round(mean(rewards[:window]), 4) if rewards else None,
             "reward_last": round(mean(rewards[-window:]), 4) if rewards else None,
-            "reward_window_steps": window,
+            "window_steps": window,
             "rewards": [round(r, 4) for r in rewards],
-            "pass_rate_first": round(mean(rates[:pass_window]), 4) if rates else None,
-            "pass_rate_last": round(mean(rates[-pass_window:]), 4) if rates else None,
+            "pass_rate_first": round(mean(rates[:window]), 4) if rates else None,
+            "pass_rate_last": round(mean(rates[-window:]), 4) if rates else None,
             "pass_rates": [round(r, 4) for r in rates],
             "heldout_pass1_before": round(before, 4) if before is not None else None,
             "heldout_pass1_after": round(after, 4) if after is not None else None,

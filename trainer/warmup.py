@@ -130,7 +130,28 @@ def final_answer_demos(env: Environment, tasks: int | None) -> list[Trajectory]:
         len(demos) - len(kept),
         max_turn,
     )
+    warning = memorised_pool(len(kept), tasks, len(env.tasks))
+    if warning:
+        log.warning("%s", warning)
     return kept
+
+
+MEMORISED_SHARE = 0.75  # demos over this share of the pool: RL draws mostly tasks the warm start taught (the main job: 96 of 168)
+
+
+def memorised_pool(demos: int, asked: int | None, pool: int) -> str | None:
+    """The warning a run needs when its warm start covers much of the task pool (None when it does not): RL then
+    trains, and measures its pass rate, on tasks whose reference the policy was just taught."""
+    notes = []
+    if asked is not None and demos < asked:
+        notes.append(f"{demos} demos of the {asked} asked (only tasks with a reference solution become demos)")
+    if pool and demos > MEMORISED_SHARE * pool:
+        notes.append(
+            f"the demos cover {demos} of the pool's {pool} tasks ({demos / pool:.0%}): RL will mostly draw tasks "
+            "the warm start taught, and its pass rate overstates what the policy learned; give the warm start "
+            "fewer tasks (warm_start.tasks) or the run a larger pool"
+        )
+    return "warm start: " + "; ".join(notes) if notes else None
 
 
 def longest_turn(sampled: Sequence[bool]) -> int:

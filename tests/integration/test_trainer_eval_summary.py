@@ -20,7 +20,6 @@ from gym.environment import Environment
 from policies.serve_config import MoEPolicySource
 from tests.trainer_support import FAKE_ENVIRONMENT, TINY, train_with_fakes
 from trainer.config import TrainConfig
-from trainer.loop import PASS_WINDOW
 from trainer.policy import build_model
 from trainer.warmup import demo_tasks
 
@@ -63,7 +62,8 @@ def test_eval_before_and_after_and_the_summary_figures(tmp_path, lr):
     assert summary["heldout_pass1_before"] == round(evals[0]["pass@1"], 4)
     assert summary["heldout_pass1_after"] == round(evals[1]["pass@1"], 4)
     rates = [r["reward/pass_rate"] for r in train]
-    window = min(PASS_WINDOW, len(rates) // 2)
+    window = summary["window_steps"]  # one window for rewards and pass rates: a quarter of the steps, at least 1
+    assert window == max(1, len(rates) // 4)
     assert summary["pass_rates"] == [round(x, 4) for x in rates]
     assert summary["pass_rate_first"] == round(sum(rates[:window]) / window, 4)
     assert summary["pass_rate_last"] == round(sum(rates[-window:]) / window, 4)
