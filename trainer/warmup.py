@@ -136,7 +136,8 @@ def final_answer_demos(env: Environment, tasks: int | None) -> list[Trajectory]:
     return kept
 
 
-MEMORISED_SHARE = 0.75  # demos over this share of the pool: RL draws mostly tasks the warm start taught (the main job: 96 of 168)
+# demos over this share of the pool: RL draws mostly tasks the warm start taught (the main job: 96 of 168)
+MEMORISED_SHARE = 0.75
 
 
 def memorised_pool(demos: int, asked: int | None, pool: int) -> str | None:
