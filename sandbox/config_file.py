@@ -35,7 +35,8 @@ ErrorType = Callable[[str], Exception]  # an exception class, or a function maki
 def read_config(path: str | Path, error: ErrorType = ValueError) -> Any:
     """The data of a YAML (or ``*.toml``) file; an empty file is ``{}``. ``error`` names the file in one line.
 
-    A relative path the working directory lacks is looked up among the shipped files (sandbox.distribution)."""
+    A relative path the working directory lacks is looked up among the shipped files (sandbox.distribution);
+    relative paths inside it that name files beside it are made absolute (`anchored`)."""
     path = resolve(path)
     try:
         with path.open("rb") as handle:
@@ -53,7 +54,26 @@ def read_config(path: str | Path, error: ErrorType = ValueError) -> Any:
         # PyYAML names the stream "<unicode string>": the file is already named at the front
         where = " ".join(str(err).split()).replace(' in "<unicode string>",', " at")
         raise error(f"{path}: not valid YAML: {where}") from None
-    return {} if data is None else data
+    return {} if data is None else anchored(data, path.parent)
+
+
+def anchored(data: Any, base: Path) -> Any:
+    """``data`` with every relative file path that names a file beside the config (``base``), and none under
+    the working directory, made absolute: a user's config finds its own files from any directory. A file under
+    the working directory wins (as everywhere); a path neither place has is left as written (a shipped file,
+    found by sandbox.distribution.resolve, or a name that is not a path)."""
+    if isinstance(data, dict):
+        return {key: anchored(value, base) for key, value in data.items()}
+    if isinstance(data, list):
+        return [anchored(value, base) for value in data]
+    if not isinstance(data, str) or not data or "\0" in data or len(data) > 4096 or Path(data).is_absolute():
+        return data
+    try:
+        if Path(data).exists() or not (base / data).exists():
+            return data
+    except OSError:  # a name too long for the file system, or unreadable: not a path here
+        return data
+    return str((base / data).resolve())
 
 
 def load_yaml(text: str) -> Any:
