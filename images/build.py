@@ -40,6 +40,7 @@ class BuiltImage:
     inputs: str
     built: bool  # False when the cache was used
     seconds: float
+    note: str = ""  # what the build output adds to the image's line (an SWE image: its leak scan)
 
 
 def cached(client: docker.DockerClient, tag: str, inputs: str) -> bool:
@@ -95,9 +96,15 @@ def build_base(client: docker.DockerClient, force: bool = False) -> BuiltImage:
 
 
 def build_dockerfile(
-    client: docker.DockerClient, context: Path, tag: str, inputs: str, buildargs: dict[str, str], force: bool = False
+    client: docker.DockerClient,
+    context: Path,
+    tag: str,
+    inputs: str,
+    buildargs: dict[str, str],
+    force: bool = False,
+    labels: dict[str, str] | None = None,
 ) -> BuiltImage:
-    """``docker build`` of a prepared context, labelled with its input hash; skipped when cached."""
+    """``docker build`` of a prepared context, labelled with its input hash (and ``labels``); skipped when cached."""
     started = time.monotonic()
     if not force and cached(client, tag, inputs):
         return BuiltImage(tag, inputs, False, 0.0)
@@ -107,7 +114,7 @@ def build_dockerfile(
             path=str(context),
             tag=tag,
             buildargs=buildargs,
-            labels={INPUTS_LABEL: inputs},
+            labels={**(labels or {}), INPUTS_LABEL: inputs},
             rm=True,
             forcerm=True,
             network_mode="none",

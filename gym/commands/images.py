@@ -85,7 +85,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             for image in build_on(client, args):
                 state = f"built in {image.seconds:.1f}s" if image.built else "cached"
-                print(f"{at}{image.tag:<32} inputs={image.inputs} {state}", flush=True)
+                note = f"; {image.note}" if image.note else ""  # an SWE image: its leak scan (tasks.swe.leak_guard)
+                print(f"{at}{image.tag:<32} inputs={image.inputs} {state}{note}", flush=True)
         finally:
             client.close()
     if failed:

@@ -100,15 +100,19 @@ def _levels(text: str) -> tuple[int, ...]:
 def _build(args: argparse.Namespace) -> int:
     import time
 
+    from tasks.swe.images import REPO_DIRS
+    from tasks.swe.leak_guard import evidence, summary
     from tasks.swe.shipped import build_shipped
     from tasks.swe.spec import load_specs
 
     started = time.monotonic()
     instances = build_shipped(load_specs(args.specs), args.repos_dir, args.out)
     for instance in instances:
+        # what `images build` will scan each instance image for (the gold patch's fixed code, tasks.swe.leak_guard)
+        looked_for = summary(evidence(instance, args.repos_dir / instance.clone_name, REPO_DIRS))
         print(
             f"{instance.instance_id:<40} base_commit={instance.base_commit[:12]} "
-            f"f2p={len(instance.fail_to_pass)} p2p={len(instance.pass_to_pass)}"
+            f"f2p={len(instance.fail_to_pass)} p2p={len(instance.pass_to_pass)}; {looked_for}"
         )
     print(
         f"wrote {len(instances)} instances to {args.out} in {time.monotonic() - started:.1f}s "

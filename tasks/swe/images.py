@@ -12,7 +12,11 @@
 * **instance** ``gym-swe-instance:<id>-<hash>``: the repository at
   ``base_commit`` as a scrubbed one-commit repository, installed editable
   (`images/swe/instance.Dockerfile`). Hash: environment + Dockerfile + the
-  tree id of ``base_commit``.
+  tree id of ``base_commit`` + the gold patch + the leak scan's code. Built
+  first as ``gym-swe-prescan:<id>-<hash>`` and scanned for the gold patch's
+  fixed code outside the base tree (`tasks.swe.leak_guard`): the tagged image
+  is the scanned one (clean), or it plus a layer removing the copies (fixed);
+  an instance whose copies cannot be removed gets no image (refused).
 
 Wheels are downloaded on the host (``pip download``, only when a layer is
 missing) into the build context; ``docker build`` runs without network and
@@ -38,7 +42,7 @@ import docker
 from images.build import BuiltImage, build_all, build_dockerfile, cached
 from images.inputs import ROOT, ImageBuildError, digest
 from tasks.errors import TaskError
-from tasks.swe import repository
+from tasks.swe import leak_guard, leak_scan, repository
 from tasks.swe.instance import SdistSource, SweInstance, load_instances
 from tasks.swe.shipped import DEFAULT_REPOS_DIR, shipped_instance
 
@@ -48,6 +52,7 @@ DOCKERFILES = ROOT / "images/swe"
 PYTHON = "cpython3.11"  # the Debian interpreter of the base rootfs
 REPO_IN_IMAGE = "/opt/swe/repo"
 WORKSPACE_REPO = "/workspace/repo"
+REPO_DIRS = (WORKSPACE_REPO, REPO_IN_IMAGE)  # where the image holds the base tree
 DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")
 DEPENDENCY_FILES = re.compile(r"^(pyproject\.toml|setup\.py|setup\.cfg|requirements[^/]*\.txt)$")
 INSTANCE_LABEL = "gym.swe.instance"
@@ -177,17 +182,23 @@ def _slug(instance_id: str) -> str:
 def build_instance(
     client: docker.DockerClient, env: BuiltImage, instance: SweInstance, clone: Path, force: bool = False
 ) -> BuiltImage:
+    """The instance layer, scanned for the gold patch's fixed code before it gets its tag (`leak_guard`)."""
     dockerfile = _dockerfile("instance")
     tree = repository.tree_of(clone, instance.base_commit)
-    inputs = digest("swe-instance", env.inputs, dockerfile, tree)
-    tag = f"gym-swe-instance:{_slug(instance.instance_id)}-{inputs}"
+    scanner = b"".join(Path(module.__file__).read_bytes() for module in (leak_scan, leak_guard))
+    inputs = digest("swe-instance", env.inputs, dockerfile, tree, scanner, instance.patch)
+    slug = _slug(instance.instance_id)
+    tag = f"gym-swe-instance:{slug}-{inputs}"
     if not (force or env.built) and cached(client, tag, inputs):
-        return BuiltImage(tag, inputs, False, 0.0)
+        scan = leak_guard.recorded(client, tag)
+        return BuiltImage(tag, inputs, False, 0.0, leak_guard.note(scan) + " (at build)" if scan else "")
     with tempfile.TemporaryDirectory() as tmp:
         context = Path(tmp)
         repository.snapshot(clone, instance.base_commit, context / "repo")
         (context / "Dockerfile").write_bytes(dockerfile)
-        return build_dockerfile(client, context, tag, inputs, {"BASE": env.tag}, True)
+        prescan_tag = f"gym-swe-prescan:{slug}-{inputs}"
+        prescan = build_dockerfile(client, context, prescan_tag, inputs, {"BASE": env.tag}, force or env.built)
+    return leak_guard.guard(client, instance, clone, REPO_DIRS, prescan, tag, inputs)
 
 
 def build_instance_image(
@@ -222,11 +233,12 @@ def build_swe_images(
             continue
         built = images[instance.instance_id]
         log.info(
-            "image %d/%d %s: %s",
+            "image %d/%d %s: %s%s",
             index,
             len(instances),
             instance.instance_id,
             f"built in {built.seconds:.1f}s" if built.built else "cached",
+            f"; {built.layers[-1].note}" if built.layers[-1].note else "",
         )
     return images, errors
 
@@ -245,7 +257,7 @@ def build_task_file(
             f"{len(errors)} of {len(loaded.instances)} SWE images failed: "
             + "; ".join(f"{key}: {value[:300]}" for key, value in errors.items())
         )
-    return [BuiltImage(i.tag, i.layers[-1].inputs, i.built, i.seconds) for i in images.values()]
+    return [BuiltImage(i.tag, i.layers[-1].inputs, i.built, i.seconds, i.layers[-1].note) for i in images.values()]
 
 
 def docker_client() -> docker.DockerClient:
