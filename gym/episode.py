@@ -23,6 +23,13 @@ A parse error is recorded (event with its span, ``parse_error`` failure) and
 the episode goes on or ends per ``on_parse_error``; it never raises. An
 infrastructure failure (lost runner, grader crash, unreachable engine) ends
 the episode ``masked`` with reward ``None``: never a reward of 0.
+
+The policy's context window bounds the episode like ``max_total_tokens``: an
+engine that refuses a request as too long for its window (``ContextExceeded``,
+from the in-process engines or read back from a server's HTTP 400) is asked
+again for what still fits; once the episode's own turns and tool outputs fill
+the window it ends ``max_tokens``, scored. Only a task whose prompt alone fills
+the window is masked (no answer could fit), with that reason.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from gym.message import Message
 from gym.rubric import RubricConfig, score, total
 from gym.tools import Toolbox, ToolCallRecord, ToolWorkspace, printable
 from gym.trajectory import Seeds, Trajectory, TrajectoryBuilder
-from policies.sampling import EngineError, RolloutEngine, SamplingParams
+from policies.sampling import ContextExceeded, EngineError, RolloutEngine, SamplingParams
 from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from tasks.family import TaskFamily
@@ -154,22 +161,34 @@ class _Run:
         self.end: EndReason = "max_turns"
         self.turns = 0
         self.infra = ""  # what failed, when the infrastructure did (the episode is then masked)
+        self.context_limit = 1 << 62  # the policy's context window, once an engine has said it (ContextExceeded)
 
     async def sample(self, engine: RolloutEngine) -> ParsedTurn | ParseError | None:
         """One turn: sample and parse; None when the token budget is spent or the engine failed."""
         config = self.env.config.episode
         context = self.builder.context()
-        room = config.max_total_tokens - len(context)
-        if room <= 0:
-            self.end = "max_tokens"
-            return None
-        params = self.env.sampling(min(config.max_tokens_per_turn, room), (self.seed + self.turns) % (1 << 62))
-        try:
-            with self.clock.phase("policy"):
-                completion = (await engine.generate([context], params))[0]
-        except EngineError as exc:
-            self.end, self.infra = "infra_error", f"engine: {exc}"
-            return None
+        completion = None
+        while completion is None:  # at most twice: a second time only with a smaller max_tokens
+            room = min(config.max_total_tokens, self.context_limit) - len(context)
+            if room <= 0:
+                if self.turns == 0:  # the task's own prompt fills the policy's context: no answer could fit
+                    self.end = "infra_error"
+                    self.infra = f"engine: the prompt of {len(context)} tokens fills the policy's context of {self.context_limit}"
+                else:  # the episode's own turns and tool outputs filled it: scored, like max_total_tokens
+                    self.end = "max_tokens"
+                return None
+            params = self.env.sampling(min(config.max_tokens_per_turn, room), (self.seed + self.turns) % (1 << 62))
+            try:
+                with self.clock.phase("policy"):
+                    completion = (await engine.generate([context], params))[0]
+            except ContextExceeded as exc:  # the model's window is smaller than the episode's token budget
+                if exc.context_length >= self.context_limit:  # told nothing new: not a size we can fix
+                    self.end, self.infra = "infra_error", f"engine: {exc}"
+                    return None
+                self.context_limit = exc.context_length
+            except EngineError as exc:
+                self.end, self.infra = "infra_error", f"engine: {exc}"
+                return None
         self.turns += 1
         self.versions.append(completion.weights_version)
         turn = self.builder.add_sampled(completion.token_ids, completion.logprobs)

@@ -30,7 +30,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import httpx
 import trio
 
-from policies.sampling import Completion, EngineError, RolloutEngine, SamplingParams, per_prompt
+from policies.sampling import (
+    Completion,
+    EngineError,
+    RolloutEngine,
+    SamplingParams,
+    context_exceeded,
+    per_prompt,
+)
 
 if TYPE_CHECKING:
     from gym.environment import Environment
@@ -113,6 +120,9 @@ class HttpEngine:
                     break
                 await trio.sleep(busy_delay(attempt, response.headers.get("Retry-After")))
         if response.is_error:
+            too_long = context_exceeded(response.text) if response.status_code == 400 else None
+            if too_long is not None:  # the request's size, not the server's health (gym.episode ends it, scored)
+                raise too_long
             raise EngineError(f"{self.url}: HTTP {response.status_code}: {response.text[:500]}")
         try:
             return response.json()

@@ -7,6 +7,7 @@ The gym imports these: `gym.policy_client.RolloutEngine` is
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -188,15 +189,44 @@ class EngineError(Exception):
     is the only call under its handler), which the HTTP client raises again as this type."""
 
 
+class ContextExceeded(EngineError):
+    """The prompt plus ``max_tokens`` does not fit the model's context: the request's size, not the engine's
+    health. An episode whose own turns grew its context past the model's window ends there, scored, as when
+    it spends ``episode.max_total_tokens`` (`gym.episode`); ``context_length`` lets a caller ask for less."""
+
+    def __init__(self, prompt_tokens: int, max_tokens: int, context_length: int) -> None:
+        super().__init__(
+            f"prompt of {prompt_tokens} tokens + max_tokens={max_tokens} exceeds the context of {context_length} tokens"
+        )
+        self.prompt_tokens, self.max_tokens, self.context_length = prompt_tokens, max_tokens, context_length
+
+
+# How servers say it in a 400: ours (the message above) and vLLM's ("This model's maximum context length is
+# 2048 tokens. However, you requested 3716 tokens (3524 in the messages, 192 in the completion)").
+_CONTEXT_MESSAGES = (
+    re.compile(r"prompt of (\d+) tokens \+ max_tokens=(\d+) exceeds the context of (\d+) tokens"),
+    re.compile(r"maximum context length is (\d+) tokens.{0,80}?requested (\d+) tokens \((\d+) in the messages, (\d+)"),
+)
+
+
+def context_exceeded(message: str) -> ContextExceeded | None:
+    """The ContextExceeded a server's refusal ``message`` states, or None (another refusal)."""
+    ours = _CONTEXT_MESSAGES[0].search(message[:2000])
+    if ours:
+        return ContextExceeded(int(ours[1]), int(ours[2]), int(ours[3]))
+    vllm = _CONTEXT_MESSAGES[1].search(message[:2000])
+    if vllm:
+        return ContextExceeded(int(vllm[3]), int(vllm[4]), int(vllm[1]))
+    return None
+
+
 def check_request(prompt: list[int], params: SamplingParams, vocab_size: int, context_length: int) -> None:
-    """Raise EngineError naming the problem when a model with these sizes cannot serve the request."""
+    """Raise EngineError naming the problem when a model with these sizes cannot serve the request
+    (ContextExceeded when it is too long for the model's context)."""
     if not prompt:
         raise EngineError("prompt is empty: give at least one token id")
     if len(prompt) + params.max_tokens > context_length:
-        raise EngineError(
-            f"prompt of {len(prompt)} tokens + max_tokens={params.max_tokens} exceeds the context of "
-            f"{context_length} tokens"
-        )
+        raise ContextExceeded(len(prompt), params.max_tokens, context_length)
     bad = [t for t in prompt if not 0 <= t < vocab_size]
     if bad:
         raise EngineError(f"token id {bad[0]} is outside the vocabulary [0, {vocab_size})")
