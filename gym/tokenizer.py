@@ -23,6 +23,8 @@ from __future__ import annotations
 import abc
 import hashlib
 import importlib
+import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -183,14 +185,41 @@ def load_tokenizer_json(path: str | None) -> TokenizersTokenizer:
     return TokenizersTokenizer(read_tokenizer_file(file), name=f"hf:{path}")
 
 
+MAX_TOKENIZER_BYTES = 256 << 20  # the largest published tokenizer.json files are tens of MB
+_NOT_FILES = ("/proc/", "/sys/", "/dev/")  # kernel views: endless (/proc/self/pagemap) or blocking (/proc/kmsg)
+
+
+def tokenizer_bytes(file: Path) -> bytes:
+    """The bytes of a tokenizer file, bounded before they are read: a regular file of at most
+    MAX_TOKENIZER_BYTES outside /proc, /sys and /dev (a path can come from a replay bundle someone handed over)."""
+    try:
+        real = os.path.realpath(file)
+        if real.startswith(_NOT_FILES):
+            raise TokenizerError(f"{file}: not a tokenizer file ({real} is a kernel view, not a file)")
+        # O_NONBLOCK: a FIFO put in the file's place opens at once (and is refused below) instead of blocking
+        with os.fdopen(os.open(real, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise TokenizerError(f"{file}: not a regular file")
+            if info.st_size > MAX_TOKENIZER_BYTES:
+                raise TokenizerError(f"{file}: {info.st_size} bytes, past the {MAX_TOKENIZER_BYTES >> 20} MiB bound")
+            data = handle.read(MAX_TOKENIZER_BYTES + 1)
+    except OSError as exc:
+        raise TokenizerError(f"{file}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > MAX_TOKENIZER_BYTES:
+        raise TokenizerError(f"{file}: past the {MAX_TOKENIZER_BYTES >> 20} MiB bound")
+    return data
+
+
 def read_tokenizer_file(file: Path) -> tokenizers.Tokenizer:
-    """The ``tokenizers`` backend of a tokenizer.json file; a file it cannot load (binary, not JSON, not a
-    tokenizer) is a TokenizerError naming the file, in one line."""
+    """The ``tokenizers`` backend of a tokenizer.json file (read by `tokenizer_bytes`); a file it cannot load
+    (binary, not JSON, not a tokenizer) is a TokenizerError naming the file, in one line."""
     from tokenizers import Tokenizer as Backend
 
+    data = tokenizer_bytes(file)
     try:
-        return Backend.from_file(str(file))
-    except Exception as exc:  # the tokenizers library raises bare Exception on malformed files
+        return Backend.from_str(data.decode("utf-8"))
+    except Exception as exc:  # the tokenizers library raises bare Exception on malformed files (and UnicodeError)
         reason = " ".join(str(exc).split())
         raise TokenizerError(f"{file}: not a tokenizer.json the tokenizers library can load ({reason})") from exc
 
