@@ -96,7 +96,7 @@ def append_sample(row, drawn: tuple[int, float, float]) -> None:
     row.tokens.append(token)
     row.logprobs.append(logprob)
     row.raw_logprobs.append(raw_logprob)
-    if token in row.params.stop_token_ids:
+    if token in row.stops:  # a set: a long stop list costs nothing per token
         row.finish_reason = "stop"
     elif len(row.tokens) >= row.params.max_tokens:
         row.finish_reason = "length"
@@ -207,6 +207,10 @@ class _Sequence:
     version: int = 0
     submitted: float = field(default_factory=time.perf_counter)
     first_token: float = 0.0
+    stops: frozenset[int] = frozenset()  # params.stop_token_ids, as a set (`append_sample`)
+
+    def __post_init__(self) -> None:
+        self.stops = frozenset(self.params.stop_token_ids)
 
 
 @dataclass

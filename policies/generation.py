@@ -53,6 +53,10 @@ class _Row:
     raw_logprobs: list[float] = field(default_factory=list)
     routes: list[torch.Tensor] = field(default_factory=list)  # (L, n, K) pieces
     finish_reason: Literal["stop", "length"] | None = None
+    stops: frozenset[int] = frozenset()  # params.stop_token_ids, as a set (`append_sample`)
+
+    def __post_init__(self) -> None:
+        self.stops = frozenset(self.params.stop_token_ids)
 
 
 def checkpoint_tensors(path: Path) -> dict[str, torch.Tensor]:

@@ -4,13 +4,18 @@ Requests forbid unknown fields (a typo must not silently fall back to a default)
 `top_k`, `stop_token_ids`, `return_routed_experts` in; `token_ids`, `raw_logprobs`,
 `routed_experts` per choice and `weights_version` per response out. Token-id prompts
 (`prompt: [1, 2, 3]` or a list of such lists) need no tokenizer.
+
+Every list and string of a request has a bound here (the server's parser bounds the body as a whole before these
+models see it, policies/request_bounds.py). A list is validated to its first bad item, never item by item into
+one error each (a million bad items were a million error records), and the prompt's union is picked by the shape
+of its first item, not by trying each member in turn.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, PlainValidator, Tag, WithJsonSchema
 
 from policies.sampling import MAX_SEED, Routes, SamplingParams
 
@@ -32,14 +37,70 @@ def _unicode(text: str) -> str:
     return text
 
 
+MAX_TOKEN_IDS = 1 << 20
+"""Longest token-id list of a request (a prompt, a scored sequence); the engine's context is the tighter bound."""
+MAX_LISTS = 1 << 16
+"""Most prompts, messages or scored sequences in one request (the server's max_sequences_per_request is tighter)."""
+MAX_STOP_TOKEN_IDS = 1024
+"""Most stop token ids (the gym sends Harmony's 3)."""
+MAX_NAME_CHARS = 1024
+"""Longest `model`, `user` or message `name`."""
+MAX_PATH_CHARS = 4096
+"""Longest weights path (Linux's PATH_MAX)."""
+
+
+def token_id_list(max_length: int, min_length: int = 0):
+    """A list of token ids (integers >= 0, not booleans), at most ``max_length`` of them, checked in one pass that
+    stops at the first bad item and names it: one error, whatever the list's length."""
+
+    def check(value: Any) -> list[int]:
+        if not isinstance(value, list):
+            raise ValueError(f"must be a list of token ids, got {type(value).__name__}")
+        if not min_length <= len(value) <= max_length:
+            raise ValueError(f"holds {len(value)} token ids; give {min_length} to {max_length}")
+        if not all(type(t) is int and t >= 0 for t in value):
+            index, bad = next((i, t) for i, t in enumerate(value) if not (type(t) is int and t >= 0))
+            raise ValueError(f"item {index}: {str(bad)[:40]} is not a token id (an integer greater than or equal to 0)")
+        return value
+
+    schema = {"type": "array", "items": {"type": "integer", "minimum": 0}, "maxItems": max_length}
+    return Annotated[list[int], PlainValidator(check), WithJsonSchema(schema)]
+
+
+def bounded(item, max_length: int, min_length: int = 0):
+    """A list of ``item`` of at most ``max_length`` items, validated up to its first bad one (fail_fast)."""
+    return Annotated[list[item], Field(min_length=min_length, max_length=max_length, fail_fast=True)]
+
+
 Text = Annotated[str, AfterValidator(_unicode)]
-TokenId = Annotated[int, Field(ge=0)]
+Name = Annotated[str, Field(max_length=MAX_NAME_CHARS), AfterValidator(_unicode)]
+TokenIds = token_id_list(MAX_TOKEN_IDS)
+
+
+def _prompt_kind(value: Any) -> str:
+    """Which member of `CompletionRequest.prompt` a value is read as, by its shape (one member validated)."""
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list) and value and isinstance(value[0], list):
+        return "batch"
+    if isinstance(value, list) and value and isinstance(value[0], str):
+        return "texts"
+    return "ids"
+
+
+PromptField = Annotated[
+    Annotated[token_id_list(MAX_TOKEN_IDS, min_length=1), Tag("ids")]
+    | Annotated[bounded(TokenIds, MAX_LISTS, min_length=1), Tag("batch")]
+    | Annotated[Text, Field(min_length=1), Tag("text")]
+    | Annotated[bounded(Text, MAX_LISTS, min_length=1), Tag("texts")],
+    Discriminator(_prompt_kind),
+]
 
 
 class _Sampling(BaseModel):
     model_config = _REQUEST
 
-    model: str | None = None
+    model: Name | None = None
     """Accepted for client compatibility; the server has one model."""
     temperature: float = Field(1.0, ge=0.0, allow_inf_nan=False)
     """0 (greedy) or at least `policies.sampling.MIN_TEMPERATURE`; a number too large for JSON's float (1e999)
@@ -51,10 +112,11 @@ class _Sampling(BaseModel):
     """Completions per prompt (seeded ones use seed, seed + 1, ...)."""
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     """At most 2**62: a larger seed is this request's 400, never a failure of the batch it would join."""
-    stop_token_ids: list[TokenId] = []
+    stop_token_ids: token_id_list(MAX_STOP_TOKEN_IDS) = []  # type: ignore[valid-type]
+    """Sampling one ends the completion; the engine checks each sampled token against a set of them."""
     stream: Literal[False] = False
     """Streaming is not supported."""
-    user: Text | None = None
+    user: Name | None = None
     return_routed_experts: bool = False
 
     def sampling_params(self, max_tokens: int, extra_stops: tuple[int, ...] | list[int] = ()) -> SamplingParams:
@@ -70,9 +132,9 @@ class _Sampling(BaseModel):
 
 
 class CompletionRequest(_Sampling):
-    prompt: list[int] | list[list[int]] | Text | list[Text] = Field(min_length=1)
+    prompt: PromptField
     """Token ids (one prompt or a batch) or text (needs the server's tokenizer)."""
-    max_tokens: int = Field(16, ge=1)
+    max_tokens: int = Field(16, ge=1, le=MAX_TOKEN_IDS)
     logprobs: int | None = Field(None, ge=0, le=20)
     """Accepted; the sampled tokens' logprobs are always returned, top_logprobs is null."""
     echo: Literal[False] = False
@@ -84,13 +146,14 @@ class ChatMessage(BaseModel):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text
-    name: Text | None = None
+    """Text only (the chat's text is bounded by the context before it is tokenized)."""
+    name: Name | None = None
 
 
 class ChatCompletionRequest(_Sampling):
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    messages: bounded(ChatMessage, MAX_LISTS, min_length=1)  # type: ignore[valid-type]
+    max_tokens: int | None = Field(None, ge=1, le=MAX_TOKEN_IDS)
+    max_completion_tokens: int | None = Field(None, ge=1, le=MAX_TOKEN_IDS)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
 
@@ -98,7 +161,7 @@ class ChatCompletionRequest(_Sampling):
 class UpdateWeightsRequest(BaseModel):
     model_config = _REQUEST
 
-    path: str
+    path: Annotated[str, Field(max_length=MAX_PATH_CHARS)]
     """Checkpoint to load: a safetensors file or a directory of them (e.g. a save_pretrained output)."""
     version: int | None = Field(None, ge=0)
     """Weights version to report from now on; default: current + 1."""

@@ -9,7 +9,8 @@ position whose next-token logits, restricted to the two label ids, rate the step
 
 Only the slots go through the LM head: the decoder's hidden states are gathered at the slots first
 (a (B, K, V) head instead of (B, T, V)), in training and serving alike, so both compute the same
-function. Without explicit positions, the slots of a sequence are the ``<|end|>`` of every message
+function; serving keeps only the head's two label rows (`label_rows_logits`: a (B, K, 2) head).
+Explicit positions must be distinct and inside their sequence. Without explicit positions, the slots of a sequence are the ``<|end|>`` of every message
 that opens with ``<|start|>assistant`` (gym/verifier_format.py renders rows that way).
 """
 
@@ -23,6 +24,8 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
+from policies.protocol import MAX_LISTS, MAX_TOKEN_IDS, bounded, token_id_list
+
 log = logging.getLogger(__name__)
 
 
@@ -35,9 +38,12 @@ class ScoreRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    input_ids: list[list[int]] = Field(min_length=1, description="token-id sequences (no text)")
-    positions: list[list[int]] | None = Field(
-        None, description="per sequence, the positions to score; leave out to score every step's <|end|>"
+    input_ids: bounded(token_id_list(MAX_TOKEN_IDS), MAX_LISTS, min_length=1) = Field(  # type: ignore[valid-type]
+        description="token-id sequences (no text)"
+    )
+    positions: bounded(token_id_list(MAX_TOKEN_IDS), MAX_LISTS) | None = Field(  # type: ignore[valid-type]
+        None,
+        description="per sequence, the distinct positions to score; leave out to score every step's <|end|>",
     )
 
 
@@ -77,6 +83,25 @@ def label_pair_logits(
     batch = torch.arange(ids.shape[0], device=ids.device)[:, None]  # (B, 1)
     logits = model.get_output_embeddings()(hidden[batch, positions])  # (B, K, V)
     return logits[..., list(label_ids)]
+
+
+def label_rows_logits(
+    model,
+    ids: torch.Tensor,  # (B, T) right-padded
+    attention: torch.Tensor,  # (B, T)
+    positions: torch.Tensor,  # (B, K)
+    label_ids: tuple[int, int],
+) -> torch.Tensor:  # (B, K, 2)
+    """`label_pair_logits` with the LM head's two label rows only: the same two logits a slot, without the (B, K, V)
+    logits (a request of many positions asked for gigabytes of them) and without a KV cache. The server's path."""
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear):  # a head that is more than a matrix: the full one
+        return label_pair_logits(model, ids, attention, positions, label_ids)
+    hidden = model.base_model(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
+    batch = torch.arange(ids.shape[0], device=ids.device)[:, None]  # (B, 1)
+    rows = list(label_ids)
+    bias = None if head.bias is None else head.bias[rows]
+    return torch.nn.functional.linear(hidden[batch, positions], head.weight[rows], bias)
 
 
 def correct_probability(pair: torch.Tensor) -> torch.Tensor:  # (..., 2) -> (...)
@@ -139,6 +164,10 @@ class StepScorer:
                 wrong = [p for p in positions if not 0 <= p < len(ids)]
                 if wrong:
                     raise ScoreError(f"positions[{index}]: {wrong[0]} is outside the sequence [0, {len(ids)})")
+                if len(set(positions)) != len(positions):  # each repeat would be scored (and paid for) again
+                    seen: set[int] = set()
+                    again = next(p for p in positions if p in seen or seen.add(p))  # type: ignore[func-returns-value]
+                    raise ScoreError(f"positions[{index}] repeats position {again}: give each position once")
             found.append(positions)
         return found
 
@@ -155,6 +184,6 @@ class StepScorer:
             attention[b, : len(seq)] = 1
             where[b, : len(pos)] = torch.tensor(pos, dtype=torch.long)
         with self._lock:
-            pair = label_pair_logits(self.model, ids.to(device), attention.to(device), where.to(device), self.label_ids)
+            pair = label_rows_logits(self.model, ids.to(device), attention.to(device), where.to(device), self.label_ids)
             probs = correct_probability(pair).cpu()  # (B, K)
         return [[float(probs[b, k]) for k in range(len(pos))] for b, pos in enumerate(positions)]

@@ -98,7 +98,8 @@ class ServerOptions(BaseModel):
     port: int = Field(8000, ge=0, le=65535)
     """TCP port; 0 picks a free one (the chosen address is logged)."""
     max_queued_requests: int = Field(64, ge=1)
-    """Requests waiting for the engine beyond this get 503."""
+    """Requests admitted to the engine or the verifier at once, waiting or running, every route together (503
+    beyond)."""
     max_body_bytes: int = Field(1 << 30, ge=1 << 16)
     """Largest weight upload (`/update_weights_from_tensors`, safetensors bytes)."""
     max_json_body_bytes: int = Field(8 << 20, ge=1 << 10)
@@ -111,8 +112,41 @@ class ServerOptions(BaseModel):
     max_sequences_per_request: int = Field(256, ge=1)
     """Prompts x n of one request at most (400 above): one request must not become an engine batch far
     above max_batch_size that its neighbours wait behind."""
+    max_json_values: int = Field(1 << 20, ge=1 << 10)
+    """JSON values (numbers, strings, arrays, objects) in one body at most, counted in its bytes before it is
+    parsed (413 above): a parsed value costs 14-100 bytes of Python objects against its 2 on the wire. The largest
+    request the gym sends, one prompt of `episode.max_total_tokens` (32768 in configs/swe_smoke.yaml), holds
+    ~33,000."""
+    max_json_depth: int = Field(16, ge=4)
+    """Nesting of arrays and objects in one body at most (400 above); requests nest 3 deep."""
+    max_json_string_bytes: int = Field(4 << 20, ge=1 << 10)
+    """Longest string in one body, in bytes as sent (413 above); text is bounded by the context besides."""
+    max_json_number_chars: int = Field(40, ge=24)
+    """Longest number in one body, in characters (400 above): a seed has at most 19 digits, a float's shortest
+    form at most 24 characters; Python's int of a long digit run costs time quadratic in its length."""
+    max_json_object_members: int = Field(256, ge=32)
+    """Members of one JSON object at most (400 above); request objects have at most 20 (an unknown member is one
+    error record of the request model's)."""
+    max_request_memory_bytes: int = Field(1 << 30, ge=16 << 20)
+    """Estimated memory of one request at most (413 above: make it smaller): its body, its parse, and its prefill,
+    sampled tokens, routes and answer (or the verifier's forward), each reserved before it is allocated
+    (policies/admission.py). The main job's requests (the tiny policy, one prompt of 1024 tokens): ~21 MiB; one
+    filling the tiny policy's 4096-token context: ~180 MiB; one prompt of 32768 tokens through a model on the CPU
+    needs ~8.6 GiB (its attention mask): raise this for it (on a GPU, activations are not counted here)."""
+    max_inflight_memory_bytes: int = Field(4 << 30, ge=16 << 20)
+    """Estimated memory of every request in flight together, from the first byte of its body to its answer, and a
+    weight upload's (503 above: retry later; an upload itself is never refused for load)."""
     served_model_name: str | None = None
     """Name reported in responses and /v1/models; default: the policy's name."""
+
+    @model_validator(mode="after")
+    def _budgets(self) -> ServerOptions:
+        if self.max_inflight_memory_bytes < self.max_request_memory_bytes:
+            raise ValueError(
+                f"max_inflight_memory_bytes ({self.max_inflight_memory_bytes}) is below max_request_memory_bytes "
+                f"({self.max_request_memory_bytes}): a request within its own bound could never be admitted"
+            )
+        return self
 
 
 class ServeConfig(BaseModel):

@@ -9,30 +9,46 @@ Routes:
   POST /v1/score                     token ids -> p(correct) per step slot, from a process verifier
                                      checkpoint (`verifier:` in the serve config; policies/scorer.py)
 
-Requests wait in a bounded queue; one worker drains it into engine batches of up to
-`max_batch_size` sequences (run in a thread, so the event loop keeps answering). A full queue
-answers 503 at once. Bad requests answer 400 with the reason. Every response carries the weights
-version that produced it.
+Every route that reads a body goes through one admission (policies/admission.py): the body is read and parsed
+within bounds measured in its raw bytes before any object is built (policies/request_bounds.py), each request's
+memory is estimated and reserved before it is allocated (413 past max_request_memory_bytes, 503 past
+max_inflight_memory_bytes), and engine and verifier requests are admitted up to max_queued_requests (503 beyond).
+Parsing, checking and answering run in a worker thread, so the event loop keeps answering /health. One worker
+drains admitted jobs into engine batches of up to `max_batch_size` sequences. Bad requests answer 400 with the
+reason. Every response carries the weights version that produced it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import aiohttp
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 from safetensors import SafetensorError
 
+from policies.admission import (
+    BODY_COPIES,
+    TOKENIZE_BYTES_PER_CHAR,
+    Admission,
+    Hold,
+    Refused,
+    completion_bytes,
+    engine_shape,
+    host_shape,
+    parse_bytes,
+    score_bytes,
+)
 from policies.protocol import (
     AssistantMessage,
     ChatChoice,
@@ -47,12 +63,17 @@ from policies.protocol import (
     UpdateWeightsRequest,
     Usage,
 )
+from policies.request_bounds import BodyRefused, JsonBounds, load, measure
 from policies.sampling import Completion, EngineError, SamplingParams, ServingEngine, per_prompt
 from policies.scorer import ScoreError, ScoreRequest, ScoreResponse, StepScorer
 from policies.serve_config import ServerOptions
 from policies.tokenizer import TextTokenizer
 
 log = logging.getLogger(__name__)
+
+Model = TypeVar("Model", bound=BaseModel)
+Result = TypeVar("Result")
+MAX_ERRORS_SHOWN = 5  # a 400 names the first few invalid fields
 
 
 class BadRequest(Exception):
@@ -72,7 +93,9 @@ def _error(status: int, message: str, kind: str) -> web.Response:
 
 
 def _validation_message(err: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in err.errors())
+    errors = err.errors(include_url=False, include_context=False, include_input=False)
+    shown = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in errors[:MAX_ERRORS_SHOWN])
+    return shown + (f" (and {len(errors) - MAX_ERRORS_SHOWN} more)" if len(errors) > MAX_ERRORS_SHOWN else "")
 
 
 @web.middleware
@@ -97,6 +120,12 @@ async def _json_errors(request: web.Request, handler) -> web.StreamResponse:
         return _error(413, str(exc), "invalid_request_error")
     except _ReadTimeout as exc:
         return _error(408, str(exc), "invalid_request_error")
+    except BadRequest as exc:
+        return _error(400, str(exc), "invalid_request_error")
+    except BodyRefused as exc:
+        return _error(exc.status, str(exc), "invalid_request_error")
+    except Refused as exc:
+        return _error(exc.status, str(exc), exc.kind)
     except Exception as exc:
         log.exception("%s %s failed", request.method, request.path)
         return _error(500, f"{type(exc).__name__}: {exc}", "server_error")
@@ -116,10 +145,26 @@ class PolicyServer:
         self.tokenizer = tokenizer
         self.max_batch = getattr(engine, "max_batch_size", 32)
         self.model_name = options.served_model_name or engine.model_name
-        self._pending: deque[_Job] = deque()  # requests waiting for the engine (bounded)
+        self.bounds = JsonBounds(
+            max_values=options.max_json_values,
+            max_depth=options.max_json_depth,
+            max_string_bytes=options.max_json_string_bytes,
+            max_number_chars=options.max_json_number_chars,
+            max_object_members=options.max_json_object_members,
+        )
+        self.admission = Admission(
+            options.max_queued_requests, options.max_request_memory_bytes, options.max_inflight_memory_bytes
+        )
+        self.shape = engine_shape(engine)  # None (a scripted engine): requests cost their Python objects only
+        self.scorer_shape = host_shape(scorer.model) if scorer is not None else None
+        self._pending: deque[_Job] = deque()  # admitted requests waiting for the batch engine
         self._arrived = asyncio.Event()
         self._inflight = 0  # continuous engine: jobs handed over and not done yet
         self._worker: asyncio.Task | None = None
+        # parsing, checking and answering requests, off the event loop, in one thread: a parse's C calls
+        # (json.loads) hold the GIL, and two threads handed it to each other while the loop waited (/health 0.3 s
+        # behind 24 bodies of a million values; 0.05 s with one thread)
+        self._requests = ThreadPoolExecutor(1, thread_name_prefix="policy-requests")
         self._upload = asyncio.Lock()  # weight updates, one at a time (`_one_update`)
         self.cancelled_requests = 0  # continuous engine: jobs stopped in the engine because their client went away
 
@@ -143,6 +188,11 @@ class PolicyServer:
         if self._worker is not None:
             self._worker.cancel()
             await asyncio.gather(self._worker, return_exceptions=True)
+        self._requests.shutdown(wait=False, cancel_futures=True)
+
+    async def _off_loop(self, work: Callable[..., Result], *args) -> Result:
+        """``work(*args)`` in a request thread: the event loop answers others (/health) meanwhile."""
+        return await asyncio.get_running_loop().run_in_executor(self._requests, work, *args)
 
     def _next_batch(self) -> list[_Job]:
         """Oldest job its client still waits for, plus the following ones while they fit into one engine batch."""
@@ -232,26 +282,21 @@ class PolicyServer:
             )
 
     async def _run(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
-        self._check_count(len(prompts))
-        for prompt, p in zip(prompts, params):
-            try:
-                self.engine.check_request(prompt, p)
-            except EngineError as exc:
-                raise BadRequest(str(exc)) from exc
-        if len(self._pending) + self._inflight >= self.options.max_queued_requests:
-            raise _Overloaded(len(self._pending) + self._inflight)
+        """Hand admitted rows to the engine and wait for their completions."""
         job = _Job(prompts, params)
         self._pending.append(job)
         self._arrived.set()
         return await job.done
 
-    async def _parse(self, request: web.Request, model: type[BaseModel]) -> BaseModel:
+    async def _body(self, request: web.Request, hold: Hold) -> bytes:
+        """The JSON body, at most max_json_body_bytes (413), arriving within read_timeout_s (408); its bytes are
+        reserved in ``hold`` as they arrive."""
         limit = self.options.max_json_body_bytes
         if (request.content_length or 0) > limit:
             raise _TooLarge(limit)
         try:  # bounded in size even without a Content-Length, and in time (a body sent a byte a minute)
             async with asyncio.timeout(self.options.read_timeout_s):
-                body = await _read_up_to(request, limit + 1)
+                body = await _read_up_to(request, limit + 1, hold)
                 if len(body) <= limit and _short_of_its_length(request, len(body)):
                     raise BadRequest(
                         f"body ended after {len(body)} of its Content-Length {request.content_length} bytes "
@@ -261,24 +306,52 @@ class PolicyServer:
             raise _ReadTimeout(self.options.read_timeout_s) from None
         if len(body) > limit:
             raise _TooLarge(limit)
-        try:
-            data = json.loads(body, parse_constant=_no_constant)
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, ValueError) as exc:
-            raise BadRequest(f"body is not valid JSON: {type(exc).__name__}: {exc}") from exc
+        return body
+
+    def _validate(self, body: bytes, model: type[Model], hold: Hold) -> Model:
+        """``body`` as a ``model``: its shape measured in its bytes and bounded, the parse reserved, then parsed
+        (policies/request_bounds.py); `BodyRefused`, `Refused` or BadRequest naming the fault."""
+        shape = measure(body, self.bounds)  # its temporaries are within the body's reservation x SCAN_BYTES_PER_BYTE
+        hold.add(parse_bytes(shape), f"parsing a body of {shape.values} JSON values")
+        data = load(body, self.bounds)
         try:
             return model.model_validate(data)
         except ValidationError as exc:
             raise BadRequest(_validation_message(exc)) from exc
 
-    async def _prompts(self, prompt: list[int] | list[list[int]] | str | list[str]) -> list[list[int]]:
+    def _prompts(self, prompt: list[int] | list[list[int]] | str | list[str], hold: Hold) -> list[list[int]]:
         if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], str)):
             texts = [prompt] if isinstance(prompt, str) else prompt
             tokenizer = self._require_tokenizer("text prompts")
             self._check_text([len(t) for t in texts], tokenizer)
-            return await asyncio.to_thread(tokenizer.encode_many, texts)  # the loop serves others meanwhile
+            characters = sum(len(t) for t in texts)
+            hold.add(TOKENIZE_BYTES_PER_CHAR * characters, f"tokenizing {characters} characters")
+            return tokenizer.encode_many(texts)  # releases the GIL
         if isinstance(prompt[0], int):
-            return [list(prompt)]  # type: ignore[arg-type]
-        return [list(p) for p in prompt]  # type: ignore[union-attr]
+            return [prompt]  # type: ignore[list-item]
+        return prompt  # type: ignore[return-value]
+
+    def _check_rows(self, prompts: list[list[int]], params: SamplingParams) -> None:
+        """BadRequest for a prompt the engine cannot serve (each distinct prompt once, before its ``n`` copies)."""
+        for prompt in prompts:
+            try:
+                self.engine.check_request(prompt, params)
+            except EngineError as exc:
+                raise BadRequest(str(exc)) from exc
+
+    def _admit_rows(
+        self, hold: Hold, prompts: list[list[int]], n: int, params: SamplingParams
+    ) -> tuple[list[list[int]], list[SamplingParams]]:
+        """Check the rows, reserve their memory and admit them; the rows (each prompt ``n`` times) and their
+        params (seed, seed + 1, ... a row)."""
+        self._check_rows(prompts, params)
+        lengths = [len(p) for p in prompts]
+        continuous = bool(getattr(self.engine, "continuous", False))
+        cost = completion_bytes(self.shape, lengths, n, params.max_tokens, params.return_routed_experts, continuous)
+        hold.add(cost, f"{len(prompts) * n} sequences of up to {max(lengths)} + {params.max_tokens} tokens")
+        hold.admit()
+        rows = [p for p in prompts for _ in range(n)]
+        return rows, per_prompt(params, len(rows))
 
     def _check_text(self, lengths: list[int], tokenizer: TextTokenizer) -> None:
         """BadRequest for a text that cannot fit the context whatever it encodes to, before tokenizing it (a
@@ -303,19 +376,20 @@ class PolicyServer:
         return self.tokenizer.decode(tokens) if self.tokenizer else ""
 
     async def completions(self, request: web.Request) -> web.Response:
-        try:
-            req = await self._parse(request, CompletionRequest)
-            count = 1 if isinstance(req.prompt, str) or isinstance(req.prompt[0], int) else len(req.prompt)
-            self._check_count(count * req.n)  # before tokenizing: a body of a million short texts is refused at once
-            prompts = [p for p in await self._prompts(req.prompt) for _ in range(req.n)]
-            params = per_prompt(req.sampling_params(req.max_tokens), len(prompts))  # seed, seed + 1, ... a row
+        with self.admission.hold() as hold:
+            body = await self._body(request, hold)
+            prompts, params = await self._off_loop(self._completion_rows, body, hold)
             results = await self._run(prompts, params)
-        except BadRequest as exc:
-            return _error(400, str(exc), "invalid_request_error")
-        except ValidationError as exc:  # the request's fields combine into sampling params that are invalid
-            return _error(400, _validation_message(exc), "invalid_request_error")
-        except _Overloaded as exc:
-            return _error(503, str(exc), "overloaded")
+            return await self._off_loop(self._completion_answer, prompts, results)
+
+    def _completion_rows(self, body: bytes, hold: Hold) -> tuple[list[list[int]], list[SamplingParams]]:
+        req = self._validate(body, CompletionRequest, hold)
+        count = 1 if isinstance(req.prompt, str) or isinstance(req.prompt[0], int) else len(req.prompt)
+        self._check_count(count * req.n)  # before tokenizing: a body of a million short texts is refused at once
+        prompts = self._prompts(req.prompt, hold)
+        return self._admit_rows(hold, prompts, req.n, _sampling(req, req.max_tokens))
+
+    def _completion_answer(self, prompts: list[list[int]], results: list[Completion]) -> web.Response:
         choices = [self._completion_choice(i, prompts[i], c) for i, c in enumerate(results)]
         body = CompletionResponse(
             id=f"cmpl-{uuid.uuid4().hex}",
@@ -345,28 +419,35 @@ class PolicyServer:
         )
 
     async def chat_completions(self, request: web.Request) -> web.Response:
-        try:
-            req = await self._parse(request, ChatCompletionRequest)
-            tokenizer = self._require_tokenizer("chat completions")
-            messages = [(m.role, m.content) for m in req.messages]
-            # each message takes at least its 3 special tokens: so many messages, or so much text, cannot fit
-            if 3 * len(messages) > self.engine.context_length:
-                raise BadRequest(
-                    f"{len(messages)} messages cannot fit the context of {self.engine.context_length} tokens "
-                    "(each takes at least 3)"
-                )
-            self._check_text([sum(len(role) + len(content) for role, content in messages)], tokenizer)
-            prompt, stops = await asyncio.to_thread(tokenizer.render_chat, messages)
-            max_tokens = req.max_completion_tokens or req.max_tokens or 256
-            base = req.sampling_params(max_tokens, stops)
-            params = per_prompt(base, req.n)
-            results = await self._run([prompt] * req.n, params)
-        except BadRequest as exc:
-            return _error(400, str(exc), "invalid_request_error")
-        except ValidationError as exc:  # the request's fields combine into sampling params that are invalid
-            return _error(400, _validation_message(exc), "invalid_request_error")
-        except _Overloaded as exc:
-            return _error(503, str(exc), "overloaded")
+        with self.admission.hold() as hold:
+            body = await self._body(request, hold)
+            req, prompts, params = await self._off_loop(self._chat_rows, body, hold)
+            results = await self._run(prompts, params)
+            return await self._off_loop(self._chat_answer, req, prompts[0], results)
+
+    def _chat_rows(
+        self, body: bytes, hold: Hold
+    ) -> tuple[ChatCompletionRequest, list[list[int]], list[SamplingParams]]:
+        req = self._validate(body, ChatCompletionRequest, hold)
+        tokenizer = self._require_tokenizer("chat completions")
+        self._check_count(req.n)
+        messages = [(m.role, m.content) for m in req.messages]
+        # each message takes at least its 3 special tokens: so many messages, or so much text, cannot fit
+        if 3 * len(messages) > self.engine.context_length:
+            raise BadRequest(
+                f"{len(messages)} messages cannot fit the context of {self.engine.context_length} tokens "
+                "(each takes at least 3)"
+            )
+        characters = sum(len(role) + len(content) for role, content in messages)
+        self._check_text([characters], tokenizer)
+        hold.add(TOKENIZE_BYTES_PER_CHAR * characters, f"rendering {characters} characters of chat")
+        prompt, stops = tokenizer.render_chat(messages)
+        max_tokens = req.max_completion_tokens or req.max_tokens or 256
+        rows, params = self._admit_rows(hold, [prompt], req.n, _sampling(req, max_tokens, stops))
+        return req, rows, params
+
+    def _chat_answer(self, req: ChatCompletionRequest, prompt: list[int], results: list[Completion]) -> web.Response:
+        tokenizer = self._require_tokenizer("chat completions")
         choices = []
         for i, c in enumerate(results):
             answer = c.token_ids[:-1] if c.finish_reason == "stop" else c.token_ids  # drop the stop token
@@ -417,6 +498,7 @@ class PolicyServer:
             "queued_requests": len(self._pending),
             "context_length": self.engine.context_length,
             "cancelled_requests": self.cancelled_requests,
+            "admission": self.admission.counts(),
         }
         counts = getattr(self.engine, "replica_counts", None)  # a `ReplicatedEngine` (engine.replicas > 1)
         if counts is not None:
@@ -424,10 +506,9 @@ class PolicyServer:
         return web.json_response(body)
 
     async def update_weights(self, request: web.Request) -> web.Response:
-        try:
-            req = await self._parse(request, UpdateWeightsRequest)
-        except BadRequest as exc:
-            return _error(400, str(exc), "invalid_request_error")
+        with self.admission.hold() as hold:  # for its body; the load itself is the update lane's (`_one_update`)
+            body = await self._body(request, hold)
+            req = await self._off_loop(self._validate, body, UpdateWeightsRequest, hold)
         return await self._one_update(self._load_path(req))
 
     async def _load_path(self, req: UpdateWeightsRequest) -> web.Response:
@@ -466,54 +547,77 @@ class PolicyServer:
         return await self._one_update(self._upload_and_load(request, version))
 
     async def _upload_and_load(self, request: web.Request, version: int | None) -> web.Response:
-        try:
-            data = await _read_upload(request, self.options.max_body_bytes, self.options.read_timeout_s)
-        except _TooLarge as exc:
-            return _error(413, str(exc), "invalid_request_error")
-        except _ReadTimeout as exc:
-            return _error(408, str(exc), "invalid_request_error")
-        except (OSError, aiohttp.ClientError) as exc:  # the client went away mid-upload: nobody reads this answer
-            return _error(400, f"upload ended early: {type(exc).__name__}: {exc}", "invalid_request_error")
-        if not data:
-            return _error(400, "body is empty: send the tensors as safetensors bytes", "invalid_request_error")
-        try:
-            version = await asyncio.to_thread(self.engine.load_safetensors, data, version)
-        except (KeyError, ValueError, SafetensorError) as exc:
-            return _error(400, f"cannot load the uploaded tensors: {exc}", "invalid_request_error")
-        return web.json_response({"weights_version": version})
+        # the update lane: counted in the memory in flight (requests see less room), never refused for load
+        with self.admission.hold() as hold:
+            try:
+                data = await _read_upload(request, self.options.max_body_bytes, self.options.read_timeout_s, hold)
+            except _TooLarge as exc:
+                return _error(413, str(exc), "invalid_request_error")
+            except _ReadTimeout as exc:
+                return _error(408, str(exc), "invalid_request_error")
+            except (OSError, aiohttp.ClientError) as exc:  # the client went away mid-upload: nobody reads this answer
+                return _error(400, f"upload ended early: {type(exc).__name__}: {exc}", "invalid_request_error")
+            if not data:
+                return _error(400, "body is empty: send the tensors as safetensors bytes", "invalid_request_error")
+            try:
+                version = await asyncio.to_thread(self.engine.load_safetensors, data, version)
+            except (KeyError, ValueError, SafetensorError) as exc:
+                return _error(400, f"cannot load the uploaded tensors: {exc}", "invalid_request_error")
+            return web.json_response({"weights_version": version})
 
     async def score(self, request: web.Request) -> web.Response:
         """p(correct) per step slot of each sequence (policies/scorer.py), off the event loop."""
+        if self.scorer is None:
+            raise BadRequest("this server has no process verifier; set `verifier: CHECKPOINT_DIR` in its config")
+        with self.admission.hold() as hold:
+            body = await self._body(request, hold)
+            req, positions = await self._off_loop(self._score_rows, body, hold)
+            scores = await asyncio.to_thread(self.scorer.score, req.input_ids, positions)
+            answer = ScoreResponse(
+                model=self.scorer.name, positions=positions, scores=scores, label_ids=list(self.scorer.label_ids)
+            )
+            return await self._off_loop(lambda: web.json_response(answer.model_dump()))
+
+    def _score_rows(self, body: bytes, hold: Hold) -> tuple[ScoreRequest, list[list[int]]]:
+        assert self.scorer is not None
+        req = self._validate(body, ScoreRequest, hold)
         try:
-            if self.scorer is None:
-                raise BadRequest("this server has no process verifier; set `verifier: CHECKPOINT_DIR` in its config")
-            req = await self._parse(request, ScoreRequest)
             positions = self.scorer.resolve(req, self.options.max_sequences_per_request)
-        except (BadRequest, ScoreError) as exc:
-            return _error(400, str(exc), "invalid_request_error")
-        scores = await asyncio.to_thread(self.scorer.score, req.input_ids, positions)
-        body = ScoreResponse(
-            model=self.scorer.name, positions=positions, scores=scores, label_ids=list(self.scorer.label_ids)
-        )
-        return web.json_response(body.model_dump())
+        except ScoreError as exc:
+            raise BadRequest(str(exc)) from exc
+        width, slots = max(len(ids) for ids in req.input_ids), sum(len(p) for p in positions)
+        cost = score_bytes(self.scorer_shape, len(req.input_ids), width, slots)
+        hold.add(cost, f"scoring {len(req.input_ids)} sequences of up to {width} tokens at {slots} positions")
+        hold.admit()
+        return req, positions
 
 
-async def _read_up_to(request: web.Request, size: int) -> bytes:
+def _sampling(req: CompletionRequest | ChatCompletionRequest, max_tokens: int, stops: list[int] = ()) -> SamplingParams:
+    """The request's sampling params; BadRequest where its fields combine into invalid ones."""
+    try:
+        return req.sampling_params(max_tokens, stops)
+    except ValidationError as exc:
+        raise BadRequest(_validation_message(exc)) from exc
+
+
+async def _read_up_to(request: web.Request, size: int, hold: Hold) -> bytes:
     """The body, up to ``size`` bytes: read until it ends or that many arrived (one `read(n)` returns what has
-    arrived so far, which cut bodies sent in several pieces short)."""
+    arrived so far, which cut bodies sent in several pieces short); each piece reserved in ``hold`` first."""
     body = bytearray()
     while len(body) < size:
         chunk = await request.content.read(size - len(body))
         if not chunk:  # the end of the body
             break
+        hold.add(BODY_COPIES * len(chunk), "its body")
         body += chunk
     return bytes(body)
 
 
 MIN_UPLOAD_RATE = 1 << 20  # bytes/s a weight upload must keep up, past its first read_timeout_s
+UPLOAD_COPIES = 3  # an upload's bytearray, its bytes and the tensors loaded from them
 
 
-async def _read_upload(request: web.Request, limit: int, timeout_s: float) -> bytes:
+async def _read_upload(request: web.Request, limit: int, timeout_s: float, hold: Hold) -> bytes:
     """A weight upload's body (inflated, if compressed), at most ``limit`` bytes (`_TooLarge`), arriving within
     ``timeout_s`` plus one second per `MIN_UPLOAD_RATE` bytes received (`_ReadTimeout`): a 1 GiB upload has 17
     minutes, a body sent a byte every few seconds is cut after ~``timeout_s``."""
@@ -530,9 +634,11 @@ async def _read_upload(request: web.Request, limit: int, timeout_s: float) -> by
             raise _ReadTimeout(timeout_s, uploads=True) from None
         if not chunk:
             return bytes(body)
-        body += chunk
-        if len(body) > limit:
+        if len(body) + len(chunk) > limit:
             raise _TooLarge(limit, "max_body_bytes")
+        # the bytes, their copy as bytes and the tensors loaded from them
+        hold.add(UPLOAD_COPIES * len(chunk), "its weights", (UPLOAD_COPIES * limit, "max_body_bytes"), always=True)
+        body += chunk
 
 
 def _short_of_its_length(request: web.Request, received: int) -> bool:
@@ -540,11 +646,6 @@ def _short_of_its_length(request: web.Request, received: int) -> bool:
     bytes on the wire, so a compressed body (Content-Encoding: gzip) is not compared with what it inflates to."""
     encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
     return encoding in ("", "identity") and bool(request.content_length) and received < request.content_length
-
-
-def _no_constant(name: str) -> float:
-    """Python's json reads NaN and Infinity, which JSON has not: `temperature: Infinity` is refused, not sampled."""
-    raise ValueError(f"{name} is not a JSON value")
 
 
 class _ReadTimeout(Exception):
@@ -556,11 +657,6 @@ class _ReadTimeout(Exception):
 class _TooLarge(Exception):
     def __init__(self, limit: int, option: str = "max_json_body_bytes") -> None:
         super().__init__(f"request body larger than {limit} bytes ({option})")
-
-
-class _Overloaded(Exception):
-    def __init__(self, queued: int) -> None:
-        super().__init__(f"server overloaded: {queued} requests already queued; retry later")
 
 
 def _usage(prompts: list[list[int]], results: list[Completion]) -> Usage:

@@ -91,7 +91,7 @@ def test_explicit_positions_are_scored_as_given(checkpoint):
         ({"input_ids": "abc"}, 400, "input_ids"),
         ({"input_ids": [[]]}, 400, "input_ids[0] is empty"),
         ({"input_ids": [[1, 64]]}, 400, "outside the vocabulary"),
-        ({"input_ids": [[1, -1]]}, 400, "outside the vocabulary"),
+        ({"input_ids": [[1, -1]]}, 400, "not a token id"),
         ({"input_ids": [[1, 2]], "positions": [[2]]}, 400, "outside the sequence"),
         ({"input_ids": [[1, 2]], "positions": [[0], [1]]}, 400, "2 position lists for 1 sequences"),
         ({"input_ids": [[1]] * 5}, 400, "at most 4"),
