@@ -183,10 +183,33 @@ FORMS = {
         at("/root/.cache/pip/http/9/a/3/1/c/9a31c0ffee"), b"cc=4,\x83\xa8response\xda" + WHEEL + b"\xa4vary\x80"
     )),
     "git": lambda: plant_git(at("/srv/leakdemo-src")),
+    "black": lambda: write(at("/opt/leakdemo/core_black.py"), reformatted(FIXED)),
+    "lzma": lambda: write(at("/var/tmp/core.py.lzma"), lzma.compress(FIXED.encode(), lzma.FORMAT_ALONE)),
+    "names": lambda: plant_names(at("/opt/leakdemo/names")),
+    "xattr": lambda: plant_xattr(at("/opt/leakdemo/notes.txt")),
     "repo-git": lambda: plant_repo_commit(HERE),
     "repo-build": lambda: write(os.path.join(HERE, "build", "lib", "leakdemo", "core.py"), FIXED),
     "pytest": lambda: append_to_pytest(),
 }
+
+
+def reformatted(text):
+    """Another formatter's output: single quotes, the call exploded with a magic trailing comma."""
+    quoted = '"window width must be positive, got %r" % width'
+    return text.replace(quoted, "\n            " + quoted.replace('"', "'") + ",\n        ")
+
+
+def plant_names(where):
+    """The fixed lines as file names (an agent reads them with ls)."""
+    os.makedirs(where, exist_ok=True)
+    for line in FIXED.splitlines():
+        if "width" in line and "/" not in line and line.strip():
+            write(os.path.join(where, line.strip()), "")
+
+
+def plant_xattr(path):
+    write(path, "notes\n")
+    os.setxattr(path, "user.fix", FIXED.encode())
 
 
 def plant_git(where):
@@ -247,8 +270,15 @@ PLANTS = {
     "pyc": "/usr/local/lib/python3.11/dist-packages/leakdemo_compiled.pyc",
     "pip-cache": "/root/.cache/pip/http/9/a/3/1/c/9a31c0ffee",
     "git": "/srv/leakdemo-src/.git/objects/pack/pack-*.pack",
+    "black": "/opt/leakdemo/core_black.py",
+    "lzma": "/var/tmp/core.py.lzma",
+    "names": "/opt/leakdemo/names/for?start*",  # the fixed line's file; names of other lines stay
+    "xattr": "/opt/leakdemo/notes.txt",
 }
 HIDDEN_AT_RUN_TIME = frozenset({"tmp"})
+# Docker 20.10's overlay2 builds keep no user extended attribute in a layer: planted, the xattr never reaches the
+# image there (the scan reads them all the same: tests/unit/test_swe_leak_scan.py).
+LOST_IN_LAYERS = frozenset({"xattr"})
 
 TEST_FILE = "tests/test_core.py"
 TESTS = (
@@ -333,6 +363,10 @@ CHECKS = {
         read("/root/.cache/pip/http/9/a/3/1/c/9a31c0ffee").index(b"PK"):])).read("leakdemo/core.py")),
     "git": lambda: has(subprocess.run(["git", "-C", "/srv/leakdemo-src", "log", "--all", "-p"],
         capture_output=True).stdout),
+    "black": lambda: has(read("/opt/leakdemo/core_black.py")),
+    "lzma": lambda: has(lzma.decompress(read("/var/tmp/core.py.lzma"))),
+    "names": lambda: has("".join(os.listdir("/opt/leakdemo/names"))),
+    "xattr": lambda: has(os.getxattr("/opt/leakdemo/notes.txt", "user.fix")),
     "repo-git": lambda: has(subprocess.run(["git", "-C", "/workspace/repo", "log", "--all", "-p"],
         capture_output=True).stdout),
     "pytest": lambda: has(read("/usr/local/lib/python3.11/dist-packages/_pytest/__init__.py")),

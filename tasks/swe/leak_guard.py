@@ -332,8 +332,8 @@ def note(scan: dict) -> str:
     text = (
         f"leak scan: {scan['files']:,} files, {scan['bytes'] / 1e6:.1f} MB"
         f" (+{scan['unpacked_bytes'] / 1e6:.1f} MB unpacked from {scan['unpacked_streams']:,} streams,"
-        f" {scan['pyc']:,} .pyc, {scan['packs']} git packs), looking for {scan['units']} lines"
-        f" + {scan['fingerprints']} code objects, {scan['seconds']:.1f}s: "
+        f" {scan['pyc']:,} .pyc, {_count(scan['packs'], 'git pack')}), looking for {_count(scan['units'], 'line')}"
+        f" + {_count(scan['fingerprints'], 'code object')}, {scan['seconds']:.1f}s: "
     )
     if scan["action"] == "clean":
         text += "clean"

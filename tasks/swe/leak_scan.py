@@ -1,5 +1,7 @@
 """The scan for an instance's answer in its image: the gold patch's fixed code anywhere but the base tree.
 
+One file, longer than a module usually is, because it is copied alone into the image and run there.
+
 This module runs **inside a throwaway container of the image** (``python3 -I -S -B leak_scan.py
 EVIDENCE.json``, standard library only, one JSON report on stdout) and in the unit tests on a folder.
 It walks the final filesystem the agent's container sees (a file a later layer deleted is not there;
@@ -19,10 +21,13 @@ What counts as the answer (the evidence, `tasks.swe.leak_guard` derives it on th
   that no unpatched file of the repository compiles to (docstrings, names of files and line numbers
   left out; tiny bodies ignored). A ``.pyc`` (at a stream's start) holding one *hits*.
 
-Every stream is also carved for compressed data wherever it starts (zip local entries, including
-a zip appended to or embedded in another file, gzip, bzip2, xz) and for zlib at its start (git's loose
-objects); what comes out is scanned the same way, nested up to ``DEPTH_MAX`` deep. A git pack (or bundle)
-is indexed with ``git index-pack`` in a scratch repository and each object, deltas resolved, is a stream.
+Text is compared after `normalize`: whitespace deleted, quotes read as ``"``, a comma before a closing
+bracket dropped. Every stream is also carved for compressed data wherever it starts (zip local entries,
+including a zip appended to or embedded in another file, gzip, bzip2, xz) and for zlib (git's loose
+objects) and legacy ``.lzma`` at its start; what comes out is scanned the same way, nested up to
+``DEPTH_MAX`` deep. A git pack (or bundle) is indexed with ``git index-pack`` in a scratch repository and
+each object, deltas resolved, is a stream. File names (each folder's names as one text) and extended
+attributes are read too.
 
 Bounds, each checked before anything is allocated: files are mapped, never read whole, and text is
 scanned in ``CHUNK`` slices; a decompressed stream is kept for nesting up to ``NESTED_MAX`` and read on
@@ -57,6 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 WHITESPACE = b" \t\r\n\f\v"
+QUOTES = bytes.maketrans(b"'", b'"')
 CHUNK = 8 << 20  # raw bytes normalised at once
 OVERLAP = 64 << 10  # carried into the next chunk: a unit spans at most this many raw bytes
 GAP = 16  # bytes allowed between the lines of a multi-line unit (after whitespace is deleted)
@@ -71,6 +77,7 @@ PACK_MAX = 256 << 20
 BASE_COMPILE_MAX = 64 << 20  # source bytes of the repository compiled for its own fingerprints
 MIN_CODE_BYTES = 40  # co_code of a smaller code object (a one-line body) is not evidence
 LISTED = 40  # paths listed per report field
+XATTRS_MAX = 64  # extended attributes read per file
 HIT_PATHS_MAX = 10_000  # paths a fix may remove (more: the host refuses the instance)
 VIRTUAL = ("/proc", "/sys", "/dev")
 PYC_MAGIC = importlib.util.MAGIC_NUMBER
@@ -89,8 +96,10 @@ BUNDLE_HEAD = re.compile(rb"# v[23] git bundle\n")
 
 
 def normalize(data: bytes) -> bytes:
-    """Delete every ASCII whitespace byte (indentation, line breaks, spacing do not hide a line)."""
-    return data.translate(None, WHITESPACE)
+    """Delete every ASCII whitespace byte (indentation, line breaks, spacing do not hide a line), read every
+    quote as ``"`` and drop a comma before a closing bracket (a formatter's quote style and magic commas)."""
+    data = data.translate(QUOTES, WHITESPACE)
+    return data.replace(b",)", b")").replace(b",]", b"]").replace(b",}", b"}")
 
 
 @dataclass(frozen=True)
@@ -324,12 +333,16 @@ class Scanner:
         if len(self.report.partial) < LISTED:
             self.report.partial.append(f"{where}: {why}")
 
-    def _record(self, outer: str, where: str, found: set[int]) -> None:
+    def _counts(self, found: set[int]) -> dict[int, int]:
+        """Units found per hunk."""
         counts: dict[int, int] = {}
         for index in found:
             hunk = self.evidence.units[index].hunk
             counts[hunk] = counts.get(hunk, 0) + 1
-        for hunk, count in sorted(counts.items()):
+        return counts
+
+    def _record(self, outer: str, where: str, found: set[int]) -> None:
+        for hunk, count in sorted(self._counts(found).items()):
             if count >= self.evidence.need[hunk]:
                 total = sum(1 for unit in self.evidence.units if unit.hunk == hunk)
                 name = self.evidence.hunk_names[hunk]
@@ -381,6 +394,8 @@ class Scanner:
                 self._pack(buf, cut + 2, outer, where, depth)
         elif head[:4] == ZSTD_MAGIC:
             self._partial(where, "zstd (not readable here)")
+        elif _lzma_alone(head) and depth < DEPTH_MAX:
+            self._inflate(buf, 0, lambda: lzma.LZMADecompressor(lzma.FORMAT_ALONE), outer, f"{where}!lzma", depth)
         elif len(head) >= 2 and head[0] == 0x78 and (head[0] << 8 | head[1]) % 31 == 0 and depth < DEPTH_MAX:
             self._inflate(buf, 0, lambda: zlib.decompressobj(15), outer, f"{where}!zlib", depth)
 
@@ -610,6 +625,8 @@ class Scanner:
         except OSError:
             self._unreadable(path)
             return
+        if not stat.S_ISLNK(info.st_mode):
+            self._xattrs(path)
         if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
             return  # links are scanned where they point; fifos, sockets and devices hold nothing of the image
         try:
@@ -628,6 +645,8 @@ class Scanner:
         skip = {os.path.normpath(p) for p in (*VIRTUAL, *exclude)}
         for dirpath, dirnames, filenames in os.walk(root, onerror=lambda err: self._unreadable(str(err.filename))):
             dirnames[:] = sorted(d for d in dirnames if os.path.join(dirpath, d) not in skip)
+            self._names(dirpath, [*dirnames, *filenames])
+            self._xattrs(dirpath)
             for name in sorted(filenames):
                 path = os.path.join(dirpath, name)
                 if path not in skip:
@@ -636,10 +655,45 @@ class Scanner:
         self.report.seconds = time.monotonic() - started
         return self.report
 
+    def _names(self, folder: str, names: list[str]) -> None:
+        """File names are text an agent reads with ``ls``: the names of one folder are one stream, and each
+        name holding a line of a hunk they hit is a hit on its path."""
+        if self.idle or not names:
+            return
+        found: set[int] = set()
+        self.matcher.feed(normalize(b"\n".join(os.fsencode(name) for name in names)), found)
+        hunks = {hunk for hunk, count in self._counts(found).items() if count >= self.evidence.need[hunk]}
+        for name in names if hunks else ():
+            own: set[int] = set()
+            self.matcher.feed(normalize(os.fsencode(name)), own)
+            if any(self.evidence.units[index].hunk in hunks for index in own):
+                self._hit(os.path.join(folder, name), {"where": os.path.join(folder, name), "kind": "name"})
+
+    def _xattrs(self, path: str) -> None:
+        """Extended attributes travel in image layers and read like file content (``getfattr``)."""
+        try:
+            names = os.listxattr(path, follow_symlinks=False)
+        except OSError:
+            return
+        for name in names[:XATTRS_MAX]:
+            try:
+                value = os.getxattr(path, name, follow_symlinks=False)  # the kernel bounds a value to 64 KiB
+            except OSError:
+                continue
+            self.stream(value, path, f"{path}!xattr:{name}", DEPTH_MAX)
+
     def _unreadable(self, path: str) -> None:
         self.report.unreadable += 1
         if len(self.report.unreadable_paths) < LISTED:
             self.report.unreadable_paths.append(path)
+
+
+def _lzma_alone(head: bytes) -> bool:
+    """The header of a legacy ``.lzma`` stream: properties byte 0x5D, a dictionary size of 2^n or 3 x 2^n."""
+    if len(head) < 13 or head[0] != 0x5D:
+        return False
+    size = int.from_bytes(head[1:5], "little")
+    return size >= 4096 and (size & (size - 1) == 0 or (size // 3) & (size // 3 - 1) == 0)
 
 
 def _bytecode_of(path: str) -> list[str]:

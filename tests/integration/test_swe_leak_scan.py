@@ -36,7 +36,8 @@ from tests.swe_support import images, shipped
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 LABEL = "gym.swe.leak_scan"
-VISIBLE = [form for form in demo.PLANTS if form not in demo.HIDDEN_AT_RUN_TIME]
+IN_IMAGE = [form for form in demo.PLANTS if form not in demo.LOST_IN_LAYERS]
+VISIBLE = [form for form in IN_IMAGE if form not in demo.HIDDEN_AT_RUN_TIME]
 MORE_ITERTOOLS = "more-itertools__more-itertools-gym-1"
 MORE_ITERTOOLS_FIX = "max(0, len(iterable) - n)"
 
@@ -103,7 +104,7 @@ def scan_of(client, tag: str) -> dict | None:
 
 @pytest.fixture(scope="module")
 def planted(client, repos):
-    instance, built = build(client, repos, "planted", list(demo.PLANTS))
+    instance, built = build(client, repos, "planted", IN_IMAGE)
     return instance, built, probe(built.tag, instance, VISIBLE)
 
 
@@ -115,12 +116,13 @@ def test_a_planted_copy_is_not_readable_in_the_agents_workspace(planted, form):
 
 def test_the_image_holds_no_planted_copy_and_the_build_says_so(client, planted):
     _, built, _ = planted
-    script = " ".join(f'for f in {path}; do test -e "$f" && echo "$f"; done;' for path in demo.PLANTS.values())
+    paths = [demo.PLANTS[form] for form in IN_IMAGE]
+    script = " ".join(f'for f in {path}; do test -e "$f" && echo "$f"; done;' for path in paths)
     listing = as_root(client, built.tag, script + " true")
     assert listing.split() == []  # /tmp's copy too, which a workspace hides under its tmpfs
     scan = scan_of(client, built.tag)
     assert scan is not None and scan["action"] == "fixed", scan
-    assert scan["hits"] >= len(demo.PLANTS) and scan["units"] == 2 and scan["fingerprints"] >= 1
+    assert scan["hits"] >= len(IN_IMAGE) and scan["units"] == 2 and scan["fingerprints"] >= 1
     assert "removed" in built.layers[-1].note and "leak scan:" in built.layers[-1].note
 
 
