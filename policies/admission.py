@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from policies.request_bounds import BodyShape, scan_bytes
+from policies.request_bounds import BodyShape
 
 MIB = 1 << 20
 
@@ -112,8 +112,9 @@ def engine_shape(engine) -> ModelShape | None:
 
 
 def parse_bytes(shape: BodyShape) -> int:
-    """Parsing a body of ``shape``: its scan, its decoded text and the objects of its values."""
-    return scan_bytes(shape.size, shape.values) + DECODED_BYTES_PER_BYTE * shape.size + VALUE_BYTES * shape.values
+    """Parsing a body of ``shape`` (after its scan, `policies.request_bounds.scan_bytes`): its decoded text and the
+    objects of its values."""
+    return DECODED_BYTES_PER_BYTE * shape.size + VALUE_BYTES * shape.values
 
 
 def forward_bytes(model: ModelShape, length: int) -> int:

@@ -45,6 +45,8 @@ MAX_STOP_TOKEN_IDS = 1024
 """Most stop token ids (the gym sends Harmony's 3)."""
 MAX_NAME_CHARS = 1024
 """Longest `model`, `user` or message `name`."""
+MAX_WEIGHTS_VERSION = (1 << 63) - 1
+"""Largest weights version (an int64, as the trainer counts them)."""
 MAX_PATH_CHARS = 4096
 """Longest weights path (Linux's PATH_MAX)."""
 
@@ -163,7 +165,7 @@ class UpdateWeightsRequest(BaseModel):
 
     path: Annotated[str, Field(max_length=MAX_PATH_CHARS)]
     """Checkpoint to load: a safetensors file or a directory of them (e.g. a save_pretrained output)."""
-    version: int | None = Field(None, ge=0)
+    version: int | None = Field(None, ge=0, le=MAX_WEIGHTS_VERSION)
     """Weights version to report from now on; default: current + 1."""
 
 

@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SCAN_BYTES_PER_BYTE, SCAN_BYTES_PER_VALUE = 8, 16
-"""Peak temporaries of `measure`: a handful of byte-sized masks of the body at once, and two positions per number
-(measured: 2.0-7.0x the body for bodies up to 8 MiB, 15x for one of a million one-digit numbers)."""
+SCAN_BYTES_PER_BYTE, SCAN_BYTES_PER_VALUE = 8, 32
+"""Peak temporaries of `measure`: a handful of byte-sized masks of the body at once, and 8-byte positions of its
+quotes (two a string) and of its numbers' ends (two a number), each bounded by the values (tracemalloc: 2.0-7.0x
+the body for bodies up to 8 MiB, 15x for one of a million one-digit numbers)."""
 
 _QUOTE, _BACKSLASH = ord('"'), ord("\\")
 _NESTING = np.zeros(256, np.int8)  # +1 opens an array or object, -1 closes one
@@ -109,9 +110,9 @@ def measure(body: bytes, bounds: JsonBounds) -> BodyShape:
     return BodyShape(len(body), values, depth, quotes.size // 2, longest_string, longest_number)
 
 
-def scan_bytes(size: int, values: int) -> int:
-    """The most memory `measure` holds at once for a body of ``size`` bytes and at most ``values`` values."""
-    return SCAN_BYTES_PER_BYTE * size + SCAN_BYTES_PER_VALUE * values
+def scan_bytes(size: int, bounds: JsonBounds) -> int:
+    """The most memory `measure` holds at once for a body of ``size`` bytes (a value takes at least one)."""
+    return SCAN_BYTES_PER_BYTE * size + SCAN_BYTES_PER_VALUE * min(size, bounds.max_values)
 
 
 def _escaped(data: np.ndarray, quotes: np.ndarray) -> np.ndarray:

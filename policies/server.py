@@ -50,6 +50,7 @@ from policies.admission import (
     score_bytes,
 )
 from policies.protocol import (
+    MAX_WEIGHTS_VERSION,
     AssistantMessage,
     ChatChoice,
     ChatChoiceLogprobs,
@@ -63,7 +64,7 @@ from policies.protocol import (
     UpdateWeightsRequest,
     Usage,
 )
-from policies.request_bounds import BodyRefused, JsonBounds, load, measure
+from policies.request_bounds import BodyRefused, JsonBounds, load, measure, scan_bytes
 from policies.sampling import Completion, EngineError, SamplingParams, ServingEngine, per_prompt
 from policies.scorer import ScoreError, ScoreRequest, ScoreResponse, StepScorer
 from policies.serve_config import ServerOptions
@@ -311,7 +312,8 @@ class PolicyServer:
     def _validate(self, body: bytes, model: type[Model], hold: Hold) -> Model:
         """``body`` as a ``model``: its shape measured in its bytes and bounded, the parse reserved, then parsed
         (policies/request_bounds.py); `BodyRefused`, `Refused` or BadRequest naming the fault."""
-        shape = measure(body, self.bounds)  # its temporaries are within the body's reservation x SCAN_BYTES_PER_BYTE
+        hold.add(scan_bytes(len(body), self.bounds), f"scanning a body of {len(body)} bytes")
+        shape = measure(body, self.bounds)
         hold.add(parse_bytes(shape), f"parsing a body of {shape.values} JSON values")
         data = load(body, self.bounds)
         try:
@@ -535,9 +537,9 @@ class PolicyServer:
     async def update_weights_from_tensors(self, request: web.Request) -> web.Response:
         raw_version = request.query.get("version")
         try:
-            version = None if raw_version is None else int(raw_version)
-            if version is not None and version < 0:
-                raise ValueError("must be >= 0")
+            version = None if raw_version is None else int(raw_version[:20])  # 2^63 has 19 digits
+            if version is not None and not (0 <= version <= MAX_WEIGHTS_VERSION and len(raw_version) <= 20):
+                raise ValueError(f"must be 0 to {MAX_WEIGHTS_VERSION}")
         except ValueError as exc:
             return _error(
                 400, f"version={raw_version!r} is not a non-negative integer ({exc})", "invalid_request_error"

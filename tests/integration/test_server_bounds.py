@@ -282,14 +282,18 @@ def test_slow_bodies_on_many_connections_hold_no_memory_and_no_answers_back(serv
     Content-Length past max_json_body_bytes: /health and a real request are answered meanwhile."""
     url, pid = server
     host, port = url.removeprefix("http://").split(":")
-    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4096\r\n\r\n"
+    head = (
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n"
+    )
     sockets = []
     with watched(url, pid) as watch:
         for _ in range(200):
             sock = socket.create_connection((host, int(port)), timeout=30)
-            sock.sendall(head + b'{"prompt": [' + b"1, " * 600)
+            sock.sendall(head + b'{"prompt": [' + b"1, " * 10_000)
             sockets.append(sock)
         _served(url)
+        held = requests.get(url + "/health", timeout=30).json()["admission"]["reserved_mib"]
+        assert held >= 10, held  # 200 x 30 KB of half bodies, counted in the memory in flight as they arrive
         chunk = b"1, " * 100_000
         pieces = (piece for piece in [b'{"prompt": ['] + [chunk] * 40 + [b"1]}"])
         chunked = requests.post(
