@@ -4,7 +4,7 @@ A short run of `train_verifier` (generated arithmetic rows, one torch thread) mu
 far better than a constant score (AUC 0.5) and better than the step-index prior (position alone), and
 classify them no worse than the majority label; the
 checkpoint it writes is a model directory the server's scorer loads and whose scores equal the run's.
-Margins: see MIN_AUC and MIN_AUC_OVER_STEP_INDEX (measured across seeds, docs/process_verifier.md).
+Margins: see MIN_AUC and MIN_AUC_OVER_STEP_INDEX (measured across seeds, docs/benchmarks.md "Process verifier").
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ MODEL = dict(
     max_position_embeddings=256,
 )
 STEPS = 200
-# Measured at 200 steps over seeds 0-2 (data, split, init; docs/process_verifier.md), load average 4.6:
+# Measured at 200 steps over seeds 0-2 (data, split, init; docs/benchmarks.md), load average 4.6:
 # AUC 0.794 / 0.810 / 0.796 (the constant's is 0.5: margin 0.09, six times the 0.015 spread);
 # AUC over the step-index prior's +0.064 / +0.065 / +0.072 (margin 0.03, six times the 0.005 spread);
 # accuracy over the majority label +0.013 / +0.027 / +0.038 (too close to its spread for a margin).
