@@ -43,13 +43,17 @@ def run(args: argparse.Namespace) -> int:
     if overrides:  # validated like the YAML itself
         server_options = type(config.server).model_validate({**config.server.model_dump(), **overrides})
         config = config.model_copy(update={"server": server_options})
+    from policies.tokenizer import TextTokenizer
+
+    try:  # before anything is bound or logged: a missing or unreadable file is the config's error, in one line
+        tokenizer = TextTokenizer(config.tokenizer) if config.tokenizer else None
+    except (OSError, ValueError) as exc:
+        raise ServeConfigError(f"{args.config}: tokenizer: {exc}") from None
     sock = listen(config.server.host, config.server.port)
     log.info("serve config: %s", config.model_dump_json())
 
     from policies.server import PolicyServer, serve
-    from policies.tokenizer import TextTokenizer
 
-    tokenizer = TextTokenizer(config.tokenizer) if config.tokenizer else None
     scorer = None  # loaded first: a bad checkpoint fails before the policy is built
     if config.verifier is not None:
         from policies.scorer import StepScorer
@@ -72,12 +76,14 @@ def run(args: argparse.Namespace) -> int:
         )
     server = PolicyServer(engine, config.server, tokenizer, scorer=scorer)
     freeze_startup_objects()  # full collections skip what lives as long as the server (policies/allocator.py)
+    interrupted = False
     try:
         asyncio.run(serve(server, sock))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C: stopped by a signal, so 130 (128 + SIGINT) as a shell reports it
         log.info("stopped")
+        interrupted = True
     finally:  # stop the engine's worker and spawned replicas now, each within a bound, not at interpreter exit
         close = getattr(engine, "close", None)
         if close is not None:
             close()
-    return 0
+    return 130 if interrupted else 0

@@ -32,7 +32,10 @@ class TextTokenizer:
         if not path.is_file():
             raise FileNotFoundError(f"no tokenizer JSON file at {path}")
         self.path = path
-        self._tok = Tokenizer.from_file(str(path))
+        try:
+            self._tok = Tokenizer.from_file(str(path))
+        except Exception as exc:  # the tokenizers library raises bare Exception on a file it cannot read
+            raise ValueError(f"{path}: not a tokenizer.json ({' '.join(str(exc).split())})") from None
         self._tok.encode_special_tokens = True  # text never encodes to a special id
         # the most characters of text one token stands for (its vocabulary string or its decoded text, the longer;
         # added tokens included): a text of more than tokens x this cannot encode to at most `tokens` ids
