@@ -69,7 +69,7 @@ class EngineOptions(BaseModel):
     shapes (policies/cuda_graphs.py; None: on when the device is a GPU)."""
     threads: int | None = Field(None, ge=1)
     """torch intra-op CPU threads of the server process (`gym serve`; None: torch's default, one per core). A
-    small model decodes faster on one: the tiny policy about 1.45x over two on the 2-core VM (docs/engine.md)."""
+    small model decodes faster on one: the tiny policy about 1.45x over two on the 2-core VM (docs/log.md, "The generation engine")."""
     traced_decode: bool | None = None
     """continuous, RDEP policy, CPU: replay TorchScript traces of the decode step, one per (rows to a multiple of 8,
     columns to a multiple of 64) met (policies/cuda_graphs.py; None: on for the CPU). A step then runs its ops
