@@ -58,6 +58,7 @@ MIN_WINDOW = 32  # ... of a context window standing for a hunk without such a li
 WINDOW_MAX = 3
 UNITS_PER_HUNK = 8  # the longest ones are kept
 UNITS_MAX = 64
+CONTEXT_PER_HUNK = 8
 BASE_FILE_MAX = 16 << 20  # a base-tree file larger than this is not part of the "already there" corpus
 BASE_CORPUS_MAX = 256 << 20
 SOURCES_MAX = 16 << 20  # patched .py text sent to the scan
@@ -137,6 +138,15 @@ def units_of(hunk: Hunk, known) -> list[tuple[bytes, ...]]:
     return windows[:UNITS_PER_HUNK]
 
 
+def context_of(hunk: Hunk, known) -> list[bytes]:
+    """The hunk's unchanged lines that say which code it is (substantive, not common): what confirms a single
+    short unit found in a file (a copy of the fixed code carries its surroundings; a coincidence does not)."""
+    lines = {leak_scan.normalize(text.encode("utf-8", "surrogateescape")) for text, added in hunk.post if not added}
+    return sorted((line for line in lines if substantive(line) and not known(line)), key=lambda x: (-len(x), x))[
+        :CONTEXT_PER_HUNK
+    ]
+
+
 def _base_tree(clone: Path, commit: str, dest: Path) -> tuple[bytes, dict[str, str]]:
     """Export the base tree; its files whitespace-deleted (one corpus) and its blob ids by path."""
     repository.export_tree(clone, commit, dest)
@@ -177,10 +187,14 @@ def evidence(instance: SweInstance, clone: Path, repo_dirs: tuple[str, ...]) -> 
         def known(unit: bytes) -> bool:
             return unit in corpus or unit in stdlib
 
+        def common(line: bytes) -> bool:
+            return line in stdlib
+
         hunk_rows = []
         for hunk in found:
             units = units_of(hunk, known)
-            hunk_rows.append({"name": hunk.name, "units": units, "need": leak_scan.need_of(len(units))})
+            context = [line.decode("utf-8", "surrogateescape") for line in context_of(hunk, common)]
+            hunk_rows.append({"name": hunk.name, "units": units, "need": 1, "context": context})
         base_sources = {p: (tree / p).read_text(errors="replace") for p in paths if _small_py(tree / p)}
         fixed_sources = {}
         if _patched(tree, instance.patch):

@@ -16,7 +16,8 @@ What counts as the answer (the evidence, `tasks.swe.leak_guard` derives it on th
   evidence, and a hunk without such a line is represented by its added run with up to three lines of
   context either side (the smallest window found in neither). A file *hits* a hunk when it holds
   at least ``need`` of the hunk's units (80 %, rounded up) as whitespace-free text, a multi-line unit
-  also with up to ``GAP`` bytes between its lines (a diff's ``+``, a comment mark, an escape).
+  also with up to ``GAP`` bytes between its lines (a diff's ``+``, a comment mark, an escape); a single
+  unit shorter than ``STRONG_UNIT`` counts only with half the hunk's unchanged lines beside it.
 * **bytecode**: each code object of the patched files, compiled here by the image's interpreter,
   that no unpatched file of the repository compiles to (docstrings, names of files and line numbers
   left out; tiny bodies ignored). A ``.pyc`` (at a stream's start) holding one *hits*.
@@ -91,6 +92,7 @@ MAGICS = (
 )
 BZIP2_HEAD = re.compile(rb"BZh[1-9]1AY&SY")
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+STRONG_UNIT = 40  # whitespace-free bytes of a line that is the fix found alone
 PACK_HEAD = re.compile(rb"PACK\x00\x00\x00[\x02\x03]")
 BUNDLE_HEAD = re.compile(rb"# v[23] git bundle\n")
 
@@ -106,18 +108,26 @@ def normalize(data: bytes) -> bytes:
 class Unit:
     hunk: int
     lines: tuple[bytes, ...]  # normalised, non-empty
+    context: bool = False  # a line the hunk leaves unchanged: confirms a short unit, is never evidence alone
 
     @property
     def joined(self) -> bytes:
         return b"".join(self.lines)
+
+    @property
+    def strong(self) -> bool:
+        """Long or several lines: found alone, it is the fix. A shorter line also occurs by chance: of the
+        3,239 source lines of toolz that would count, 24 are somewhere else in its image, all under 40 bytes."""
+        return len(self.lines) > 1 or len(self.joined) >= STRONG_UNIT
 
 
 @dataclass(frozen=True)
 class Evidence:
     """What the scan looks for, from the JSON the host writes (`tasks.swe.leak_guard.evidence`)."""
 
-    units: tuple[Unit, ...]
+    units: tuple[Unit, ...]  # the hunks' units, then their context lines
     need: tuple[int, ...]  # per hunk: units a file must hold to hit it
+    confirm: tuple[int, ...]  # per hunk: context lines that must come with a single short unit
     hunk_names: tuple[str, ...]
     fixed_sources: dict[str, str]  # patched .py files (path -> text): their code objects are evidence
     base_sources: dict[str, str]  # the same files unpatched
@@ -126,25 +136,53 @@ class Evidence:
 
     @classmethod
     def from_json(cls, data: dict) -> Evidence:
-        units = tuple(
-            Unit(index, tuple(line.encode("utf-8", "surrogateescape") for line in unit))
-            for index, hunk in enumerate(data["hunks"])
-            for unit in hunk["units"]
-        )
+        def encoded(lines: list[str]) -> tuple[bytes, ...]:
+            return tuple(line.encode("utf-8", "surrogateescape") for line in lines)
+
+        hunks = data["hunks"]
+        units = [Unit(index, encoded(unit)) for index, hunk in enumerate(hunks) for unit in hunk["units"]]
+        units += [
+            Unit(index, encoded([line]), context=True)
+            for index, hunk in enumerate(hunks)
+            for line in hunk.get("context", ())
+        ]
         return cls(
-            units=units,
-            need=tuple(int(hunk["need"]) for hunk in data["hunks"]),
-            hunk_names=tuple(str(hunk["name"]) for hunk in data["hunks"]),
+            units=tuple(units),
+            need=tuple(int(hunk["need"]) for hunk in hunks),
+            confirm=tuple(confirm_of(len(hunk.get("context", ()))) for hunk in hunks),
+            hunk_names=tuple(str(hunk["name"]) for hunk in hunks),
             fixed_sources=dict(data.get("fixed_sources", {})),
             base_sources=dict(data.get("base_sources", {})),
             repo_dirs=tuple(data.get("repo_dirs", ())),
             tracked=dict(data.get("tracked", {})),
         )
 
+    def hits(self, found: set[int]) -> list[tuple[int, int]]:
+        """``(hunk, units found)`` of each hunk that ``found`` (indices into ``units``) holds."""
+        fix: dict[int, list[Unit]] = {}
+        context: dict[int, int] = {}
+        for index in found:
+            unit = self.units[index]
+            if unit.context:
+                context[unit.hunk] = context.get(unit.hunk, 0) + 1
+            else:
+                fix.setdefault(unit.hunk, []).append(unit)
+        return [
+            (hunk, len(units))
+            for hunk, units in sorted(fix.items())
+            if len(units) >= self.need[hunk]
+            and (len(units) > 1 or units[0].strong or context.get(hunk, 0) >= self.confirm[hunk])
+        ]
+
 
 def need_of(count: int) -> int:
     """Units of a hunk a file must hold: all or a high fraction (80 %, rounded up), at least one."""
     return max(1, math.ceil(0.8 * count))
+
+
+def confirm_of(count: int) -> int:
+    """Context lines a single short unit needs beside it: half the hunk's (rounded up)."""
+    return math.ceil(0.5 * count)
 
 
 class Matcher:
@@ -323,9 +361,10 @@ class Scanner:
         self.matcher = Matcher(evidence.units)
         self.fixed_fingerprints = fixed_fingerprints
         self.scratch = scratch
-        self.report = Report(units=len(evidence.units), fingerprints=len(fixed_fingerprints))
+        units = sum(1 for unit in evidence.units if not unit.context)
+        self.report = Report(units=units, fingerprints=len(fixed_fingerprints))
         self.unpacked_total = 0
-        self.idle = not evidence.units and not fixed_fingerprints  # nothing to look for: files are only counted
+        self.idle = not units and not fixed_fingerprints  # nothing to look for: files are only counted
 
     # -- bookkeeping
     def _partial(self, where: str, why: str) -> None:
@@ -333,20 +372,11 @@ class Scanner:
         if len(self.report.partial) < LISTED:
             self.report.partial.append(f"{where}: {why}")
 
-    def _counts(self, found: set[int]) -> dict[int, int]:
-        """Units found per hunk."""
-        counts: dict[int, int] = {}
-        for index in found:
-            hunk = self.evidence.units[index].hunk
-            counts[hunk] = counts.get(hunk, 0) + 1
-        return counts
-
     def _record(self, outer: str, where: str, found: set[int]) -> None:
-        for hunk, count in sorted(self._counts(found).items()):
-            if count >= self.evidence.need[hunk]:
-                total = sum(1 for unit in self.evidence.units if unit.hunk == hunk)
-                name = self.evidence.hunk_names[hunk]
-                self._hit(outer, {"where": where, "kind": "lines", "hunk": name, "units": f"{count}/{total}"})
+        for hunk, count in self.evidence.hits(found):
+            total = sum(1 for unit in self.evidence.units if unit.hunk == hunk and not unit.context)
+            name = self.evidence.hunk_names[hunk]
+            self._hit(outer, {"where": where, "kind": "lines", "hunk": name, "units": f"{count}/{total}"})
 
     def _hit(self, outer: str, found: dict) -> None:
         """Record a hit (at most HIT_PATHS_MAX files and 8 findings each are kept; every file is counted)."""
@@ -662,11 +692,11 @@ class Scanner:
             return
         found: set[int] = set()
         self.matcher.feed(normalize(b"\n".join(os.fsencode(name) for name in names)), found)
-        hunks = {hunk for hunk, count in self._counts(found).items() if count >= self.evidence.need[hunk]}
+        hunks = {hunk for hunk, _ in self.evidence.hits(found)}
         for name in names if hunks else ():
             own: set[int] = set()
             self.matcher.feed(normalize(os.fsencode(name)), own)
-            if any(self.evidence.units[index].hunk in hunks for index in own):
+            if any(self.evidence.units[i].hunk in hunks and not self.evidence.units[i].context for i in own):
                 self._hit(os.path.join(folder, name), {"where": os.path.join(folder, name), "kind": "name"})
 
     def _xattrs(self, path: str) -> None:

@@ -170,6 +170,19 @@ def _user_xattrs(folder: Path) -> bool:
     return True
 
 
+def test_a_short_line_alone_is_no_hit_without_the_code_around_it(tmp_path):
+    """A fixed line under 40 bytes occurs by chance in other code (`except (KeyError, IndexError):`): found
+    alone it is no hit; with half the hunk's unchanged lines beside it (a copy of the code) it is."""
+    fixed = demo.BASE_CORE.replace("    return sums\n", "    return list(sums)\n")
+    image = Image(tmp_path, demo.BASE_CORE, fixed, "short-line")
+    (hunk,) = image.evidence["hunks"]
+    assert hunk["units"] == [["returnlist(sums)"]] and len(hunk["context"]) >= 2, hunk
+    image.write("/usr/lib/python3/dist-packages/other/util.py", "def flatten(sums):\n    return list(sums)\n")
+    assert image.hits() == []
+    image.write("/usr/lib/python3/dist-packages/vendored/core.py", fixed)
+    assert image.hits() == ["/usr/lib/python3/dist-packages/vendored/core.py"]
+
+
 def test_half_a_hunk_is_not_a_hit(image):
     image.write("/opt/half.py", "for start in range(len(values) - width + 1):\n")
     assert image.hits() == []
