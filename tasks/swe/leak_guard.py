@@ -59,6 +59,7 @@ WINDOW_MAX = 3
 UNITS_PER_HUNK = 8  # the longest ones are kept
 UNITS_MAX = 64
 CONTEXT_PER_HUNK = 8
+GAPPED_TRIES = 100_000  # places of a window's anchor line looked at in the repository (more: too common)
 BASE_FILE_MAX = 16 << 20  # a base-tree file larger than this is not part of the "already there" corpus
 BASE_CORPUS_MAX = 256 << 20
 SOURCES_MAX = 16 << 20  # patched .py text sent to the scan
@@ -75,6 +76,7 @@ class LeakRefused(ImageBuildError):
 class Hunk:
     name: str  # path and hunk header
     post: tuple[tuple[str, bool], ...]  # the hunk's lines after the patch: (text, added)
+    cuts: tuple[int, ...] = ()  # where lines were removed: the index in ``post`` of the line that follows
 
 
 def hunks(patch: str) -> list[Hunk]:
@@ -82,18 +84,20 @@ def hunks(patch: str) -> list[Hunk]:
     out: list[Hunk] = []
     for section in split(patch):
         path = section.paths[-1] if section.paths else "?"
-        header, post = "", []
+        header, post, cuts = "", [], []
         for line in section.text.splitlines():
             if HUNK.match(line):
                 if header:
-                    out.append(Hunk(f"{path} {header}", tuple(post)))
-                header, post = line.split(" @@")[0] + " @@", []
+                    out.append(Hunk(f"{path} {header}", tuple(post), tuple(dict.fromkeys(cuts))))
+                header, post, cuts = line.split(" @@")[0] + " @@", [], []
             elif header and line[:1] in (" ", "+"):
                 post.append((line[1:], line[:1] == "+"))
             elif header and line == "":
                 post.append(("", False))
+            elif header and line[:1] == "-":
+                cuts.append(len(post))
         if header:
-            out.append(Hunk(f"{path} {header}", tuple(post)))
+            out.append(Hunk(f"{path} {header}", tuple(post), tuple(dict.fromkeys(cuts))))
     return out
 
 
@@ -132,7 +136,25 @@ def units_of(hunk: Hunk, known) -> list[tuple[bytes, ...]]:
         for reach in range(1, WINDOW_MAX + 1):
             window = tuple(line for line in lines[max(0, first - reach) : last + 1 + reach] if line)
             joined = b"".join(window)
-            if len(joined) >= MIN_WINDOW and any(substantive(line) for line in window) and not known(joined):
+            if len(joined) >= MIN_WINDOW and any(substantive(line) for line in window) and not known(window):
+                windows.append(window)
+                break
+    return windows[:UNITS_PER_HUNK]
+
+
+def junctions_of(hunk: Hunk, known) -> list[tuple[bytes, ...]]:
+    """A hunk that only removes lines: the lines that now meet where they were, up to ``WINDOW_MAX`` either
+    side (the smallest window found in neither the repository nor the standard library). Matched exactly:
+    the unpatched code holds the same lines with the removed ones between them."""
+    lines = [leak_scan.normalize(text.encode("utf-8", "surrogateescape")) for text, _ in hunk.post]
+    windows = []
+    for cut in hunk.cuts:
+        for reach in range(1, WINDOW_MAX + 1):
+            before = [line for line in lines[max(0, cut - reach) : cut] if line]
+            after = [line for line in lines[cut : cut + reach] if line]
+            window = tuple(before + after)
+            joined = b"".join(window)
+            if before and after and len(joined) >= MIN_WINDOW and not known(joined):
                 windows.append(window)
                 break
     return windows[:UNITS_PER_HUNK]
@@ -184,8 +206,16 @@ def evidence(instance: SweInstance, clone: Path, repo_dirs: tuple[str, ...]) -> 
         corpus, tracked = _base_tree(clone, instance.base_commit, tree)
         stdlib = stdlib_corpus()
 
-        def known(unit: bytes) -> bool:
-            return unit in corpus or unit in stdlib
+        def known(unit: bytes | tuple[bytes, ...]) -> bool:
+            """In the repository or the standard library: as one text, or (several lines) as the scan's gapped
+            match would find it there (undecided after GAPPED_TRIES places counts as found)."""
+            if isinstance(unit, bytes):
+                return unit in corpus or unit in stdlib
+            joined = b"".join(unit)
+            if joined in corpus or joined in stdlib:
+                return True
+            anchor = max(range(len(unit)), key=lambda i: len(unit[i]))
+            return any(leak_scan.gapped(text, unit, anchor, GAPPED_TRIES) is not False for text in (corpus, stdlib))
 
         def common(line: bytes) -> bool:
             return line in stdlib
@@ -193,8 +223,10 @@ def evidence(instance: SweInstance, clone: Path, repo_dirs: tuple[str, ...]) -> 
         hunk_rows = []
         for hunk in found:
             units = units_of(hunk, known)
+            exact = [] if any(added for _, added in hunk.post) else junctions_of(hunk, known)
             context = [line.decode("utf-8", "surrogateescape") for line in context_of(hunk, common)]
-            hunk_rows.append({"name": hunk.name, "units": units, "need": 1, "context": context})
+            hunk_rows.append({"name": hunk.name, "units": units + exact, "need": 1, "context": context})
+            hunk_rows[-1]["exact"] = len(exact)  # the last units: matched without gaps
         base_sources = {p: (tree / p).read_text(errors="replace") for p in paths if _small_py(tree / p)}
         fixed_sources = {}
         if _patched(tree, instance.patch):
@@ -204,7 +236,7 @@ def evidence(instance: SweInstance, clone: Path, repo_dirs: tuple[str, ...]) -> 
         keep = row["units"][: max(0, UNITS_MAX - total)]
         total += len(keep)
         rows.append({**row, "units": [[line.decode("utf-8", "surrogateescape") for line in u] for u in keep]})
-        rows[-1]["need"] = leak_scan.need_of(len(keep))
+        rows[-1].update(need=leak_scan.need_of(len(keep)), exact=min(row["exact"], len(keep)))
     return {
         "hunks": [row for row in rows if row["units"]],
         "bare_hunks": [row["name"] for row in rows if not row["units"]],

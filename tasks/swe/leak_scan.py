@@ -109,6 +109,7 @@ class Unit:
     hunk: int
     lines: tuple[bytes, ...]  # normalised, non-empty
     context: bool = False  # a line the hunk leaves unchanged: confirms a short unit, is never evidence alone
+    exact: bool = False  # lines that meet where a hunk removed others: never matched with gaps
 
     @property
     def joined(self) -> bytes:
@@ -140,7 +141,11 @@ class Evidence:
             return tuple(line.encode("utf-8", "surrogateescape") for line in lines)
 
         hunks = data["hunks"]
-        units = [Unit(index, encoded(unit)) for index, hunk in enumerate(hunks) for unit in hunk["units"]]
+        units = [
+            Unit(index, encoded(unit), exact=position >= len(hunk["units"]) - hunk.get("exact", 0))
+            for index, hunk in enumerate(hunks)
+            for position, unit in enumerate(hunk["units"])
+        ]
         units += [
             Unit(index, encoded([line]), context=True)
             for index, hunk in enumerate(hunks)
@@ -200,17 +205,23 @@ class Matcher:
 
     @staticmethod
     def _gapped(text: bytes, unit: Unit, anchor: int) -> bool:
-        """The unit's lines in order, each at most GAP bytes after the previous one."""
-        lines = unit.lines
-        if len(lines) == 1:
+        if len(unit.lines) == 1 or unit.exact:
             return False
-        pos, tries = text.find(lines[anchor]), 0
-        while pos != -1 and tries < ANCHOR_TRIES:
-            tries += 1
-            if _follows(text, lines, anchor, pos):
-                return True
-            pos = text.find(lines[anchor], pos + 1)
-        return False
+        return gapped(text, unit.lines, anchor, ANCHOR_TRIES) is True
+
+
+def gapped(text: bytes, lines: tuple[bytes, ...], anchor: int, tries: int) -> bool | None:
+    """Whether ``lines`` occur in order in ``text``, each at most GAP bytes after the previous one, looking
+    at the first ``tries`` places of the anchor line; None when there were more (undecided)."""
+    pos = text.find(lines[anchor])
+    while pos != -1:
+        if tries == 0:
+            return None
+        tries -= 1
+        if _follows(text, lines, anchor, pos):
+            return True
+        pos = text.find(lines[anchor], pos + 1)
+    return False
 
 
 def _follows(text: bytes, lines: tuple[bytes, ...], anchor: int, pos: int) -> bool:

@@ -183,6 +183,19 @@ def test_a_short_line_alone_is_no_hit_without_the_code_around_it(tmp_path):
     assert image.hits() == ["/usr/lib/python3/dist-packages/vendored/core.py"]
 
 
+def test_a_fix_that_only_removes_a_line_is_found_by_the_lines_that_now_meet(tmp_path):
+    """Nothing added: the lines either side of the removed one, matched exactly (the unpatched copy holds
+    them with the 10-byte `sums.pop()` between, which a gapped match would skip)."""
+    base = demo.BASE_CORE.replace("width]))\n", "width]))\n        sums.pop()\n")
+    image = Image(tmp_path, base, demo.BASE_CORE, "removal")
+    (hunk,) = image.evidence["hunks"]
+    assert hunk["exact"] == 1 and hunk["units"] == [["sums.append(sum(values[start:start+width]))", "returnsums"]]
+    image.write("/usr/lib/python3/dist-packages/old/core.py", base)
+    assert image.hits() == []
+    image.write("/usr/lib/python3/dist-packages/new/core.py", demo.BASE_CORE)
+    assert image.hits() == ["/usr/lib/python3/dist-packages/new/core.py"]
+
+
 def test_half_a_hunk_is_not_a_hit(image):
     image.write("/opt/half.py", "for start in range(len(values) - width + 1):\n")
     assert image.hits() == []
@@ -305,7 +318,7 @@ def test_hunks_are_read_as_their_post_image():
     )
     found = leak_guard.hunks(patch)
     assert [h.name for h in found] == ["a.py @@ -1,2 +1,2 @@", "a.py @@ -10,1 +10,2 @@", "new.py @@ -0,0 +1 @@"]
-    assert found[0].post == (("x = 1", False), ("y = 3", True))
+    assert found[0].post == (("x = 1", False), ("y = 3", True)) and found[0].cuts == (1,)
     assert found[2].post == (("n = 1", True),)
 
 
