@@ -14,11 +14,13 @@ base tree. Then:
   the fix, or a fix that breaks the imports.
 
 The outcome travels as the image label ``gym.swe.leak_scan`` (so a cached image still reports it) and
-as the note ``images build`` / ``tasks build-swe`` print. Evidence (`evidence`): each hunk's added
-lines with whitespace deleted, minus lines shorter than ``MIN_LINE``, imports, and lines the unpatched
-repository or the standard library already hold; a hunk with none is represented by its added run and
-up to ``WINDOW_MAX`` context lines either side, the smallest window found in neither (at least
-``MIN_WINDOW`` bytes); the patched ``.py`` files for their bytecode.
+as the note ``images build`` prints (``tasks build-swe`` prints what each scan looks for). Evidence
+(`evidence`): each hunk's added lines, normalised (`leak_scan.normalize`), minus lines shorter than
+``MIN_LINE``, imports, and lines the unpatched repository or the standard library already hold; a hunk
+with none is represented by its added run and up to ``WINDOW_MAX`` context lines either side, the
+smallest window found in neither (at least ``MIN_WINDOW`` bytes), and a hunk that only removes lines by
+the lines that now meet (`junctions_of`); its unchanged lines confirm a single short unit
+(`context_of`); the patched ``.py`` files give the bytecode to look for.
 """
 
 from __future__ import annotations
@@ -227,10 +229,8 @@ def evidence(instance: SweInstance, clone: Path, repo_dirs: tuple[str, ...]) -> 
             context = [line.decode("utf-8", "surrogateescape") for line in context_of(hunk, common)]
             hunk_rows.append({"name": hunk.name, "units": units + exact, "need": 1, "context": context})
             hunk_rows[-1]["exact"] = len(exact)  # the last units: matched without gaps
-        base_sources = {p: (tree / p).read_text(errors="replace") for p in paths if _small_py(tree / p)}
-        fixed_sources = {}
-        if _patched(tree, instance.patch):
-            fixed_sources = {p: (tree / p).read_text(errors="replace") for p in paths if _small_py(tree / p)}
+        base_sources = _sources(tree, paths)
+        fixed_sources = _sources(tree, paths) if _patched(tree, instance.patch) else {}
     total, rows = 0, []
     for row in hunk_rows:  # every hunk keeps its best units first; UNITS_MAX bounds the scan's work
         keep = row["units"][: max(0, UNITS_MAX - total)]
@@ -247,8 +247,15 @@ def evidence(instance: SweInstance, clone: Path, repo_dirs: tuple[str, ...]) -> 
     }
 
 
-def _small_py(path: Path) -> bool:
-    return path.suffix == ".py" and path.is_file() and path.stat().st_size <= SOURCES_MAX
+def _sources(tree: Path, paths: list[str]) -> dict[str, str]:
+    """The ``.py`` files among ``paths`` (SOURCES_MAX bytes in all, the rest left out)."""
+    out, budget = {}, SOURCES_MAX
+    for path in dict.fromkeys(paths):
+        file = tree / path
+        if path.endswith(".py") and file.is_file() and not file.is_symlink() and file.stat().st_size <= budget:
+            budget -= file.stat().st_size
+            out[path] = file.read_text(errors="replace")
+    return out
 
 
 def summary(evidence_json: dict) -> str:
