@@ -42,6 +42,7 @@ from gym.run_dir import write_atomic
 from gym.trajectory import Trajectory
 from policies.sampling import RolloutEngine
 from sandbox.errors import InfraError
+from sandbox.failure import FailureKind, Verdict
 from sandbox.fleet import FleetPool, open_pool
 from sandbox.pool import WorkspacePool
 from tasks.family import Families, TaskGrader, WorkspaceSource
@@ -135,7 +136,8 @@ class RolloutWorkers:
                 group_id=group_id(seed, position),
             )
         seeds = result.trajectory.seeds.model_copy(update={"rollout": seed, "position": position, "member": member})
-        result = result.model_copy(update={"trajectory": result.trajectory.model_copy(update={"seeds": seeds})})
+        update = {"seeds": seeds, "failures": failures_with_grading(result)}
+        result = result.model_copy(update={"trajectory": result.trajectory.model_copy(update=update)})
         index = len(self.results)  # taken before the await: episodes finishing meanwhile append too
         self.results.append(result)
         await self._maybe_bundle(result, index, f"{seed}:{position}:{member}")
@@ -243,6 +245,16 @@ def collect(
 PHASES = ("policy", "tools", "grading", "workspace")
 
 
+def failures_with_grading(result: EpisodeResult) -> tuple[FailureKind, ...]:
+    """The trajectory's failures, with ``tampered`` when grading found the candidate's code reaching into the test
+    run (an SWE grade: every test's verdict ``tampered``); summary.json counts such episodes."""
+    failures = result.trajectory.failures
+    tests = result.grading.tests if result.grading is not None else ()
+    if any(t.verdict == Verdict.TAMPERED for t in tests) and FailureKind.TAMPERED not in failures:
+        return (*failures, FailureKind.TAMPERED)
+    return failures
+
+
 def summarize(trajectories: list[Trajectory], wall_s: float) -> dict[str, object]:
     """Figures of a batch: rewards, masks, end reasons, throughput, and where episode time went.
 
@@ -259,6 +271,7 @@ def summarize(trajectories: list[Trajectory], wall_s: float) -> dict[str, object
     return {
         "episodes": len(trajectories),
         "masked": sum(t.masked for t in trajectories),
+        "tampered": sum(FailureKind.TAMPERED in t.failures for t in trajectories),
         "mean_reward": sum(rewards) / len(rewards) if rewards else None,
         "min_reward": min(rewards) if rewards else None,
         "reward_1": sum(r == 1.0 for r in rewards),

@@ -25,6 +25,9 @@ class FailureKind(str, enum.Enum):
     # The call's own processes took the workspace down (its runner or container died while the engine
     # stayed healthy): the candidate's failure, scored, never masked (see sandbox.workspace.Workspace._blame).
     WORKSPACE_LOST = "workspace_lost"
+    # Grading found the candidate's code reaching into the test run (tasks.swe.harness, tasks.swe.tamper): the
+    # episode's grade; reward 0, scored, never masked.
+    TAMPERED = "tampered"
     INFRA_ERROR = "infra_error"  # the engine's, daemon's or host's failure: never a reward of 0, always masked
 
 
@@ -37,4 +40,5 @@ class Verdict(str, enum.Enum):
     TIME_LIMIT = "time_limit"
     MEMORY_LIMIT = "memory_limit"
     COMPILE_ERROR = "compile_error"
+    TAMPERED = "tampered"  # the candidate's code reached into the test run: a fail, never masked
     INFRA_ERROR = "infra_error"

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 import trio
 
+from sandbox.failure import FailureKind
 from trainer.checkpoint import TrainerState
 from trainer.config import TrainConfig
 from trainer.distributed import World, broadcast_command, init_world, shutdown
@@ -161,6 +162,7 @@ class Loop:
         self.step_pass_rates: list[float] = []
         self.evals: list[tuple[int, dict[str, float]]] = []
         self.tally = MaskedTally(config.loop)
+        self.tampered = 0  # consumed samples whose grading found the candidate's code in the test run (scored 0)
         self.bundle_budget = None  # the rollout workers' (gym.bundle.BundleBudget): summary.json's bundle_disk
         self.engine = None
         self.sync = None
@@ -420,6 +422,7 @@ class Loop:
             filler.add(group, outcome)
             stream.consumed(group.index)
             self.tally.add(group.samples)
+            self.tampered += sum(FailureKind.TAMPERED in s.trajectory.failures for s in group.samples)
             rewards.extend(s.reward for s in group.samples if not s.masked)
             missing = filler.groups_per_step - filler.kept_groups
             if filler.done or missing <= 0:
@@ -537,7 +540,9 @@ class Loop:
         heldout_pass1_before / _after: pass@1 of the
         evaluation before the first step (``eval.before``) and of the last one after it (null if none).
         masked_share: masked / consumed samples of this run (``samples``), with the most frequent
-        reasons; ``stopped``: the MaskedShareError's message when the run stopped on it, else null."""
+        reasons; tampered: consumed samples graded ``tampered`` (the candidate's code reached into an SWE test
+        run: scored 0, never masked); ``stopped``: the MaskedShareError's message when the run stopped on it,
+        else null."""
         state = self.learner.state
         rewards, rates = self.step_rewards, self.step_pass_rates
         window = max(1, len(rewards) // 4)  # one window for every first/last figure
@@ -560,6 +565,7 @@ class Loop:
             "masked": self.tally.masked,
             "masked_share": round(self.tally.share, 4),
             "masked_reasons": dict(self.tally.reasons.most_common(5)),
+            "tampered": self.tampered,
             "stopped": str(stopped) if stopped is not None else None,
             "weights_version": state.weights_version,
             "resumed": self.learner.resumed,

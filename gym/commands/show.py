@@ -103,10 +103,13 @@ def transcript(bundle, full: bool = False) -> str:
     grading = bundle.grading
     if grading is not None:
         passed = sum(test.verdict == "passed" for test in grading.tests)
+        tampered = any(test.verdict == "tampered" for test in grading.tests)
         lines.append(
             f"\n=== grading: {passed}/{len(grading.tests)} tests passed"
-            f"{' (INFRA ERROR)' if grading.infra_error else ''} ==="
+            f"{' (INFRA ERROR)' if grading.infra_error else ''}{' (TAMPERED)' if tampered else ''} ==="
         )
+        if tampered:  # why: the tamper scan's findings or what the harness's record contradicts
+            lines.append(_cut(grading.detail, full))
         for test in grading.tests:
             lines.append(
                 f"test {test.index}: {getattr(test.verdict, 'value', test.verdict)}"

@@ -11,7 +11,7 @@ instance's own ``patch``, ``empty`` an empty diff. Images are built first
 (cached by input hash, `tasks.swe.images`), then every prediction is graded in a
 fresh container. Prints one line per prediction and the totals; ``--json OUT``
 writes ``{"total", "resolved", "infra_errors", "invalid", "patch_apply_failed",
-"instances": [{"instance_id", "resolved", "status", "f2p": {"success",
+"tampered", "instances": [{"instance_id", "resolved", "status", "f2p": {"success",
 "failure"}, "p2p": {...}, "partial", "stripped", ...}]}`` plus the skipped rows.
 """
 
@@ -114,7 +114,7 @@ def print_report(report: SweReport) -> None:
     rate = report.resolved / report.total if report.total else 0.0
     print(
         f"resolved {report.resolved}/{report.total} ({rate:.3f}), patch_apply_failed {report.patch_apply_failed}, "
-        f"invalid {report.invalid}, infra_errors {report.infra_errors}"
+        f"invalid {report.invalid}, tampered {report.tampered}, infra_errors {report.infra_errors}"
     )
 
 

@@ -57,16 +57,16 @@ class SweFamilyConfig(BaseModel):
 
 
 def task_result(result: InstanceResult, f2p: tuple[str, ...], p2p: tuple[str, ...], f2p_weight: float) -> TaskResult:
-    """An SWE grade as a ``TaskResult``: one test per F2P then P2P id (passed, or ``wrong_answer``).
+    """An SWE grade as a ``TaskResult``: one test per F2P then P2P id (passed, or ``wrong_answer``; every one
+    ``tampered`` when the candidate's code reached into the test run).
 
     ``fraction`` = (w * F2P share + P2P share) / (w + 1) with w = ``f2p_weight``, 0 unless the
     run was valid (resolved or unresolved); ``passed`` = resolved.
     """
     passing = set(result.f2p.success) | set(result.p2p.success)
+    failing = Verdict.TAMPERED if result.status == "tampered" else Verdict.WRONG_ANSWER
     tests = tuple(
-        TestResult(
-            index=i, verdict=Verdict.PASSED if test_id in passing else Verdict.WRONG_ANSWER, detail=f"{group} {test_id}"
-        )
+        TestResult(index=i, verdict=Verdict.PASSED if test_id in passing else failing, detail=f"{group} {test_id}")
         for i, (group, test_id) in enumerate([("FAIL_TO_PASS", t) for t in f2p] + [("PASS_TO_PASS", t) for t in p2p])
     )
     valid = result.status in ("resolved", "unresolved")

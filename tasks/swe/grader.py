@@ -9,16 +9,25 @@
    checked on the pristine tree first (no: the instance is broken ->
    ``infra_error``); a step that fails after the diff is applied fails on the
    tree the diff left (a full disk, no inodes left) -> ``patch_apply_failed``.
-3. The test command runs as its own runner call; its exit code comes from the
+3. The tamper scan (`tasks.swe.tamper`) reads every changed path that is not
+   restored, as it is and as it was at base_commit: code the diff added that
+   reaches into the test run (pytest's hooks and reports, ``sys.modules`` and
+   the import system, builtins, ``os._exit``, inherited descriptors, ...) is
+   ``tampered`` before anything runs.
+4. The test command runs as its own runner call; its exit code comes from the
    runner, not from the log, and the log is framed by start/end markers
    written on the host, so nothing the tests print can forge either. The
    run starts isolated (`isolated_environment`): the working directory is not
    on ``sys.path`` (the repository root comes after site-packages, so it
    cannot shadow an installed or standard module), no user site, bytecode
    only from a cache outside the tree, pytest's plugin autoload off and
-   only the instance's declared plugins loaded.
-4. The log is parsed (`tasks.swe.testlog`) and graded (`tasks.swe.resolution`).
-5. A P2P test the run skipped passes only where the same command skips it with
+   only the harness's plugin and the instance's declared plugins loaded.
+   The harness (`tasks.swe.harness`) records every outcome out of band,
+   under a key only it read.
+5. The log is parsed (`tasks.swe.testlog`); when it adds up, the harness's
+   record must verify and agree with it and with the exit status (else
+   ``tampered``), and the record's statuses are graded (`tasks.swe.resolution`).
+6. A P2P test the run skipped passes only where the same command skips it with
    the gold patch too (the pristine tree where an instance has none; with
    ``test_patch``): that reference run is made in another fresh container the
    first time a grading needs it, once per instance and command (gradings that
@@ -36,6 +45,7 @@ killed run is not graded).
 
 from __future__ import annotations
 
+import json
 import logging
 import shlex
 import time
@@ -53,8 +63,9 @@ from sandbox.fleet import FleetPool, open_pool
 from sandbox.pool import WorkspacePool
 from sandbox.protocol import ExecRequest, ExecResult
 from sandbox.workspace import Workspace
-from tasks.swe import testlog
+from tasks.swe import harness, tamper, testlog
 from tasks.swe.diff import files_of_test_ids, protection, strip_protected
+from tasks.swe.harness import judge as check_record
 from tasks.swe.instance import SweInstance
 from tasks.swe.resolution import InstanceResult, Status, StrippedPath, TestGroup, allow_skips, grade_log
 from tasks.swe.workspace import MAX_DIFF_BYTES, PRISTINE_REPO, REPO, copy_repo, put_file
@@ -109,6 +120,8 @@ for folder in ('.', 'src', 'lib'):
 print('\\n'.join(sorted(names)))
 """
 LISTING_LIMIT_BYTES = 32 << 20
+SCAN_LIMIT_BYTES = 1 << 20
+SCAN_SHOWN = 12  # distinct findings named in a result's detail
 
 
 PYCACHE = "/tmp/gym-pycache"
@@ -193,9 +206,23 @@ def framed_log(result: ExecResult) -> str:
     return f"{START_MARKER}\n{output}\n{end}\n"
 
 
+def _reported(restored: list[tuple[str, str]]) -> tuple[StrippedPath, ...]:
+    """The protected paths the applied tree changed and grading restored, as a result reports them."""
+    return tuple(StrippedPath(path=shown(p), reason=f"{why} (changed in the applied tree)") for p, why in restored)
+
+
 def _protected(instance: SweInstance) -> set[str]:
     """The paths no diff may change: the instance's test files and the files its test ids name."""
     return set(instance.test_files()) | files_of_test_ids(instance.fail_to_pass + instance.pass_to_pass)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The harness's record of a test run (None: missing, and why) and the run's key."""
+
+    record: bytes | None
+    missing: str
+    key: bytes
 
 
 @dataclass(frozen=True)
@@ -347,11 +374,11 @@ class SweGrader:
                 return self._left_broken(instance, "listing the changed tree", after), ""
             protected = _protected(instance)
             modules = frozenset(installed.stdout_text.split())
-            restored = [
-                (path, reason)
-                for path in sorted(changed_paths(before.stdout, after.stdout))
-                if (reason := protection(path, protected, modules))
-            ]
+            changed = changed_paths(before.stdout, after.stdout)
+            restored = [(path, reason) for path in sorted(changed) if (reason := protection(path, protected, modules))]
+            tampering = await self._scan(ws, sorted(changed - {path for path, _ in restored}))
+            if tampering is not None:
+                return self._tampered(instance, tampering).model_copy(update={"stripped": _reported(restored)}), ""
         paths = [*instance.test_files(), *(path for path, _ in restored)]
         reset = await self._step(
             ws, _RESET, stdin=b"".join(p.encode("utf-8", errors="surrogateescape") + b"\0" for p in paths)
@@ -361,21 +388,54 @@ class SweGrader:
         tests = await self._step(ws, f"git apply --verbose {shlex.quote(TEST_DIFF)} && rm -rf {GRADE_DIR}")
         if _failed(tests):
             return self._left_broken(instance, "applying test_patch", tests), ""
+        key = await harness.install(ws, instance, sorted(_protected(instance)))  # nothing of the candidate ran yet
         run = await ws.exec(
             ExecRequest(
                 argv=["bash", "-c", instance.command()],
                 cwd=REPO,
-                env=isolated_environment(instance),
+                env=harness.environment(instance, isolated_environment(instance)),
                 timeout_s=self.config.test_timeout_s,
                 output_limit_bytes=self.config.log_limit_bytes,
             )
         )
         text = framed_log(run)
-        judged = await trio.to_thread.run_sync(self._judge, instance, run, text)  # 8 MiB of log: off the event loop
-        reported = tuple(
-            StrippedPath(path=shown(p), reason=f"{why} (changed in the applied tree)") for p, why in restored
+        evidence = Evidence(*await harness.read_record(ws), key)
+        # 8 MiB of log: off the event loop
+        judged = await trio.to_thread.run_sync(self._judge, instance, run, text, evidence)
+        return judged.model_copy(update={"stripped": _reported(restored)}), text
+
+    async def _scan(self, ws: Workspace, paths: list[str]) -> str | None:
+        """Why the applied tree is tampered (the tamper scan's findings in the changed, unprotected ``paths``), or
+        None; a scan the tree keeps from finishing (a timeout, memory, a flood of findings) is the candidate's."""
+        if not paths:
+            return None
+        # The scanner's source goes in argv, not a file: the applied tree may have used up the tmpfs's inodes.
+        stdin = b"".join(p.encode("utf-8", errors="surrogateescape") + b"\0" for p in paths)
+        source = Path(tamper.__file__).read_text()
+        command = 'python3 -I -S -c "$1" "$2" "$3"'
+        scan = await self._step(
+            ws, command, source, REPO, PRISTINE_REPO, stdin=stdin, output_limit_bytes=SCAN_LIMIT_BYTES
         )
-        return judged.model_copy(update={"stripped": reported}), text
+        if scan.failure not in (FailureKind.OK, FailureKind.NONZERO_EXIT) or scan.truncated or scan.exit_code == 4:
+            return f"the tamper scan could not finish on the applied tree: {scan.failure.value} {scan.detail}"[:500]
+        if scan.exit_code != 0:
+            raise InfraError(f"the tamper scan crashed: {scan.stderr_text[-800:]}")
+        report = json.loads(scan.stdout)
+        if not report["findings"]:
+            return None
+        findings = [tamper.Finding(*row) for row in report["findings"]]
+        distinct = list({(f.rule, f.what): f for f in reversed(findings)}.values())[::-1][:SCAN_SHOWN]
+        more = f" ({report['total']} findings in all)" if report["total"] > len(distinct) else ""
+        shown = "; ".join(str(f) for f in sorted(distinct))
+        return f"the diff adds code that reaches into the test run: {shown}{more}"[:2000]
+
+    @staticmethod
+    def _tampered(instance: SweInstance, detail: str) -> InstanceResult:
+        """The candidate's code reached into the test run: every F2P and P2P test failing, reward 0, never masked."""
+        failed = {"f2p": TestGroup(failure=instance.fail_to_pass), "p2p": TestGroup(failure=instance.pass_to_pass)}
+        return InstanceResult(
+            instance_id=instance.instance_id, resolved=False, status="tampered", detail=detail, **failed
+        )
 
     @staticmethod
     def _left_broken(instance: SweInstance, step: str, result: ExecResult) -> InstanceResult:
@@ -387,11 +447,11 @@ class SweGrader:
         return SweGrader._outcome(instance, "patch_apply_failed", detail + (result.stderr_text + result.detail)[-800:])
 
     @staticmethod
-    def _judge(instance: SweInstance, run: ExecResult, text: str) -> InstanceResult:
-        return SweGrader._judged(instance, run, text).model_copy(update={"test_run": run.failure.value})
+    def _judge(instance: SweInstance, run: ExecResult, text: str, evidence: Evidence) -> InstanceResult:
+        return SweGrader._judged(instance, run, text, evidence).model_copy(update={"test_run": run.failure.value})
 
     @staticmethod
-    def _judged(instance: SweInstance, run: ExecResult, text: str) -> InstanceResult:
+    def _judged(instance: SweInstance, run: ExecResult, text: str, evidence: Evidence) -> InstanceResult:
         if run.failure == FailureKind.INFRA_ERROR:
             return SweGrader._outcome(instance, "infra_error", f"the test run was lost: {run.detail}")
         try:
@@ -417,6 +477,17 @@ class SweGrader:
                 "resolved": False, "status": "unresolved", "partial": 0.0, "detail": detail, "p2p_skipped": (), **failed
             }  # fmt: skip
             return result.model_copy(update=update)
+        if result.status == "invalid":
+            return result
+        # The log adds up; the harness's record decides whether it tells the truth, and gives the statuses.
+        problem, record = check_record(evidence.record, evidence.missing, evidence.key, parsed, run.exit_code)
+        if problem is not None:
+            return SweGrader._tampered(instance, problem).model_copy(update={"exit_code": run.exit_code})
+        if record is not None:
+            parsed.statuses = dict(record.statuses)
+            result = grade_log(
+                instance.instance_id, instance.fail_to_pass, instance.pass_to_pass, parsed, run.exit_code
+            )
         return result
 
     def _save(self, instance: SweInstance, submitted: str, applied: str, text: str, result: InstanceResult) -> None:

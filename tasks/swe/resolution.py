@@ -18,8 +18,11 @@ Rules (the SWE-bench harness's, made stricter where a log can lie):
   is ``invalid``: never resolved, reported apart from ordinary failures.
 
 Statuses: ``resolved``, ``unresolved``, ``patch_apply_failed``, ``invalid``
-(the run cannot be trusted: reward 0, it is the candidate's doing) and
-``infra_error`` (the sandbox or the instance failed: masked, never a 0).
+(the run cannot be trusted: reward 0, it is the candidate's doing),
+``tampered`` (the candidate's code reached into the test run: the tamper scan
+of the applied tree or the harness's record of the run, `tasks.swe.harness`;
+reward 0, every test failing, never masked) and ``infra_error`` (the sandbox or
+the instance failed: masked, never a 0).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.swe.testlog import PytestLog, TestStatus
 
-Status = Literal["resolved", "unresolved", "patch_apply_failed", "invalid", "infra_error"]
+Status = Literal["resolved", "unresolved", "patch_apply_failed", "invalid", "tampered", "infra_error"]
 
 F2P_PASS = frozenset({TestStatus.PASSED})
 P2P_PASS = frozenset({TestStatus.PASSED, TestStatus.XPASS})  # SKIPPED: only as the reference run skips it
@@ -106,6 +109,7 @@ class SweReport(BaseModel):
     infra_errors: int
     invalid: int
     patch_apply_failed: int
+    tampered: int
     instances: tuple[InstanceResult, ...]
 
     @classmethod
@@ -116,6 +120,7 @@ class SweReport(BaseModel):
             infra_errors=sum(r.status == "infra_error" for r in results),
             invalid=sum(r.status == "invalid" for r in results),
             patch_apply_failed=sum(r.status == "patch_apply_failed" for r in results),
+            tampered=sum(r.status == "tampered" for r in results),
             instances=tuple(results),
         )
 

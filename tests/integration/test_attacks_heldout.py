@@ -51,7 +51,15 @@ from tasks.swe.grader import TEST_DIFF, SweGraderConfig, instance_sandbox
 from tasks.swe.workspace import REPO, copy_repo, put_file
 from tasks.task import Limits, StdinTest
 from tests.sandbox_support import sandbox_config
-from tests.swe_support import FUZZY_ACCUMULATE, TOOLZ, images, repos_dir, shipped
+from tests.swe_support import (
+    FUZZY_ACCUMULATE,
+    TOOLZ,
+    called_by_accumulate,
+    images,
+    repos_dir,
+    shipped,
+    without_tamper_checks,
+)
 from tests.task_support import task
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -139,24 +147,11 @@ def forge():
         except OSError:
             continue
 {ending}"""
-    call = """\
-diff --git a/toolz/itertoolz.py b/toolz/itertoolz.py
---- a/toolz/itertoolz.py
-+++ b/toolz/itertoolz.py
-@@ -54,6 +54,8 @@ def accumulate(binop, seq, initial=no_default):
-     See Also:
-         itertools.accumulate :  In standard itertools for Python 3.2+
-     \"\"\"
-+    from ._forge import forge
-+    forge()
-     seq = iter(seq)
-     if not initial or initial == no_default:
-         try:
-"""
-    return new_file("toolz/_forge.py", forger) + call
+    return new_file("toolz/_forge.py", forger) + called_by_accumulate("_forge", "forge")
 
 
-def test_a_forged_summary_in_a_killed_run_passes_no_test():
+def test_a_forged_summary_in_a_killed_run_passes_no_test(monkeypatch):
+    without_tamper_checks(monkeypatch, record=False)  # the scan calls each `tampered` first: the killed run's rule
     toolz = shipped()[TOOLZ]
     attacks = {
         "flood": forged_summary_then("    os.write(fd, b'x' * (9 << 20))\n    os._exit(0)"),
@@ -279,10 +274,11 @@ new file mode 100644
 """
 
 
-def test_a_p2p_test_skipped_by_the_code_is_not_passing():
+def test_a_p2p_test_skipped_by_the_code_is_not_passing(monkeypatch):
     """However the skip's reported place is dressed up: a skipped P2P test passes only where the unpatched tree's run
     skips it too (a reference run), so an instance whose P2P list holds a test its image always skips still
-    resolves."""
+    resolves. The tamper scan is off: it calls the exec/compile variant `tampered` first."""
+    without_tamper_checks(monkeypatch, record=False)
     toolz = shipped()[TOOLZ]
     verbose = toolz.model_copy(update={"test_cmd": "python -m pytest -rA -v toolz/tests/test_itertoolz.py"})
     optional = verbose.model_copy(

@@ -21,11 +21,10 @@ import trio
 from gym.environment import Environment, EnvironmentConfig
 from gym.message import Message
 from gym.rollout import collect_async
-from gym.scripted import ReferencePolicy
 from gym.trajectory import read_jsonl
 from sandbox.pool import WorkspacePool
 from tasks.swe.instance import SweInstance
-from tests.swe_support import TOOLZ, images, shipped
+from tests.swe_support import TOOLZ, Tamperer, images, shipped
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -89,19 +88,6 @@ def test_reference_rollout_resolves_every_instance_and_replays_identically(built
     assert empty.returncode == 0, empty.stderr[-3000:]
     summary = json.loads(empty.stdout)
     assert summary["masked"] == 0 and summary["mean_reward"] == 0.0 and summary["reward_1"] == 0, summary
-
-
-class Tamperer(ReferencePolicy):
-    """Plays one fixed script of tool calls on every task, then submits."""
-
-    def __init__(self, env: Environment, turns: list[list[Message]]) -> None:
-        from gym.environment import task_text
-
-        super().__init__(env.harmony, env.tasks, {}, {i: task_text(t) for i, t in env.tasks.items()}, empty=True)
-        self.turns = turns
-
-    def script(self, task):
-        return [*self.turns, [Message.tool_call("submit", {})]]
 
 
 def _bash(command: str) -> list[Message]:

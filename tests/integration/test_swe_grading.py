@@ -19,7 +19,15 @@ from tasks.swe import grader as grader_module
 from tasks.swe.diff import StrippedDiff
 from tasks.swe.evaluation import evaluate, grading_sandbox
 from tasks.swe.grader import SweGrader, SweGraderConfig, grade_predictions
-from tests.swe_support import FUZZY_ACCUMULATE, TOOLZ, images, repos_dir, shipped
+from tests.swe_support import (
+    FUZZY_ACCUMULATE,
+    TOOLZ,
+    images,
+    in_accumulate,
+    repos_dir,
+    shipped,
+    without_tamper_checks,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -39,20 +47,7 @@ new file mode 100644
 +    report.outcome = "passed"
 """
 
-SKIP_IN_CODE = """\
-diff --git a/toolz/itertoolz.py b/toolz/itertoolz.py
---- a/toolz/itertoolz.py
-+++ b/toolz/itertoolz.py
-@@ -54,6 +54,8 @@ def accumulate(binop, seq, initial=no_default):
-     See Also:
-         itertools.accumulate :  In standard itertools for Python 3.2+
-     \"\"\"
-+    import pytest
-+    pytest.skip("not today")
-     seq = iter(seq)
-     if not initial or initial == no_default:
-         try:
-"""
+SKIP_IN_CODE = in_accumulate("import pytest", 'pytest.skip("not today")')
 
 BREAKS_INTERPOSE = """\
 diff --git a/toolz/itertoolz.py b/toolz/itertoolz.py
@@ -171,7 +166,8 @@ def test_gaming_patches_resolve_none():
 
 def test_the_conftest_attack_works_when_nothing_is_stripped(monkeypatch):
     """Control: the diff-text filter and the check of the applied tree each stop the forcing conftest alone;
-    with both off it would resolve the instance (so the checks above can fail)."""
+    with both off the tamper scan still does; with all three and the harness's record off it would resolve the
+    instance (so the checks above can fail)."""
     toolz = shipped()[TOOLZ]
     tags = images()
 
@@ -188,6 +184,8 @@ def test_the_conftest_attack_works_when_nothing_is_stripped(monkeypatch):
     tree_check_only = run()
     assert not tree_check_only.resolved and [s.path for s in tree_check_only.stripped] == ["conftest.py"]
     monkeypatch.setattr(grader_module, "protection", lambda path, protected, installed=frozenset(): None)
+    assert run().status == "tampered"
+    without_tamper_checks(monkeypatch)
     assert run().resolved
 
 
@@ -206,7 +204,7 @@ def test_patch_that_does_not_apply_and_a_run_that_dies():
     images()
     not_applied, died = grade([(toolz, NOT_APPLICABLE), (toolz, toolz.patch + EXIT_AT_IMPORT)])
     assert not_applied.status == "patch_apply_failed" and not not_applied.resolved
-    assert died.status == "invalid" and not died.resolved and "no evidence" in died.detail
+    assert died.status == "tampered" and not died.resolved and "os._exit" in died.detail  # the tamper scan
     assert died.reward == 0.0  # the candidate killed the run: a 0, not a masked sample
 
 
@@ -274,8 +272,9 @@ def test_protected_paths_are_decided_from_the_tree_after_applying(monkeypatch):
     }
     assert {s.path for s in hooks.stripped} == {"sitecustomize/__init__.py", "random.py"} and not hooks.resolved
     assert gold_and_hooks.resolved, gold_and_hooks  # the fix still counts; the hooks are gone and reported
-    # Control: without the check of the result, the context diff's conftest would resolve the instance.
+    # Control: without the check of the result (and the tamper checks), the context diff's conftest would resolve.
     monkeypatch.setattr(grader_module, "protection", lambda path, protected, installed=frozenset(): None)
+    without_tamper_checks(monkeypatch)
     [unchecked] = grade([(toolz, CONTEXT_DIFF_CONFTEST)])
     assert unchecked.resolved, unchecked
 
@@ -310,9 +309,10 @@ runpy.run_module("pytest", run_name="__main__", alter_sys=True)""",
 def test_the_test_run_starts_isolated_from_the_repository(monkeypatch):
     """With the path checks off, plugins registered by the repository's metadata and a root `pytest.py`
     run before the tests and force every test to pass; the isolated start-up stops both on its own (the
-    control, with the start-up as it was, resolves)."""
+    control, with the start-up as it was and the harness's record off, resolves; the tamper scan is off)."""
     toolz = shipped()[TOOLZ]
     images()
+    without_tamper_checks(monkeypatch, record=False)
     monkeypatch.setattr(grader_module, "strip_protected", lambda diff, files: StrippedDiff(diff, ()))
     monkeypatch.setattr(grader_module, "protection", lambda path, protected, installed=frozenset(): None)
     attacks = {"entry point": ENTRY_POINT_PLUGIN, "cwd pytest.py": CWD_PYTEST}
@@ -321,6 +321,7 @@ def test_the_test_run_starts_isolated_from_the_repository(monkeypatch):
         assert not result.resolved and result.status == "unresolved", (name, result.detail)
         assert set(result.f2p.failure) == set(toolz.fail_to_pass), name
     monkeypatch.setattr(grader_module, "isolated_environment", lambda instance: {})
+    without_tamper_checks(monkeypatch)
     open_start = dict(zip(attacks, grade([(toolz, patch) for patch in attacks.values()])))
     for name, result in open_start.items():
         assert result.resolved, (name, result.status, result.detail)
@@ -348,10 +349,12 @@ def _forge():
 {"_forge()" if when == "import" else ""}"""
 
 
-def test_a_forged_pytest_ending_is_invalid():
+def test_a_forged_pytest_ending_is_invalid(monkeypatch):
     """Package code prints a summary block and a final count line that name every F2P/P2P test (with pytest's
     collected count when it can find it), through pytest's own saved stdout, then exits 0 -- at import (during
-    collection) or from inside the first test that calls the fixed function. Both are `invalid`, reward 0."""
+    collection) or from inside the first test that calls the fixed function. Both are `invalid`, reward 0, by the
+    log's own checks (the tamper scan, off here, calls both `tampered` first: tests/integration/test_swe_tamper.py)."""
+    without_tamper_checks(monkeypatch, record=False)
     toolz = shipped()[TOOLZ]
     images()
     at_import = new_file("toolz/_forge.py", _forger("import"))
@@ -471,8 +474,14 @@ def test_second_round_attacks_score_zero_and_are_never_masked(monkeypatch):
     }
     results = dict(zip(attacks, grade([(toolz, patch) for patch in attacks.values()])))
     for name, result in results.items():
-        assert not result.resolved and result.status in ("unresolved", "invalid", "patch_apply_failed"), (name, result)
-    assert "'collected N items' lines" in results["collection error forgery"].detail
+        assert not result.resolved and result.status in ("unresolved", "invalid", "patch_apply_failed", "tampered"), (
+            name,
+            result,
+        )
+    assert results["collection error forgery"].status == "tampered"  # the tamper scan; the log's own check:
+    without_tamper_checks(monkeypatch, record=False)
+    [forgery] = grade([(toolz, forged)])
+    assert forgery.status == "invalid" and "'collected N items' lines" in forgery.detail, forgery
     assert (
         "_distutils_hack/__init__.py",
         "shadows an installed module (it would run in its place) (changed in the applied tree)",
@@ -482,8 +491,10 @@ def test_second_round_attacks_score_zero_and_are_never_masked(monkeypatch):
     # Controls: without the check of the applied tree the start-up hook resolves; with it but without restoring
     # .git and with .gitattributes allowed, the smudge filter writes its conftest after the check and resolves.
     monkeypatch.setattr(grader_module, "protection", lambda path, protected, installed=frozenset(): None)
+    without_tamper_checks(monkeypatch)
     assert grade([(toolz, DISTUTILS_HACK)])[0].resolved
     monkeypatch.undo()
+    without_tamper_checks(monkeypatch)
     real = grader_module.protection
     monkeypatch.setattr(grader_module, "_RESTORE_GIT", "true")
     monkeypatch.setattr(grader_module, "strip_protected", lambda diff, files: StrippedDiff(diff, ()))

@@ -13,8 +13,10 @@ import trio
 
 from sandbox.failure import FailureKind
 from sandbox.protocol import ExecResult
+from tasks.swe import testlog
 from tasks.swe.grader import SweGrader, framed_log
 from tasks.swe.instance import SweInstance
+from tests.swe_support import honest_evidence
 
 TEST_PATCH = "diff --git a/t.py b/t.py\n--- a/t.py\n+++ b/t.py\n@@ -1 +1 @@\n-x\n+y\n"
 GOLD = "diff --git a/pkg.py b/pkg.py\n--- a/pkg.py\n+++ b/pkg.py\n@@ -1 +1 @@\n-a\n+gold\n"
@@ -78,7 +80,8 @@ def grader_with(candidate: ExecResult, reference: ExecResult) -> SweGrader:
         result = reference if "+gold" in diff else candidate
         assert "+gold" in diff or "+mine" in diff, diff  # the reference applies the gold patch
         text = framed_log(result)
-        return grader._judge(instance, result, text), text
+        evidence = honest_evidence(testlog.parse(text).statuses, result.exit_code)  # the harness saw the same
+        return grader._judge(instance, result, text, evidence), text
 
     grader._run = run
     return grader

@@ -1,0 +1,179 @@
+"""The harness's pytest plugin (tasks/swe/harness_plugin.py) in real pytest processes on the host: loaded with
+``-p`` from its own folder as grading loads it, it records every outcome under the run's key, deletes the key before
+any repository code runs, and names what package code did to pytest (a hook of its own, pytest's internals
+replaced, a test file rewritten, an exit outside pytest); a pytest started inside a test records nothing."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tasks.swe import testlog
+from tasks.swe.harness import PLUGIN, SOURCE, judge, parse_record, settings_of
+from tasks.swe.testlog import TestStatus
+from tests.swe_tamper_support import CLASS_SWAP, HOOK_WRAPPER, PYTEST_INTERNALS
+
+TESTS = """\
+import pytest
+
+from pkg import add
+
+
+def test_ok():
+    assert add(1, 2) == 3
+
+
+def test_fixed():
+    assert add(2, 2) == 4
+
+
+@pytest.mark.xfail(reason="known")
+def test_known():
+    assert add(0, 0) == 1
+
+
+@pytest.mark.parametrize("x", [1, 2])
+def test_many(x):
+    assert add(x, 0) == x
+
+
+def test_optional():
+    pytest.skip("no optional dependency")
+"""
+BROKEN = "def add(a, b):\n    return a + b if a != 2 else 0\n"
+
+
+def run(
+    tmp_path: Path, package: dict[str, str], tests: str = TESTS
+) -> tuple[subprocess.CompletedProcess, bytes, bytes]:
+    """``python -m pytest -rA`` over ``tests`` with ``package`` changed from the pristine one (``pkg/__init__.py``:
+    the broken ``add``); returns the process, the record and the key."""
+    repo, pristine, folder = tmp_path / "repo", tmp_path / "pristine", tmp_path / "harness"
+    for root in (repo, pristine):
+        (root / "pkg").mkdir(parents=True)
+        (root / "pkg" / "__init__.py").write_text(BROKEN)
+        (root / "tests").mkdir()
+        (root / "tests" / "test_pkg.py").write_text(tests)
+    for rel, text in package.items():
+        (repo / rel).write_text(text)
+    folder.mkdir()
+    shutil.copy(SOURCE, folder / f"{PLUGIN}.py")
+    key = secrets.token_bytes(32)
+    (folder / "key").write_bytes(key)
+    (folder / "settings.json").write_text(settings_of(["tests/test_pkg.py"], str(repo), str(pristine)))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTHON"))},
+        "PYTHONPATH": f"{folder}{os.pathsep}{repo}",
+        "PYTEST_ADDOPTS": f"-p {PLUGIN}",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        "PYTHONSAFEPATH": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "tests/test_pkg.py"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert not (folder / "key").exists()  # read and deleted before any code of the repository ran
+    record = (folder / "record").read_bytes() if (folder / "record").exists() else b""
+    return proc, record, key
+
+
+def test_an_honest_run_is_recorded_as_pytest_reports_it(tmp_path):
+    fixed = "def add(a, b):\n    return a + b\n"
+    proc, raw, key = run(tmp_path, {"pkg/__init__.py": fixed})
+    record = parse_record(raw, key)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert record.statuses == {
+        "tests/test_pkg.py::test_ok": TestStatus.PASSED,
+        "tests/test_pkg.py::test_fixed": TestStatus.PASSED,
+        "tests/test_pkg.py::test_known": TestStatus.XFAIL,
+        "tests/test_pkg.py::test_many[1]": TestStatus.PASSED,
+        "tests/test_pkg.py::test_many[2]": TestStatus.PASSED,
+        "tests/test_pkg.py::test_optional": TestStatus.SKIPPED,
+    }
+    assert record.tampering == [] and record.end == 0 and record.finish == (0, 6, 0)
+    log = testlog.parse(proc.stdout)
+    assert judge(raw, "", key, log, proc.returncode)[0] is None
+    broken, raw, key = run(tmp_path / "broken", {})
+    record = parse_record(raw, key)
+    assert broken.returncode == 1 and record.statuses["tests/test_pkg.py::test_fixed"] == TestStatus.FAILED
+    assert record.tampering == [] and judge(raw, "", key, testlog.parse(broken.stdout), 1)[0] is None
+
+
+def imported(name: str, source: str) -> dict[str, str]:
+    """``pkg/<name>.py`` holding ``source``, imported by the broken ``pkg/__init__.py``."""
+    return {
+        f"pkg/{name}.py": source.replace("toolz-passing", "pkg-passing"),
+        "pkg/__init__.py": f"from . import {name}\n{BROKEN}",
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "seen"),
+    [
+        ("passing", HOOK_WRAPPER, "hook pytest_runtest_makereport"),
+        ("lenient", PYTEST_INTERNALS, "patched _pytest.python.Function.runtest"),
+        (
+            "rewrite",
+            "import pathlib\npathlib.Path('tests/test_pkg.py').write_text('def test_fixed(): pass\\n')\n",
+            "changed",
+        ),
+        ("plant", "import pathlib\npathlib.Path('tests/conftest.py').write_text('')\n", "changed"),
+    ],
+)
+def test_package_code_that_acts_on_pytest_is_named(tmp_path, name, source, seen):
+    proc, raw, key = run(tmp_path, imported(name, source))
+    record = parse_record(raw, key)
+    assert any(line.startswith(seen) for line in record.tampering), (record.tampering, proc.stdout[-2000:])
+    problem, _ = judge(raw, "", key, testlog.parse(proc.stdout), proc.returncode)
+    assert problem is not None and f"interfered with pytest: {seen}" in problem, problem
+
+
+def test_the_forgeries_fool_the_log_without_the_harness(tmp_path):
+    """Control: the hook wrapper and the patched internals make pytest itself report the broken test passing (exit 0,
+    a log that adds up), so only the harness's record tells."""
+    for name, source in (("passing", HOOK_WRAPPER), ("lenient", PYTEST_INTERNALS)):
+        proc, _, _ = run(tmp_path / name, imported(name, source))
+        log = testlog.parse(proc.stdout)
+        assert proc.returncode == 0 and log.consistency_problem() is None, (name, proc.stdout[-2000:])
+        assert log.statuses["tests/test_pkg.py::test_fixed"] == TestStatus.PASSED, name
+
+
+def test_an_exit_outside_pytest_leaves_no_end(tmp_path):
+    exiting = "import os\n\n\ndef add(a, b):\n    os._exit(0)\n"
+    proc, raw, key = run(tmp_path, {"pkg/__init__.py": exiting})
+    record = parse_record(raw, key)
+    assert proc.returncode == 0 and record.end is None and record.finish is None
+
+
+def test_a_module_class_swap_is_not_seen_at_run_time(tmp_path):
+    """The documented limit: swapping the test module's class changes only what its tests call; pytest reports the
+    passes itself and nothing of pytest changed. The tamper scan finds it (sys.modules walked, __class__ replaced)."""
+    proc, raw, key = run(tmp_path, imported("wrap", CLASS_SWAP))
+    record = parse_record(raw, key)
+    assert record.tampering == [] and record.statuses["tests/test_pkg.py::test_fixed"] == TestStatus.PASSED, proc.stdout
+
+
+def test_a_pytest_started_inside_a_test_records_nothing(tmp_path):
+    nested = TESTS + (
+        "\n\ndef test_nested(tmp_path):\n"
+        "    import subprocess, sys\n"
+        "    (tmp_path / 'test_inner.py').write_text('def test_inner(): pass\\n')\n"
+        "    proc = subprocess.run([sys.executable, '-m', 'pytest', str(tmp_path)], capture_output=True, text=True)\n"
+        "    assert proc.returncode == 0, proc.stdout\n"
+    )
+    proc, raw, key = run(tmp_path, {"pkg/__init__.py": "def add(a, b):\n    return a + b\n"}, tests=nested)
+    record = parse_record(raw, key)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    assert record.statuses["tests/test_pkg.py::test_nested"] == TestStatus.PASSED
+    assert not any("inner" in test_id for test_id in record.statuses) and record.end == 0
