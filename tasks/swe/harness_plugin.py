@@ -13,9 +13,9 @@ verify).
 Recorded: ``start``; ``collect`` (a failed collection report); ``report`` (node id as the terminal prints it,
 phase, outcome, whether it is an xfail); ``hook`` (a hook implementation whose code lives neither in the
 interpreter's own directories nor in a repository file the harness trusts: one identical to the pristine tree or
-a test file as it was when the run started); ``patched`` (a function or class member of pytest or pluggy, or one
-of their modules in ``sys.modules``, that is no longer what it was at start, and what replaced it is not trusted
-code either); ``changed`` (a watched file, i.e. a test file or a conftest/ini file beside or above one, whose
+a test file as it was when the run started); ``patched`` (a function or class member of pytest, pluggy or
+builtins, or one of their modules in ``sys.modules``, that is no longer what it was at start, or a collected test
+module whose class is no longer a plain module's, where what replaced it is not trusted code either); ``changed`` (a watched file, i.e. a test file or a conftest/ini file beside or above one, whose
 content changed after start: checked when collection ends and when the session ends); ``finish`` (pytest's
 exit status and counters at the end of the session) and ``end`` (the exit status once every plugin has
 unconfigured; the process must exit with it).
@@ -39,7 +39,7 @@ import pytest
 
 NAME = "_gym_harness"
 MAX_ID = 2048  # longer node ids are cut: the host compares the same cut
-_INTERNAL = ("pytest", "_pytest", "pluggy")
+_INTERNAL = ("pytest", "_pytest", "pluggy", "builtins")
 
 
 def _digest(path: str) -> str | None:
@@ -85,7 +85,8 @@ def _members(module: types.ModuleType) -> dict[str, object]:
     out: dict[str, object] = {}
     name = module.__name__
     for attr, value in list(vars(module).items()):
-        if isinstance(value, types.FunctionType | type) and getattr(value, "__module__", None) == name:
+        kinds = types.FunctionType | types.BuiltinFunctionType | type
+        if isinstance(value, kinds) and getattr(value, "__module__", None) == name:
             out[f"{name}.{attr}"] = value
             if isinstance(value, type):
                 for member, inner in list(vars(value).items()):
@@ -96,6 +97,16 @@ def _members(module: types.ModuleType) -> dict[str, object]:
 
 def _internal(name: str) -> bool:
     return any(name == root or name.startswith(root + ".") for root in _INTERNAL)
+
+
+def _test_modules(session) -> list[types.ModuleType]:
+    """The modules of the collected tests (already imported by collection)."""
+    found: dict[int, object] = {}
+    for item in getattr(session, "items", None) or ():
+        parent = item.getparent(pytest.Module)
+        if parent is not None:
+            found.setdefault(id(parent), parent.obj)
+    return list(found.values())
 
 
 class _Harness:
@@ -190,6 +201,19 @@ class _Harness:
                     if not self.trusted(filename):
                         self.write("hook", hook_name, filename, str(impl.plugin_name)[:200])
 
+    def check_modules(self) -> None:
+        """A test module whose class is no longer a plain module's (a class whose code is not trusted wraps what
+        its tests call)."""
+        for module in _test_modules(self.session):
+            kind = type(module)
+            if kind is not types.ModuleType:
+                members = [
+                    m for m in vars(kind).values() if isinstance(m, types.FunctionType | staticmethod | property)
+                ]
+                where = [f for member in members for f in _code_files(member) if not self.trusted(f)]
+                if where or not isinstance(module, types.ModuleType):
+                    self.write("patched", f"{getattr(module, '__name__', '?')}.__class__", (where or ["<no code>"])[0])
+
     def check_internals(self) -> None:
         for name, module in self.modules.items():
             if sys.modules.get(name) is not module:
@@ -251,12 +275,14 @@ def pytest_runtest_logreport(report) -> None:
 def pytest_collection_finish(session) -> None:
     if _ours(session.config):
         _H.check_files("collection")
+        _H.check_modules()
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus) -> None:
     if _ours(session.config):
         _H.check_files("session")
+        _H.check_modules()
         _H.check_hooks()
         _H.check_internals()
         _H.write("finish", int(exitstatus), session.testscollected, session.testsfailed)

@@ -352,6 +352,9 @@ class _Scan(ast.NodeVisitor):
                     self.add(node, _CALLED[f"{owner}.{name}"], f"{owner}.{name}")
                 if func in ("setattr", "delattr"):
                     self._stored(node, args[0], name)
+        if func in ("importlib.import_module", "__import__") and args and (name := _const_str(args[0])):
+            if rule := self._module_rule(name):
+                self.add(node, rule, f"{func}({name!r})")
         if func == "vars" and args and self.module_qual(args[0]) in _SENSITIVE_MODULES:
             self.add(node, "dynamic-code", f"vars({self.module_qual(args[0])})")
         if func in ("open", "io.open", "io.FileIO", "os.fdopen", "codecs.open") and args:

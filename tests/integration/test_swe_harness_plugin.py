@@ -129,6 +129,7 @@ def imported(name: str, source: str) -> dict[str, str]:
             "changed",
         ),
         ("plant", "import pathlib\npathlib.Path('tests/conftest.py').write_text('')\n", "changed"),
+        ("sorting", "import builtins\nbuiltins.sorted = lambda *a, **k: []\n", "patched builtins.sorted"),
     ],
 )
 def test_package_code_that_acts_on_pytest_is_named(tmp_path, name, source, seen):
@@ -156,12 +157,13 @@ def test_an_exit_outside_pytest_leaves_no_end(tmp_path):
     assert proc.returncode == 0 and record.end is None and record.finish is None
 
 
-def test_a_module_class_swap_is_not_seen_at_run_time(tmp_path):
-    """The documented limit: swapping the test module's class changes only what its tests call; pytest reports the
-    passes itself and nothing of pytest changed. The tamper scan finds it (sys.modules walked, __class__ replaced)."""
+def test_a_module_class_swap_is_seen_at_run_time(tmp_path):
+    """Swapping the test module's class changes only what its tests call (pytest reports the passes itself, nothing
+    of pytest changed): the harness looks at the collected test modules' class."""
     proc, raw, key = run(tmp_path, imported("wrap", CLASS_SWAP))
     record = parse_record(raw, key)
-    assert record.tampering == [] and record.statuses["tests/test_pkg.py::test_fixed"] == TestStatus.PASSED, proc.stdout
+    assert record.statuses["tests/test_pkg.py::test_fixed"] == TestStatus.PASSED, proc.stdout[-2000:]
+    assert any(line.startswith("patched test_pkg.__class__") for line in record.tampering), record.tampering
 
 
 def test_a_pytest_started_inside_a_test_records_nothing(tmp_path):

@@ -13,9 +13,9 @@ the real sandbox; none fixes ``accumulate`` (its F2P tests fail), each makes the
 
 Each is ``tampered`` (reward 0, never masked) beside the gold patch and the gold patch plus ordinary package code
 (an atexit cleanup, file writes, ``sys.modules`` reads, ``sys.exit(main())``), which resolve. The tamper scan
-finds each in the applied tree; without it, the harness's record catches every one that acts on pytest or its
-process (the class swap only changes what a test calls: the scan alone sees it, see docs/swe.md); without both,
-each of the forging attacks resolves the instance (what the grader did before).
+finds each in the applied tree; without it, the harness's record catches every one (it acts on pytest, its
+process or the collected test modules); without both, each of the forging attacks resolves the instance (what the
+grader did before).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def test_code_inside_pytest_is_tampered_and_honest_code_resolves():
 
 def test_the_harness_alone_catches_code_that_acts_on_pytest(monkeypatch):
     """Without the scan: the harness's record, cross-checked with the exit status and the log, catches each attack
-    on pytest or its process; the class swap changes only what the tests call and resolves (the scan's alone)."""
+    on pytest, its process or the collected test modules."""
     without_tamper_checks(monkeypatch, scan=True, record=False)
     toolz = shipped()[TOOLZ]
     results = grade({**FORGERS, "gold": toolz.patch})
@@ -122,10 +122,10 @@ def test_the_harness_alone_catches_code_that_acts_on_pytest(monkeypatch):
         "pytest internals": "patched _pytest.python.Function.runtest",
         "fd ending": "no end of the session",
         "harness off in pytest.ini": "hook pytest_runtest_makereport",
+        "class swap": "patched test_itertoolz.__class__",
     }
     for name, why in expected.items():
         assert results[name].status == "tampered" and why in results[name].detail, (name, results[name])
-    assert results["class swap"].resolved, results["class swap"]  # the documented limit of the run-time checks
 
 
 def test_each_forgery_resolves_without_the_checks(monkeypatch):

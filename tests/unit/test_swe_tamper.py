@@ -29,6 +29,10 @@ ATTACKS = {
     "_pytest imported": ("import _pytest.runner", "pytest-machinery"),
     "_pytest from-import": ("from _pytest.reports import TestReport", "pytest-machinery"),
     "pluggy": ("import pluggy", "pytest-machinery"),
+    "import_module of _pytest": (
+        "import importlib\nimportlib.import_module('_py' + 'test.python').x = 1",
+        "pytest-machinery",
+    ),
     "pytest patched": ("import pytest\npytest.skip = print", "pytest-machinery"),
     "_pytest patched": ("import _pytest.python as p\np.Function.runtest = print", "pytest-machinery"),
     "capture internals": ("def f(o): return o.targetfd_save", "pytest-machinery"),
