@@ -18,9 +18,11 @@ Expected outputs come from a host-side oracle per variant, independent of the
 reference program (tests check that the two agree in a real interpreter).
 Each row also carries a deliberately wrong program (``incorrect_solutions``).
 
-Every task's tests reject a family of degenerate programs (`tasks/degenerate.py`: constants, echo, the
-reference off by one), judged at generation time as the grader judges; where the tests as drawn do not, hidden
-tests drawn on from the task's stream are added (`drawn_tests`), and a task no such test can fix is never drawn.
+Every task's tests reject a family of degenerate programs (`tasks/degenerate.py`: constants, per case and per
+line, echo, the reference with other parameter values or the template's other operation; `degenerates`), judged at
+generation time as the grader judges; where the tests as drawn do not, hidden tests that separate are added
+(`drawn_tests`), and a task no such test can fix is never drawn. A program with the task's meaning
+(`Variant.meaning`) is a solution, not a degenerate program; the catalogue holds one task per meaning.
 
 Split: for each variant, the HELDOUT_PERCENT of its parameter tuples with the
 smallest sha256 of (template, variant, parameters) are held out (at least
@@ -38,9 +40,9 @@ import json
 import math
 import random
 import string
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache, lru_cache, partial
+from functools import cache, cached_property, lru_cache, partial
 from itertools import combinations, permutations, product
 from pathlib import Path
 from typing import Any, Literal
@@ -58,12 +60,13 @@ LEVELS = (1, 2, 3)
 HELDOUT_PERCENT = 20  # share of each variant's parameter values held out
 PUBLIC_TESTS = 1  # shown in the statement as the example; graded too
 HIDDEN_TESTS = 6
-# Draws spent looking for a hidden test that rejects a degenerate program still passing (docs/generated_tasks.md
-# "Degenerate programs"). The rarest fixable miss needs a random value to land one above a parameter (about 1
-# test in 20 at level 1): at seeds 0-2 the 555 strengthened tasks needed 7 draws (median), 129 at most. A task
-# whose miss no test of its distribution can catch (an off-by-one program equal to the reference on every input
-# the statement allows) spends them all and is dropped.
+# Draws of the task's own stream spent looking for a hidden test that rejects a degenerate program still passing
+# (docs/generated_tasks.md "Degenerate programs: the whole family"); then a test is built on a case that separates
+# one, searched among every n the statement allows (one-integer inputs) or WITNESS_DRAWS cases of the task's own
+# distribution: at seeds 0, 1, 2 and 7, every task but the two whose every answer is 0 ends with none passing (two
+# of seed 0's needed the search: divisible/L1 with D/2 or D/3, a multiple of D/2 not of D is 1 draw in 300).
 STRENGTHEN_TRIES = 400
+WITNESS_DRAWS = 2000
 TIME_LIMIT_S = 2
 MEMORY_LIMIT_BYTES = 256 << 20
 LETTERS = string.ascii_lowercase
@@ -98,6 +101,13 @@ class Variant:
     wrong: str  # a deliberately wrong body
     answer: Callable[[Any, Params], str]  # oracle: one case -> its answer line
     case: Callable[[random.Random, Params], Any]  # one random case
+    key: Callable[[Params], Any] | None = None  # `meaning`, where several parameter values mean one thing
+
+    def meaning(self, params: Params) -> Any:
+        """What the variant computes with ``params``: two meanings equal within a template give the same answers on
+        every input the statement allows (one task per meaning; a program with the task's own meaning is no
+        degenerate program). ``key`` for any parameter values (it never raises), else the variant and values."""
+        return self.key(params) if self.key else (self.name, tuple(sorted(params.items())))
 
 
 @dataclass(frozen=True)
@@ -198,6 +208,33 @@ def _multiple(rng: random.Random, *divisors: int) -> int:
     return step * rng.randint(1, 10000 // step)
 
 
+def _yes_or_no(rng: random.Random, d: int, e: int) -> int:
+    """A third of the time any n in 1..10000; else as often a multiple of D that E does not divide (YES; E never
+    divides D) as a multiple of E or of lcm(D, E) (NO: what a program ignoring E or D answers wrong)."""
+    roll = rng.random()
+    if roll < 1 / 3:
+        return rng.randint(1, 10000)
+    if roll < 2 / 3:
+        return next(n for n in iter(lambda: d * rng.randint(1, 10000 // d), None) if n % e)
+    step = rng.choice([e, math.lcm(d, e)])
+    return step * rng.randint(1, 10000 // step)
+
+
+def _divisible_not_key(p: Params) -> Any:
+    """YES when D divides n and E does not: the same answers as D and lcm(D, E) (n >= 1)."""
+    return ("divisible_not", abs(p["D"]), math.lcm(p["D"], p["E"])) if p["D"] and p["E"] else tuple(p.items())
+
+
+def _unordered(name: str, a: str, b: str) -> Callable[[Params], Any]:
+    """The key of a symmetric operation of two letters: (C, D) and (D, C) are one task."""
+    return lambda p: (name, frozenset((p[a], p[b])))
+
+
+def _largest(name: str) -> Callable[[Params], Any]:
+    """The K-th largest and the sum of the K largest are one operation at K = 1: the largest."""
+    return lambda p: ("largest",) if p["K"] == 1 else (name, p["K"])
+
+
 def _shift(c: str, k: int) -> str:
     return chr((ord(c) - 97 + k) % 26 + 97)
 
@@ -267,6 +304,7 @@ TEMPLATES: dict[str, Template] = {
                 "print(s.count(C))",
                 lambda s, p: str(s.count(p["C"]) + s.count(p["D"])),
                 _word,
+                _unordered("count_two", "C", "D"),
             ),
         ),
         Template(
@@ -287,8 +325,9 @@ TEMPLATES: dict[str, Template] = {
                 _pairs("A", "B", ordered=False),
                 "print(''.join(B if c == A else A if c == B else c for c in s))",
                 "print(s.replace(A, B).replace(B, A))",
-                lambda s, p: "".join({p["A"]: p["B"], p["B"]: p["A"]}.get(c, c) for c in s),
+                lambda s, p: s.translate(str.maketrans(p["A"] + p["B"], p["B"] + p["A"])),
                 _word,
+                _unordered("swap", "A", "B"),
             ),
         ),
         Template(
@@ -325,15 +364,17 @@ TEMPLATES: dict[str, Template] = {
                 "print(sorted(a)[K - 1])",
                 lambda a, p: str(sorted(a, reverse=True)[p["K"] - 1]),
                 lambda r, p: _ints(r, p["K"], p["K"] + 5),
+                _largest("kth_largest"),
             ),
             Variant(
                 "k_largest_sum",
                 "Print the sum of the K largest numbers (n > K).",
-                _grid(K=range(1, 16)),
+                _grid(K=range(2, 16)),  # the sum of the 1 largest is the base operation
                 "print(sum(sorted(a, reverse=True)[:K]))",
                 "print(sum(sorted(a)[:K]))",
                 lambda a, p: str(sum(sorted(a, reverse=True)[: p["K"]])),
                 lambda r, p: _ints(r, p["K"] + 1, p["K"] + 5),
+                _largest("k_largest_sum"),
             ),
         ),
         Template(
@@ -375,11 +416,12 @@ TEMPLATES: dict[str, Template] = {
             Variant(
                 "divisible_not",
                 "Print YES if n is divisible by D but not by E, otherwise print NO.",
-                lambda: [{"D": d, "E": e} for d in range(2, 21) for e in range(2, 21) if d != e and d % e],
+                lambda: [{"D": d, "E": e} for d in range(2, 21) for e in range(2, 21) if d % e],  # E | D: always NO
                 "print('YES' if n % D == 0 and n % E != 0 else 'NO')",
                 "print('YES' if n % D == 0 else 'NO')",
                 lambda n, p: "YES" if n % p["D"] == 0 and n % p["E"] else "NO",
-                lambda r, p: _multiple(r, p["D"], p["E"]),
+                lambda r, p: _yes_or_no(r, p["D"], p["E"]),
+                _divisible_not_key,
             ),
         ),
         Template(
@@ -397,11 +439,14 @@ TEMPLATES: dict[str, Template] = {
             Variant(
                 "linear_mod",
                 "Print (A * n + B) modulo M.",
-                _grid(A=range(2, 10), B=range(1, 10), M=(7, 9, 10, 11, 13, 100)),
+                lambda: [
+                    p for p in _grid(A=range(2, 10), B=range(1, 10), M=(7, 9, 10, 11, 13, 100))() if p["A"] % p["M"]
+                ],
                 "print((A * n + B) % M)",
                 "print(A * n + B % M)",
                 lambda n, p: str((p["A"] * n + p["B"]) % p["M"]),
                 lambda r, p: r.randint(1, 10000),
+                lambda p: ("linear_mod", p["A"] % p["M"], p["B"] % p["M"], p["M"]) if p["M"] else tuple(p.items()),
             ),
         ),
         Template(
@@ -460,6 +505,7 @@ TEMPLATES: dict[str, Template] = {
                 "print(sum(1 for x in a if x >= K))",
                 lambda a, p: str(sum(x > p["K"] for x in a)),
                 lambda r, p: _ints(r, plant=[p["K"]] * 2),
+                lambda p: ("greater", min(max(p["K"], -1), 99)),  # a_i in 0..99
             ),
             Variant(
                 "between",
@@ -469,6 +515,7 @@ TEMPLATES: dict[str, Template] = {
                 "print(sum(1 for x in a if L < x < R))",
                 lambda a, p: str(sum(p["L"] <= x <= p["R"] for x in a)),
                 lambda r, p: _ints(r, plant=[p["L"], p["R"]]),
+                lambda p: ("between", max(p["L"], 0), min(p["R"], 99)) if max(p["L"], 0) <= min(p["R"], 99) else (),
             ),
         ),
         Template(
@@ -482,6 +529,7 @@ TEMPLATES: dict[str, Template] = {
                 "print(s.replace(C, '', 1))",
                 lambda s, p: s.replace(p["C"], ""),
                 lambda r, p: _word(r, p, keep=True),
+                lambda p: ("remove", frozenset((p["C"],))),  # the letters removed: remove_two with C = D is this
             ),
             Variant(
                 "remove_two",
@@ -491,6 +539,7 @@ TEMPLATES: dict[str, Template] = {
                 "print(s.replace(C, ''))",
                 lambda s, p: s.replace(p["C"], "").replace(p["D"], ""),
                 lambda r, p: _word(r, p, keep=True),
+                lambda p: ("remove", frozenset((p["C"], p["D"]))),
             ),
         ),
         Template(
@@ -542,6 +591,15 @@ TEMPLATES: dict[str, Template] = {
 
 
 @cache
+def tasks_of(variant: Variant) -> tuple[Params, ...]:
+    """The variant's parameter values, one per meaning (`Variant.meaning`; the first in the grid's order)."""
+    kept: dict[Any, Params] = {}
+    for p in variant.params():
+        kept.setdefault(variant.meaning(p), p)
+    return tuple(kept.values())
+
+
+@cache
 def _heldout(template: str, hard: bool) -> frozenset[tuple[tuple[str, Any], ...]]:
     """The held-out parameters of a variant: the HELDOUT_PERCENT of its parameter tuples (at least one, never
     all) whose sha256 of (template, variant, parameters) is smallest. A rank, not a threshold, so that a small
@@ -549,7 +607,7 @@ def _heldout(template: str, hard: bool) -> frozenset[tuple[tuple[str, Any], ...]
     variant = TEMPLATES[template].hard if hard else TEMPLATES[template].base
     keyed = sorted(
         (hashlib.sha256(json.dumps([template, variant.name, list(p.items())]).encode()).hexdigest(), tuple(p.items()))
-        for p in variant.params()
+        for p in tasks_of(variant)
     )
     share = min(len(keyed) - 1, max(1, round(len(keyed) * HELDOUT_PERCENT / 100)))
     return frozenset(params for _, params in keyed[:share])
@@ -571,7 +629,7 @@ def catalogue(levels: Sequence[int] = LEVELS, templates: Sequence[str] | None = 
         TaskSpec(template.name, level, tuple(params.items()))
         for template in (TEMPLATES[name] for name in names)
         for level in sorted(set(levels))
-        for params in (template.base if level < 3 else template.hard).params()
+        for params in tasks_of(template.base if level < 3 else template.hard)
     ]
 
 
@@ -633,8 +691,9 @@ def _layout(spec: TaskSpec, cases: Cases, params_in: ParamsIn) -> tuple[str, str
 # ---- degenerate programs (tasks/degenerate.py) ------------------------------------------------------
 
 
-def _parse(spec: TaskSpec, text: str, params_in: ParamsIn) -> tuple[Params, list[Any]]:
-    """The parameters and cases a program reads from a test input in ``params_in`` layout."""
+@lru_cache(maxsize=4096)
+def _parse(spec: TaskSpec, text: str, params_in: ParamsIn) -> tuple[Params, tuple[Any, ...]]:
+    """The parameters and cases a program reads from a test input in ``params_in`` layout (shared: never mutate)."""
     lines = iter(text.splitlines())
     params = dict(spec.params)
     if params_in == "input":
@@ -649,59 +708,239 @@ def _parse(spec: TaskSpec, text: str, params_in: ParamsIn) -> tuple[Params, list
         else:
             line = next(lines)
             cases.append(int(line) if kind == "int" else line.strip() if kind == "word" else line)
-    return params, cases
+    return params, tuple(cases)
 
 
-def _shifted(spec: TaskSpec, name: str, delta: int, params_in: ParamsIn, text: str) -> str | None:
-    """What the reference with parameter ``name`` moved by ``delta`` prints on ``text``, by the variant's oracle."""
-    params, cases = _parse(spec, text, params_in)
-    params[name] += delta
+def _answers(
+    spec: TaskSpec, variant: Variant, params: Params | None, params_in: ParamsIn, text: str
+) -> list[str] | None:
+    """The answer lines the reference of ``variant`` with ``params`` (None: the ones it reads) prints on ``text``,
+    by the variant's oracle; None when the program raises."""
+    read, cases = _parse(spec, text, params_in)
     try:
-        return "".join(spec.variant.answer(case, params) + "\n" for case in cases)
+        return [variant.answer(case, read if params is None else params) for case in cases]
     except (LookupError, ArithmeticError, ValueError):  # the program raises the same, and fails the test
         return None
 
 
-def degenerates(spec: TaskSpec, tests: Sequence[tuple[str, str]], params_in: ParamsIn) -> list[Degenerate]:
-    """The degenerate programs ``tests`` must reject (`tasks.degenerate.family`), with the reference off by one
-    in each integer parameter, both ways."""
-    shifted = []
+def _moves(name: str, value: int) -> list[tuple[str, str, int]]:
+    """Integer parameter ``name`` moved by 1, 2, 3 either way, doubled and (when even) halved: ``(label, the line
+    that moves it once read, the value)``."""
+    moves = [(f"{name}{d:+d}", f"{name} {'+-'[d < 0]}= {abs(d)}\n", value + d) for d in (-1, 1, -2, 2, -3, 3)]
+    moves.append((f"{name}*2", f"{name} *= 2\n", value * 2))
+    if value % 2 == 0:
+        moves.append((f"{name}/2", f"{name} //= 2\n", value // 2))
+    return moves
+
+
+@dataclass(frozen=True)
+class _Other:
+    """The task's reference with other parameter values, or the template's other operation: what it computes, and
+    the lines that turn the parameters it read (``params_in="input"``) into these."""
+
+    name: str
+    variant: Variant
+    params: Params
+    adjust: str
+
+
+@cache
+def _as_others(variant: Variant) -> tuple[tuple[Any, _Other], ...]:
+    """Every task of ``variant`` (`tasks_of`) as another task's alternative, with its meaning."""
+    return tuple((variant.meaning(p), _other(variant, p)) for p in tasks_of(variant))
+
+
+def _other(variant: Variant, params: Params, name: str = "", adjust: str = "") -> _Other:
+    """``variant`` with ``params``; the name and input-layout lines default to the values, all assigned."""
+    return _Other(
+        name or f"{variant.name}(" + ",".join(f"{k}={v}" for k, v in params.items()) + ")",
+        variant,
+        params,
+        adjust or "".join(f"{k} = {v!r}\n" for k, v in params.items()),
+    )
+
+
+@lru_cache(maxsize=64)  # a task's check asks for these once per kept test; the catalogue's would not fit
+def _others(spec: TaskSpec) -> tuple[_Other, ...]:
+    """The reference's neighbours (each integer parameter moved by `_moves`, each letter parameter set to every
+    other letter, two parameters of one type swapped), every parameter value of the template's two operations in
+    the generator's ranges (`tasks_of`), and the other operation with the task's own values where it has the same
+    parameter: each meaning (`Variant.meaning`) once, never the task's own."""
+    template, params, variant = TEMPLATES[spec.template], dict(spec.params), spec.variant
+    other = template.hard if spec.level < 3 else template.base
+    near: list[_Other] = []
     for name, value in spec.params:
-        if not isinstance(value, int):
-            continue
-        for delta in (-1, 1):
-            if params_in == "input":
-                source = _read_params(spec) + f"{name} += {delta}\n" + _solve(spec, spec.variant.body)
-            else:
-                moved = tuple((k, v + delta if k == name else v) for k, v in spec.params)
-                source = program(TaskSpec(spec.template, spec.level, moved), spec.variant.body)
-            run = partial(_shifted, spec, name, delta, params_in)
-            shifted.append(Degenerate(f"{name}{delta:+d}", source, run))
-    return degenerate.family(tests, shifted)
+        if isinstance(value, int):
+            near += [_other(variant, {**params, name: v}, label, line) for label, line, v in _moves(name, value)]
+        else:
+            near += [_other(variant, {**params, name: c}, f"{name}={c}", f"{name} = {c!r}\n") for c in LETTERS]
+    for a, b in combinations(params, 2):
+        if type(params[a]) is type(params[b]):
+            swapped = {**params, a: params[b], b: params[a]}
+            near.append(_other(variant, swapped, f"swap {a},{b}", f"{a}, {b} = {b}, {a}\n"))
+    shared = {k: v for k, v in params.items() if k in tasks_of(other)[0]}
+    merged = {tuple({**p.params, **shared}.items()): None for _, p in _as_others(other)} if shared else {}
+    near += [_other(other, dict(values)) for values in merged]
+    candidates = [(o.variant.meaning(o.params), o) for o in near] + [*_as_others(variant), *_as_others(other)]
+    seen = {variant.meaning(params)}
+    others = []
+    for meaning, candidate in candidates:
+        if meaning not in seen:
+            seen.add(meaning)
+            others.append(candidate)
+    return tuple(others)
 
 
-def _surviving(spec: TaskSpec, tests: Sequence[Cases]) -> set[str]:
-    """The degenerate programs that pass every one of ``tests`` in either layout (they differ in echo only)."""
-    alive: set[str] = set()
-    for params_in in ("statement", "input"):
-        rendered = [_layout(spec, cases, params_in) for cases in tests]
-        alive.update(degenerate.survivors(degenerates(spec, rendered, params_in), rendered))
-    return alive
+def _other_source(spec: TaskSpec, other: _Other, params_in: ParamsIn) -> str:
+    if params_in == "input":
+        head = _read_params(spec) + other.adjust
+    else:
+        head = "".join(f"{k} = {v!r}\n" for k, v in other.params.items())
+    return head + _solve(spec, other.variant.body)
 
 
-@lru_cache(maxsize=8192)  # `draw` checks a task and `render` lays it out; the whole catalogue is 5103 tasks
+def _other_run(spec: TaskSpec, other: _Other, params_in: ParamsIn, text: str) -> str | None:
+    lines = _answers(spec, other.variant, other.params, params_in, text)
+    return None if lines is None else "".join(line + "\n" for line in lines)
+
+
+def _first_answer(spec: TaskSpec, params_in: ParamsIn) -> Degenerate:
+    """The reference answering every case as it answered the first."""
+    reference = program(spec, spec.variant.body, params_in)
+    return degenerate.first_answer(reference, partial(_answers, spec, spec.variant, None, params_in))
+
+
+def _case_count(spec: TaskSpec, params_in: ParamsIn, text: str) -> int:
+    return len(_parse(spec, text, params_in)[1])
+
+
+def _reading(spec: TaskSpec, params_in: ParamsIn) -> degenerate.Reading | None:
+    """How the reference reads a test's cases (None at level 1: one case)."""
+    if spec.level == 1:
+        return None
+    return degenerate.Reading(partial(_case_count, spec, params_in), partial(program, spec, params_in=params_in))
+
+
+def degenerates(spec: TaskSpec, tests: Sequence[tuple[str, str]], params_in: ParamsIn) -> list[Degenerate]:
+    """The degenerate programs ``tests`` (laid out in ``params_in``) must reject: `tasks.degenerate.family`, the
+    cases read as the reference reads them, with the reference's `_others` and (several cases a test) the
+    reference answering every case as the first."""
+    others = [
+        Degenerate(
+            other.name, partial(_other_source, spec, other, params_in), partial(_other_run, spec, other, params_in)
+        )
+        for other in _others(spec)
+    ]
+    first = [_first_answer(spec, params_in)] if spec.level > 1 else []
+    return degenerate.family(tests, _reading(spec, params_in), first + others)
+
+
+class _Probe:
+    """A drawn test for the check: its cases, their expected answer lines and tokens, and (on first use) its
+    (input, expected output) in each layout."""
+
+    def __init__(self, spec: TaskSpec, cases: Cases) -> None:
+        self.spec, self.cases = spec, cases
+        self.answers = [spec.variant.answer(case, dict(spec.params)) for case in cases]
+        self.tokens = " ".join(self.answers).split()
+        self.plain = all(answer and " " not in answer for answer in self.answers)  # one token a line
+
+    @cached_property
+    def laid(self) -> dict[str, tuple[str, str]]:
+        return {layout: _layout(self.spec, self.cases, layout) for layout in ("statement", "input")}
+
+
+Judged = _Other | tuple[Degenerate, ParamsIn]  # a program of the check: an alternative, or a program and its layout
+
+
+def _passes(program: Judged, probe: _Probe) -> bool:
+    """Whether ``program`` passes ``probe`` as `degenerate.passes` judges it. An alternative is judged on the drawn
+    cases (the same in both layouts): generated outputs are canonical integers and words of letters, whose tokens
+    match (`tasks.comparison.outputs_match`) exactly when they are equal."""
+    if isinstance(program, tuple):
+        return degenerate.passes(program[0], probe.laid[program[1]])
+    answer, params = program.variant.answer, program.params
+    try:
+        for case, want in zip(probe.cases, probe.answers):
+            line = answer(case, params)
+            if line != want:
+                break
+        else:
+            return True
+        if probe.plain and line and " " not in line:  # the lines so far are equal: this token differs
+            return False
+        lines = [answer(case, params) for case in probe.cases]
+    except (LookupError, ArithmeticError, ValueError):  # the program raises the same, and fails the test
+        return False
+    return " ".join(lines).split() == probe.tokens
+
+
+@lru_cache(maxsize=64)
+def _others_by_name(spec: TaskSpec) -> dict[str, Judged]:
+    return {other.name: other for other in _others(spec)}
+
+
+def _family(spec: TaskSpec, probes: Sequence[_Probe]) -> dict[str, Judged]:
+    """The family for ``probes`` (`degenerates`) by name. The reference's `_others` print the same in both layouts
+    (from the parameters and cases alone); the programs that print what the input's text holds (echo, per line)
+    are judged in both layouts."""
+    tests = [probe.laid["statement"] for probe in probes]
+    first = [_first_answer(spec, "statement")] if spec.level > 1 else []
+    family: dict[str, Judged] = {
+        p.name: (p, "statement") for p in degenerate.family(tests, _reading(spec, "statement"), first)
+    }
+    for p in degenerate.textual([probe.laid["input"] for probe in probes]):
+        family[f"{p.name} (parameters in the input)"] = (p, "input")
+    return family | _others_by_name(spec)
+
+
+def _stream(spec: TaskSpec, rng: random.Random, _: Mapping[str, Judged]) -> _Probe:
+    """The next test of the task's own stream."""
+    return _Probe(spec, _cases(spec, rng, 5))
+
+
+def _witness(
+    spec: TaskSpec, rng: random.Random, candidates: Iterator[Any], alive: Mapping[str, Judged]
+) -> _Probe | None:
+    """A test that rejects a program of ``alive``: the next of ``candidates`` (cases) on which one of them answers
+    otherwise than the reference, alone at level 1, else in place of one case of the stream's next test. None when
+    the candidates run out."""
+    for case in candidates:
+        alone = _Probe(spec, (case,))
+        if any(not _passes(program, alone) for program in alive.values()):
+            if spec.level == 1:
+                return alone
+            cases = list(_cases(spec, rng, 5))
+            cases[rng.randrange(len(cases))] = case
+            return _Probe(spec, tuple(cases))
+    return None
+
+
+@lru_cache(maxsize=8192)  # `draw` checks a task and `render` lays it out; the whole catalogue is 4999 tasks
 def drawn_tests(spec: TaskSpec, seed: int, tries: int = STRENGTHEN_TRIES) -> DrawnTests:
-    """The task's tests, from ``(seed, task_id)`` alone: PUBLIC_TESTS + HIDDEN_TESTS drawn, then hidden tests
-    drawn on from the same stream (so the first ones never change) while a degenerate program passes them all,
-    each kept only when it rejects one; ``tries`` draws at most (0: the tests as first drawn). Shared by every
-    caller: never mutate the cases."""
+    """The task's tests, from ``(seed, task_id)`` alone: PUBLIC_TESTS + HIDDEN_TESTS drawn; then, while a
+    degenerate program passes them all, hidden tests drawn on from the same stream (so the first ones never
+    change), each kept only when it rejects one, ``tries`` draws at most (0: the tests as first drawn); then tests
+    built on a case that separates a program still passing (`_witness`), searched among every n the statement
+    allows (one integer a case) or WITNESS_DRAWS cases of the task's own distribution. Shared by every caller:
+    never mutate the cases."""
     rng = random.Random(f"{seed}:{spec.task_id}")
     # the example (in the statement) has at most 3 cases: shorter prompts for small policies
     drawn = [_cases(spec, rng, 3 if n < PUBLIC_TESTS else 5) for n in range(PUBLIC_TESTS + HIDDEN_TESTS)]
-    added, alive = degenerate.strengthen(drawn, lambda: _cases(spec, rng, 5), partial(_surviving, spec), tries)
-    return DrawnTests(
-        tuple(drawn[:PUBLIC_TESTS]), tuple(drawn[PUBLIC_TESTS:] + added), len(added), tuple(sorted(alive))
-    )
+    probes = [_Probe(spec, cases) for cases in drawn]
+    family = partial(_family, spec)
+    added, alive = degenerate.strengthen(probes, partial(_stream, spec, rng), family, _passes, tries)
+    if alive and tries:
+        search = random.Random(f"{seed}:{spec.task_id}:witness")
+        if TEMPLATES[spec.template].kind == "int":
+            candidates: Iterator[Any] = iter(search.sample(range(1, 10001), 10000))
+        else:
+            candidates = (spec.variant.case(search, dict(spec.params)) for _ in range(WITNESS_DRAWS))
+        witness = partial(_witness, spec, rng, candidates)
+        more, alive = degenerate.strengthen(probes + added, witness, family, _passes, tries)
+        added += more
+    hidden = tuple(drawn[PUBLIC_TESTS:]) + tuple(probe.cases for probe in added)
+    return DrawnTests(tuple(drawn[:PUBLIC_TESTS]), hidden, len(added), tuple(sorted(alive)))
 
 
 def statement(spec: TaskSpec, example: tuple[str, str], params_in: ParamsIn = "statement") -> str:

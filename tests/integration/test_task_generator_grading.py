@@ -93,30 +93,83 @@ def _degenerate_source(spec_id: str, name: str, params_in: str) -> tuple[TaskSpe
 
 
 def test_degenerate_programs_passed_the_tests_as_first_drawn_and_fail_the_strengthened_ones():
-    """Issue 41 class 4 in the real grader: constant YES on an outside find (divisible/L1/D=78, seed 0) and the
-    reference with K one too high on a main-job task (count_greater/L2/K=98, parameters in the input) pass the
-    task's tests as first drawn (its hidden tests cut back to HIDDEN_TESTS) and fail the strengthened task,
-    beside the references, which pass both."""
-    cases = [("divisible/L1/D=78", "constant 'YES\\n'", "statement"), ("count_greater/L2/K=98", "K+1", "input")]
+    """Issue 41 class 4 in the real grader: programs of the degenerate family pass a task's tests as first drawn
+    (its hidden tests cut back to HIDDEN_TESTS) and fail the strengthened task, beside the references, which pass
+    both: constant YES (divisible/L1/D=78, an outside find of the first round), D off by 2 (divisible/L1/D=6, the
+    second round's), and on main-job tasks (parameters in the input) K one too high, a constant once per case, and
+    the other operation with a letter no drawn test holds (count C or D)."""
+    cases = [
+        ("divisible/L1/D=78", "constant 'YES\\n'", "statement"),
+        ("divisible/L1/D=6", "D-2", "statement"),
+        ("count_greater/L2/K=98", "K+1", "input"),
+        ("count_greater/L2/K=98", "per case '0'", "input"),
+        ("count_char/L2/C=a", "count_two(C=a,D=y)", "input"),
+    ]
     tasks, submissions = [], []
     for task_id, name, params_in in cases:
         spec, source = _degenerate_source(task_id, name, params_in)
         task = render(spec, 0, params_in)
-        assert task.added == 1
+        assert task.added >= 1
         first = json.loads(json.dumps(task.row))
-        first["name"] = f"{task_id}#as-drawn"
+        first["name"] = f"{task_id}#{name}#as-drawn"
         first["private_tests"] = {k: v[:HIDDEN_TESTS] for k, v in first["private_tests"].items()}
-        for row in (task.row, first):
+        for row in (dict(task.row, name=f"{task_id}#{name}"), first):
             tasks.append(codecontests.parse(len(tasks), row))
             submissions += [Submission(task_id=row["name"], completion=c) for c in (task.reference, source)]
     pairs, unknown = pair_submissions(tasks, submissions)
-    assert not unknown and len(pairs) == 8
+    assert not unknown and len(pairs) == 4 * len(cases)
 
     results = grade_pairs(pairs, CONFIG, SANDBOX)
 
     assert not any(r.infra_error for r in results), [r.detail for r in results if r.infra_error]
     passed = {(r.task_id, s.completion == t.solutions[0]): r.passed for r, (t, s) in zip(results, pairs)}
-    for task_id, _, _ in cases:
-        assert passed[(task_id, True)] and passed[(f"{task_id}#as-drawn", True)], task_id  # references pass both
-        assert passed[(f"{task_id}#as-drawn", False)], task_id  # the weak tests let the degenerate program through
-        assert not passed[(task_id, False)], task_id  # the added hidden test rejects it
+    for task_id, name, _ in cases:
+        key = f"{task_id}#{name}"
+        assert passed[(key, True)] and passed[(f"{key}#as-drawn", True)], key  # references pass both
+        assert passed[(f"{key}#as-drawn", False)], key  # the weak tests let the degenerate program through
+        assert not passed[(key, False)], key  # the added hidden tests reject it
+
+
+# The outside round's programs of 2026-11-28 (report section B), verbatim: each passed every test of its task in
+# this grader as the generator wrote it before the fix; the last is a solution (the same answer on every n).
+OUTSIDE = [
+    ("divisible/L3/D=19,E=15", "for _ in range(int(input())):\n    input()\n    print('NO')\n", False),
+    ("divisible/L1/D=6", "D = 4\nn = int(input())\nprint('YES' if n % D == 0 else 'NO')\n", False),
+    ("divisible/L1/D=9", "D = 6\nn = int(input())\nprint('YES' if n % D == 0 else 'NO')\n", False),
+    (
+        "divisible/L3/D=5,E=14",
+        "D = 2\nE = 14\nfor _ in range(int(input())):\n    n = int(input())\n"
+        "    print('YES' if n % D == 0 and n % E != 0 else 'NO')\n",
+        False,
+    ),
+    (
+        "divisible/L3/D=2,E=3",
+        "D = 2\nE = 6\nfor _ in range(int(input())):\n    n = int(input())\n"
+        "    print('YES' if n % D == 0 and n % E != 0 else 'NO')\n",
+        True,
+    ),
+]
+
+
+def test_the_outside_rounds_programs_fail_the_tasks_as_generated_now():
+    """The outside programs on their tasks as `tasks generate` writes them now, in the real grader: each fails
+    (wrong_answer on a test), the program with the reference's answers passes, and every reference passes."""
+    by_id = {spec.task_id: spec for spec in catalogue()}
+    tasks, submissions = [], []
+    for task_id, source, _ in OUTSIDE:
+        task = render(by_id[task_id], 0)
+        tasks.append(codecontests.parse(len(tasks), task.row))
+        submissions += [Submission(task_id=task_id, completion=c) for c in (source, task.reference)]
+    pairs, unknown = pair_submissions(tasks, submissions)
+    assert not unknown and len(pairs) == 2 * len(OUTSIDE)
+
+    results = grade_pairs(pairs, CONFIG, SANDBOX)
+
+    assert not any(r.infra_error for r in results), [r.detail for r in results if r.infra_error]
+    verdicts = {(r.task_id, s.completion == t.solutions[0]): r for r, (t, s) in zip(results, pairs)}
+    for task_id, _, solution in OUTSIDE:
+        assert verdicts[(task_id, True)].passed, task_id
+        attack = verdicts[(task_id, False)]
+        assert attack.passed == solution, task_id
+        if not solution:
+            assert Verdict.WRONG_ANSWER in {t.verdict for t in attack.tests}, task_id
