@@ -11,3 +11,8 @@ def task(**fields) -> Task:
     )
     base.update(fields)
     return Task(**base)
+
+
+def stdin_task(task_id: str, tests: list[tuple[str, str]]) -> Task:
+    """A stdin task of (input, expected output) tests."""
+    return task(task_id=task_id, tests=tuple(StdinTest(input=i, output=o) for i, o in tests))

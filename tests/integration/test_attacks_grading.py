@@ -14,19 +14,15 @@ from sandbox.config import SandboxConfig
 from sandbox.failure import FailureKind, Verdict
 from tasks.grader import GraderConfig, TaskResult, grade_pairs
 from tasks.submission import Submission
-from tasks.task import CallTest, StdinTest, Task
+from tasks.task import CallTest, Task
 from tests.sandbox_support import in_workspace, small_config
+from tests.task_support import stdin_task
 
 pytestmark = pytest.mark.docker
 
 SANDBOX = SandboxConfig.model_validate({"pool": {"size": 2}, "episode": {"wall_s": 3600.0}})
 CONFIG = GraderConfig(default_time_s=1.0, min_time_s=1.0)
 READ = "import os, sys, time\na, b = map(int, sys.stdin.read().split())\n"
-
-
-def stdin_task(task_id: str, tests: list[tuple[str, str]]) -> Task:
-    tests = tuple(StdinTest(input=i, output=o) for i, o in tests)
-    return Task(task_id=task_id, source_format="nemotron", kind="stdin", prompt="p", tests=tests)
 
 
 DOUBLE = Task(

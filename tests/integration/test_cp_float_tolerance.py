@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import pytest
 
+from sandbox.config import SandboxConfig
 from sandbox.failure import Verdict
-from tasks.grader import grade_pairs
+from tasks.grader import GraderConfig, grade_pairs
 from tasks.submission import Submission
 from tasks.task import CallTest, Task
-from tests.integration.test_attacks_grading import CONFIG, READ, SANDBOX, stdin_task
+from tests.task_support import stdin_task
 
 pytestmark = pytest.mark.docker
+
+SANDBOX = SandboxConfig.model_validate({"pool": {"size": 2}, "episode": {"wall_s": 3600.0}})
+CONFIG = GraderConfig(default_time_s=1.0, min_time_s=1.0)
+READ = "import sys\na, b = map(int, sys.stdin.read().split())\n"
+
 
 # the mean of two integers: tests 1 and 3 are written as integers, test 2 as a decimal
 MEAN = stdin_task("mean", [("1 1\n", "1\n"), ("1 2\n", "1.5\n"), ("3 5\n", "4\n")])

@@ -8,52 +8,14 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
-import trio
 
 from gym import bundle as bundles
-from gym.bundle import bundle_of, write_bundle
-from gym.environment import Environment
-from gym.episode import run_episode
-from gym.scripted import load_scripted
-from sandbox.pool import WorkspacePool
-from tasks.family import CodeFamily
-from tasks.grader import Grader
+from tests.replay_support import ROOT, TASK, gym, honest  # noqa: F401  (honest: a fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
-
-ROOT = Path(__file__).resolve().parents[2]
-TASK = "codecontests/9100_A. Average"
-
-
-def gym(*args: str, timeout: float = 400) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "gym", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
-
-
-@pytest.fixture(scope="module")
-def honest(tmp_path_factory) -> dict:
-    """The bundle of a real episode: the scripted reference solves a shipped task in three tool calls."""
-    env = Environment.load(ROOT / "configs" / "cp_smoke.yaml")
-    sandbox = env.config.sandbox.model_copy(update={"pool": env.config.sandbox.pool.model_copy(update={"size": 1})})
-
-    async def main():
-        async with WorkspacePool(sandbox) as pool:
-            family = CodeFamily(pool, Grader(pool, env.config.grader))
-            return await run_episode(
-                env, load_scripted("reference", env), family, env.tasks[TASK], seed=1, group_id="a"
-            )
-
-    solved = trio.run(main)
-    assert solved.trajectory.reward == 1.0
-    path = write_bundle(tmp_path_factory.mktemp("honest") / "honest.json", bundle_of(env, solved, "sampled", ""))
-    return json.loads(path.read_text())
 
 
 class Listener:
@@ -83,7 +45,7 @@ class Listener:
         self.socket.close()
 
 
-def test_honest_bundle_replays_identically_and_a_bundle_naming_an_engine_never_dials_it(honest, tmp_path):
+def test_honest_bundle_replays_identically_and_a_bundle_naming_an_engine_never_dials_it(honest, tmp_path):  # noqa: F811
     listener = Listener()
     try:
         tampered = json.loads(json.dumps(honest))
@@ -136,7 +98,7 @@ TAMPERED = {
 
 
 @pytest.mark.parametrize("name", list(TAMPERED))
-def test_tampered_bundles_end_replay_in_one_line_with_exit_5(honest, tmp_path, name):
+def test_tampered_bundles_end_replay_in_one_line_with_exit_5(honest, tmp_path, name):  # noqa: F811
     edit, named = TAMPERED[name]
     path = tmp_path / "tampered.json"
     path.write_text(json.dumps(_edit(honest, edit)))

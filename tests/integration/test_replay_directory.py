@@ -19,7 +19,7 @@ from gym.scripted import ReferencePolicy
 from sandbox.pool import WorkspacePool
 from tasks.family import CodeFamily
 from tasks.grader import Grader
-from tests.integration.test_replay_attacks import ROOT, TASK, gym, honest  # noqa: F401  (honest: a fixture)
+from tests.replay_support import ROOT, TASK, gym, honest  # noqa: F401  (honest: a fixture)
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
