@@ -8,9 +8,15 @@ nothing but builtin plain types can be rebuilt on the host::
     ["s", "x"]  str      ["y", base64]  bytes    ["c", [re, im]]  complex
     ["l", [..]]  list    ["t", [..]]  tuple      ["S", [..]]  set    ["F", [..]]  frozenset
     ["d", [[k, v], ..]]  dict
+    ["I", [..]]  an iterator (a generator, ``map``, ...): the items it yielded, rebuilt as an iterator
+    ["T", "int"]  a builtin type
+    ["o", true]  split asserts only: a value that is not plain data, of which only its truth value
+                 crossed (an `Opaque`: ``assert f(x)`` and ``assert not f(x)`` judge it as Python
+                 would; compared, it equals only itself)
 
 The driver refuses every other type (and subclasses of these), so an object
-with a rigged ``__eq__`` cannot cross. The driver's result line is
+with a rigged ``__eq__`` cannot cross; the exact types ``collections.Counter``,
+``OrderedDict`` and ``defaultdict`` cross as the plain dict of their items. The driver's result line is
 ``<nonce> <json>`` on stdout; the nonce is random per run and passed on
 stdin, so stray prints are never taken for the result, and a second line
 bearing the nonce means the candidate forged one (the test fails).
@@ -26,6 +32,27 @@ from dataclasses import dataclass
 from typing import Any
 
 _FLOAT_WORDS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+_TYPES = {
+    t.__name__: t
+    for t in (type(None), bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict, type, object)
+}
+_TYPES.update({"bytearray": bytearray, "range": range})
+
+
+class Opaque:
+    """A candidate's value that is not plain data (a ``re.Match``, an object with a rigged ``__eq__``): only its
+    truth value crossed, which ``return True`` gives as well; it equals nothing but itself."""
+
+    __slots__ = ("truth",)
+
+    def __init__(self, truth: bool) -> None:
+        self.truth = truth
+
+    def __bool__(self) -> bool:
+        return self.truth
+
+    def __repr__(self) -> str:
+        return f"<object that is not plain data, {'truthy' if self.truth else 'falsy'}>"
 
 
 class EncodingError(Exception):
@@ -68,6 +95,12 @@ def decode(value: Any, depth: int = 0) -> Any:
         return complex(real, imag)
     if tag == "l":
         return _items(payload, tag, depth)
+    if tag == "I":
+        return iter(_items(payload, tag, depth))
+    if tag == "T" and isinstance(payload, str) and payload in _TYPES:
+        return _TYPES[payload]
+    if tag == "o" and isinstance(payload, bool):
+        return Opaque(payload)
     if tag == "t":
         return tuple(_items(payload, tag, depth))
     try:
@@ -89,8 +122,8 @@ def decode(value: Any, depth: int = 0) -> Any:
 class DriverReport:
     """What the driver reported: a value, several values, completion, an error, or an unserialisable type."""
 
-    kind: str  # "value" | "values" | "error" | "unserialisable"
-    payload: Any = None  # decoded value / list of values / error text / type name
+    kind: str  # "value" | "values" | "error" | "unserialisable" | "verdict" (the checker's)
+    payload: Any = None  # decoded value / list of values / error text / type name / {"outcome", "detail"}
 
 
 def parse_report(stdout: bytes, nonce: str) -> DriverReport | None:
@@ -120,5 +153,7 @@ def parse_report(stdout: bytes, nonce: str) -> DriverReport | None:
     except RecursionError as err:
         raise EncodingError("value nested too deeply") from err
     if kind in ("error", "unserialisable") and isinstance(payload, str):
+        return DriverReport(kind, payload)
+    if kind == "verdict" and isinstance(payload, dict) and isinstance(payload.get("outcome"), str):
         return DriverReport(kind, payload)
     raise EncodingError(f"unknown result kind {kind!r}")

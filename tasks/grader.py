@@ -10,10 +10,12 @@ For one (task, submission):
    (``exec_batch``; only a task whose test inputs total more than
    `MAX_BATCH_STDIN_BYTES` is cut into consecutive batches in the same
    container), one process per test, each with the task's time and
-   memory limits. Stdin tests run the program; call and assert tests run the
-   grader's driver (`tasks/driver.py`, passed in argv) with a per-run nonce.
-   Expected outputs, hidden expected values and comparison code never enter
-   the container;
+   memory limits. Stdin tests run the program; call tests and the assert tests
+   the host splits run the grader's driver (`tasks/driver.py`, passed in argv)
+   with a per-run nonce: their expected outputs, hidden expected values and
+   comparison code never enter the container. Any other assert test runs the
+   checker (`tasks/checker.py`): the test's code in a process of its own that
+   reaches the candidate's process with plain data only;
 3. each result is judged on the host (`tasks.judge`); the container is
    destroyed.
 
@@ -63,11 +65,13 @@ from sandbox.fleet import FleetPool, open_pool
 from sandbox.pool import WorkspacePool
 from sandbox.protocol import MAX_DATA, BatchExecRequest, ExecRequest, ExecResult
 from tasks.assertion import split as split_assert
+from tasks.checking import checker_request, shadowed
 from tasks.comparison import Tolerance
 from tasks.judge import (
     NOT_RUN,
     TestResult,
     judge_call,
+    judge_checked,
     judge_split_assert,
     judge_stdin,
 )
@@ -81,11 +85,6 @@ MAX_PROGRAM_BYTES = 1 << 20
 # Stdin travels base64-encoded in one runner frame (256 MiB at most): past this total a task's tests go
 # in several consecutive batches, still in the same container.
 MAX_BATCH_STDIN_BYTES = 48 << 20
-UNSPLITTABLE = (
-    "refused for reward: this assert cannot be split, and run whole it would share the candidate's interpreter"
-)
-
-
 STARVED_DETAIL = "starved of CPU by the host"  # how the detail of a test masked for starvation begins
 
 
@@ -250,6 +249,11 @@ def driver_source() -> str:
     return (Path(__file__).parent / "driver.py").read_text()
 
 
+@cache
+def checker_source() -> str:
+    return (Path(__file__).parent / "checker.py").read_text()
+
+
 def compile_problem(source: str) -> str | None:
     """Why ``source`` does not compile (host-side `compile()`, nothing executed), or None."""
     if len(source.encode("utf-8", errors="replace")) > MAX_PROGRAM_BYTES:
@@ -335,11 +339,14 @@ class Grader:
         grace = None if config.starved_grace_factor is None else backstop * config.starved_grace_factor
         return {"timeout_s": backstop, "cpu_limit_s": time_s * (1 + config.rerun_margin), "starved_grace_s": grace}
 
-    def _driver(self, request: dict, time_s: float, memory: int) -> tuple[ExecRequest, str]:
+    def _driver(self, request: dict, time_s: float, memory: int, source: str | None = None) -> tuple[ExecRequest, str]:
+        """The process that runs the driver (or, with ``source``, another grader program) on ``request``."""
         nonce = secrets.token_hex(16)
         payload = marshal.dumps({"nonce": nonce, "program": self.program_path, **request}, 4)
+        # -I for the checker whatever the config says: its imports must never come from the writable cwd
+        isolated = [] if source is None or "-I" in self.config.python else ["-I"]
         exec_request = ExecRequest(
-            argv=[*self.config.python, "-c", driver_source()],
+            argv=[*self.config.python, *isolated, "-c", source or driver_source()],
             stdin=payload,
             memory_limit_bytes=memory,
             output_limit_bytes=self.config.output_limit_bytes,
@@ -376,13 +383,13 @@ class Grader:
         assert isinstance(test, AssertTest)
         shared = {"setup": task.setup_code, "candidate": task.fn_name if task.source_format == "humaneval" else None}
         candidates = frozenset({"candidate", "Solution"} | ({task.fn_name} if task.fn_name else set()))
-        split = split_assert(test.source, candidates)
+        split = None if shadowed(task, test) else split_assert(test.source, candidates)
         if split is None:
-            # Run whole, the check would share the candidate's interpreter (frame walking, objects equal to
-            # everything, patched modules forge a pass): refused for reward, reported, never run.
-            return None, lambda r: TestResult(
-                index=index, verdict=Verdict.INFRA_ERROR, split=False, detail=f"{UNSPLITTABLE}: {test.source[:120]}"
-            )
+            # The test's own code runs in the checker, a process the candidate never shares: the candidate's
+            # functions are proxies there that cross the process boundary with plain data only.
+            checked = {**checker_request(task, test), "driver": driver_source(), "python": list(self.config.python)}
+            request, nonce = self._driver(checked, time_s, memory, checker_source())
+            return request, lambda r: judge_checked(index, r, nonce)
         request, nonce = self._driver({"mode": "eval", "exprs": list(split.leaves), **shared}, time_s, memory)
         return request, lambda r: judge_split_assert(index, r, split, nonce)
 

@@ -9,8 +9,10 @@ between two failing verdicts, never between pass and fail.
 
 Passing needs an ``ok`` process *and* output the host judges correct:
 stdout compared token by token for stdin tests, the driver's nonce-tagged
-report decoded and compared for call/assert tests. No exit code or printed
-marker counts by itself. Details describe what the candidate produced and
+report decoded and compared for call/split assert tests, the checker's
+nonce-tagged verdict for the other assert tests (`tasks/checker.py`: the
+candidate never holds the descriptor it is written to). No exit code or
+printed marker counts by itself. Details describe what the candidate produced and
 never quote the expected value, so feeding them back to a policy leaks
 nothing.
 """
@@ -162,3 +164,34 @@ def judge_split_assert(index: int, result: ExecResult, split: SplitAssert, nonce
         return _result(index, result, Verdict.PASSED, split=True)
     got = ", ".join(repr(v)[:60] for v in report.payload)
     return _result(index, result, Verdict.WRONG_ANSWER, f"assert failed with candidate values ({got})"[:_HEAD], True)
+
+
+# The checker's outcomes (tasks/checker.py): the candidate's failures are scored, what the task or the
+# checker itself failed at is masked.
+_CHECKED = {
+    "assertion": Verdict.WRONG_ANSWER,
+    "test_error": Verdict.WRONG_ANSWER,
+    "raised": Verdict.RUNTIME_ERROR,
+    "aborted": Verdict.RUNTIME_ERROR,
+    "unsupported": Verdict.INFRA_ERROR,
+    "task_error": Verdict.INFRA_ERROR,
+    "checker_error": Verdict.INFRA_ERROR,
+}
+
+
+def judge_checked(index: int, result: ExecResult, nonce: str) -> TestResult:
+    """An assert test run by the checker: its verdict line, from a process that ended ``ok``."""
+    report = _report(index, result, nonce, False)
+    if isinstance(report, TestResult):
+        return report
+    if report.kind != "verdict":
+        return _result(index, result, Verdict.WRONG_ANSWER, f"checker reported {report.kind!r}, not a verdict", False)
+    outcome, detail = report.payload["outcome"], str(report.payload.get("detail", ""))[:_HEAD]
+    if outcome == "passed":
+        return _result(index, result, Verdict.PASSED, split=False)
+    verdict = _CHECKED.get(outcome, Verdict.WRONG_ANSWER)
+    if outcome == "raised" and detail.startswith("MemoryError"):
+        verdict = Verdict.MEMORY_LIMIT
+    if outcome == "aborted" and "not plain data" in detail:
+        verdict = Verdict.WRONG_ANSWER
+    return _result(index, result, verdict, detail, False)

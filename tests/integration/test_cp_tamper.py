@@ -4,7 +4,7 @@ Each attack must score 0 on the tests it affects (never passed, never masked
 as infra_error), and the grader must keep judging the tests it does not
 affect. Attacks: sys.exit(0)/os._exit(0) before or during tests, raising
 SkipTest, printing fake success markers, an object whose __eq__ is always
-true, monkeypatching builtins or json, reading expected outputs from disk or
+true (of which only its truth value crosses), monkeypatching builtins or json, reading expected outputs from disk or
 the environment (searched for, and shown absent), killing the runner, and
 writing files for the next task.
 """
@@ -152,10 +152,16 @@ def test_object_whose_eq_is_always_true():
         (DOUBLE, rigged + "\ndef solve(x):\n    return Anything(0)\n"),
         (DOUBLE_ASSERT, "    return Anything(0)\n" + rigged.replace("\n", "\n    ").replace("class", "    class", 0)),
         (tolerant, "    return Anything(0)\n\n" + rigged),
+        (tolerant, "    return True\n"),
     )
-    for result in results:
+    for result in results[:2]:
         assert_scores_zero(result)
     assert any("not plain data" in t.detail for t in results[0].tests)
+    # Of an object that is not plain data only its truth value crosses: `assert candidate(2)` asks for nothing
+    # more, and a plain `return True` passes it as well; every comparison fails.
+    rigged_verdicts, true_verdicts = verdicts(results[2]), verdicts(results[3])
+    assert rigged_verdicts == [Verdict.WRONG_ANSWER, Verdict.PASSED, Verdict.WRONG_ANSWER] == true_verdicts
+    assert not results[2].passed and not results[2].infra_error
 
 
 def test_monkeypatching_builtins_and_json():
@@ -345,8 +351,8 @@ def test_output_the_judge_chokes_on_and_floats_for_integers_score_zero_unmasked(
 
 def test_asserts_cannot_be_forged_from_the_candidates_interpreter():
     """An expected side computed by a call (`== math.factorial(5)`) is evaluated on the host, so patching
-    math does nothing; an assert that cannot be split is refused for reward (masked, reported), never run
-    whole where frame walking or an object equal to everything would pass it."""
+    math does nothing; an assert that cannot be split runs in the checker, a process of its own that the
+    candidate's patches and objects never reach (tests/integration/test_attacks_checker.py has the rest)."""
     factorial = assert_task(
         "factorial",
         ["assert candidate(5) == math.factorial(5)", "assert candidate(3) == 6"],
@@ -359,7 +365,11 @@ def test_asserts_cannot_be_forged_from_the_candidates_interpreter():
         "    return x\nclass _Any:\n    def __eq__(self, other):\n        return True\n"
         "import sys\nsys.modules['builtins'].all = lambda it: True\n"
     )
-    patched, correct, refused = grade((factorial, patch_math), (factorial, honest), (unsplittable, frame_walker))
+    patched, correct, walked, doubled = grade(
+        (factorial, patch_math), (factorial, honest), (unsplittable, frame_walker), (unsplittable, "    return 2 * x\n")
+    )
     assert verdicts(patched) == [Verdict.WRONG_ANSWER, Verdict.WRONG_ANSWER] and not patched.infra_error
     assert correct.passed, correct
-    assert refused.infra_error and not refused.passed and "refused for reward" in refused.tests[0].detail
+    assert_scores_zero(walked)
+    assert walked.tests[0].split is False and walked.tests[0].verdict == Verdict.WRONG_ANSWER
+    assert doubled.passed, doubled  # the same test grades honest work

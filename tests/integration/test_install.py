@@ -122,7 +122,8 @@ def test_the_wheel_holds_the_package_data_and_no_tests_and_runs_installed(tmp_pa
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         entry_points = archive.read(f"code_rl_gym-{VERSION}.dist-info/entry_points.txt").decode()
-    expected = set(SHIPPED) | {p.relative_to(source).as_posix() for g in SHIPPED_GLOBS for p in source.glob(g)}
+    shipped = {p.relative_to(source).as_posix() for g in SHIPPED_GLOBS for p in source.glob(g) if p.is_file()}
+    expected = set(SHIPPED) | shipped  # (tasks/samples/published/, test data, is a folder: not shipped)
     assert expected - names == set()
     assert not [name for name in names if name.startswith("tests/")]
     assert "code-rl-gym = gym.cli:main" in entry_points

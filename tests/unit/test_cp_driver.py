@@ -180,3 +180,22 @@ def test_report_without_nonce_is_none_and_bad_json_is_an_error():
         parse_report(f"{NONCE} {{not json\n".encode(), NONCE)
     with pytest.raises(EncodingError):
         parse_report(f'{NONCE} {{"value": ["i", 1], "x": 1}}\n'.encode(), NONCE)
+
+
+def test_split_values_that_are_not_plain_data_cross_as_their_truth_value_only(tmp_path):
+    program = (
+        "import re\nfrom collections import Counter\n"
+        "def match(s):\n    return re.match('a', s)\n"
+        "def count(s):\n    return Counter(s)\n"
+        "def squares(n):\n    return (i * i for i in range(n))\n"
+        "class Rigged(int):\n    def __eq__(self, other):\n        return True\n"
+        "def rigged():\n    return Rigged(0)\n"
+    )
+    exprs = ["match('abc')", "match('xyz')", "count('aab')", "squares(3)", "int", "rigged()"]
+    _, report = run_driver(tmp_path, program, mode="eval", setup="", candidate=None, exprs=exprs)
+    found, missing, counted, squares, kind, rigged = report.payload
+    assert bool(found) and missing is None and counted == {"a": 2, "b": 1} and type(counted) is dict
+    assert list(squares) == [0, 1, 4] and kind is int
+    assert bool(rigged) is False and rigged != 0  # Rigged(0) is falsy; its __eq__ never crossed
+    _, called = run_driver(tmp_path, program, mode="call", fn_name="match", args=["abc"])
+    assert called.kind == "unserialisable"  # a call's value must be plain data
