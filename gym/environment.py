@@ -57,6 +57,7 @@ from tasks.family import CodeFamily, Families, TaskFamily, TaskGrader, Workspace
 from tasks.grader import GraderConfig
 from tasks.loader import FormatChoice, load_tasks
 from tasks.math.family import MathFamily, math_task_text
+from tasks.math.golds import UnreadGold, readable
 from tasks.math.grader import MathGrader, MathGraderConfig
 from tasks.math.problem import MathTask
 from tasks.submission import Submission, program, read_submissions
@@ -259,8 +260,11 @@ def leaf_pools(config: TaskPoolConfig) -> tuple[list[AnyPool], list[float]]:
     return [config], [1.0]
 
 
-def load_pool(pool: AnyPool) -> list[AnyTask]:
-    """The tasks of one pool (rows of a file that do not parse are logged and skipped by the loader)."""
+def load_pool(
+    pool: AnyPool, math: MathGraderConfig | None = None, unread: list[UnreadGold] | None = None
+) -> list[AnyTask]:
+    """The tasks of one pool (rows of a file that do not parse are logged and skipped by the loader; so are math
+    tasks whose gold the check cannot grade against, each appended to ``unread``: `tasks.math.golds`)."""
     if isinstance(pool, GeneratedPool):
         return generated_tasks(pool)
     reader = "datasets" if pool.type == "hf" else "plain"
@@ -279,8 +283,16 @@ def load_pool(pool: AnyPool) -> list[AnyTask]:
         return instances
     report = load_tasks(pool.path, pool.format, reader=reader)
     tasks: list[AnyTask] = list(report.tasks[: pool.limit])
+    found: list[UnreadGold] = []
+    if tasks and isinstance(tasks[0], MathTask):  # a file holds one format
+        tasks, found = readable(tasks, math, str(pool.path))
+        if unread is not None:
+            unread += [finding.model_copy(update={"task_id": pool.id_prefix + finding.task_id}) for finding in found]
     if not tasks:
-        raise EnvironmentConfigError(f"task pool {pool.path}: no usable task ({len(report.errors)} rows skipped)")
+        unreadable = f", {len(found)} golds the math check cannot read" if found else ""
+        raise EnvironmentConfigError(
+            f"task pool {pool.path}: no usable task ({len(report.errors)} rows skipped{unreadable})"
+        )
     if pool.id_prefix:
         tasks = [task.model_copy(update={"task_id": pool.id_prefix + task.task_id}) for task in tasks]
     return tasks
@@ -380,7 +392,8 @@ class Environment:
         self.swe_toolbox = Toolbox(config.tools, kind="repository")
         self.math_toolbox = Toolbox(config.tools, kind="answer")
         self.pools, self.weights = leaf_pools(config.task_pool)
-        self.sources = [load_pool(pool) for pool in self.pools]
+        self.unread_golds: list[UnreadGold] = []  # math tasks skipped at load: the check cannot read their gold
+        self.sources = [load_pool(pool, config.math, self.unread_golds) for pool in self.pools]
         self.tasks: dict[str, AnyTask] = {}
         for pool, tasks in zip(self.pools, self.sources):
             for task in tasks:

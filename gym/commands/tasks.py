@@ -10,6 +10,10 @@ with none, in fresh containers, and print the FAIL_TO_PASS / PASS_TO_PASS ids
 
 ``generate``: the generated task family (`tasks/generator.py`): seeded train
 and held-out CodeContests files with their reference solutions.
+
+``check``: load a task file as an environment does and report what it skips:
+each row that does not parse, and each math task whose gold the math check
+cannot grade against (`tasks/math/golds.py`); exit 1 when anything is skipped.
 """
 
 from __future__ import annotations
@@ -63,6 +67,17 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
         ),
         formatter_class=HELP_FORMATTER,
     )
+    check = sub.add_parser(
+        "check",
+        help="load a task file: rows skipped and why, math golds the check cannot read (exit 1 if any)",
+        description="Load FILE as an environment's pool does and print each row skipped with its reason, each math "
+        "task skipped because the math check cannot grade against its gold (it cannot read it, or the gold given as "
+        "the answer does not pass), then one summary line. Exit 0 when every row is a usable task, 1 otherwise.",
+        epilog=epilog(("tasks/samples/math_competition.jsonl", "data/math_test.jsonl --format math")),
+        formatter_class=HELP_FORMATTER,
+    )
+    check.add_argument("path", type=Path, metavar="FILE", help="dataset file (JSON Lines or JSON, optionally gzipped)")
+    check.add_argument("--format", default="auto", metavar="FORMAT", help="dataset format (default: recognised)")
     generate.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder the four files go to")
     generate.add_argument("--seed", type=int, default=0, metavar="S", help="picks the tasks and every test input")
     generate.add_argument("--train", type=_count, default=1000, metavar="N", help="training tasks written")
@@ -170,11 +185,30 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    from tasks.loader import load_tasks
+    from tasks.math.golds import unread_golds
+    from tasks.math.problem import MathTask
+
+    report = load_tasks(args.path, args.format)
+    for error in report.errors:
+        print(f"row {error.index}: skipped: {error.reason}")
+    unread = unread_golds([task for task in report.tasks if isinstance(task, MathTask)])
+    for finding in unread:
+        print(f"task {finding.task_id}: skipped: {finding.reason}")
+    usable = len(report.tasks) - len(unread)
+    print(
+        f"{args.path}: format {report.format}, {usable} usable tasks, {len(report.errors)} rows skipped, "
+        f"{len(unread)} math golds the check cannot grade against"
+    )
+    return 1 if report.errors or unread else 0
+
+
 def run(args: argparse.Namespace) -> int:
     from tasks.errors import TaskError
     from tasks.swe.repository import GitError
 
-    actions = {"build-swe": _build, "derive-swe-tests": _derive, "generate": _generate}
+    actions = {"build-swe": _build, "derive-swe-tests": _derive, "generate": _generate, "check": _check}
     try:
         return actions[args.action](args)
     except (TaskError, GitError) as err:

@@ -91,7 +91,8 @@ def test_one_answer_stated_twice_is_still_one_answer():
 
 
 def test_gold_that_does_not_parse_is_the_tasks_fault():
-    assert judge("\\text{Evelyn}", "Evelyn")[0] == "gold_error"
+    assert judge("\\begin{foo}", "1")[0] == "gold_error"
+    assert judge("6 | 5", "5")[0] == "gold_error"
 
 
 def test_every_shipped_reference_answer_passes_and_its_gold_plus_one_fails():
@@ -154,5 +155,6 @@ def test_a_check_that_cannot_read_the_gold_within_its_start_bound_is_masked():
 
 
 def test_a_gold_the_checker_cannot_read_is_masked_not_scored():
-    result = grade_sync(MathGrader(), TASK.model_copy(update={"gold": "\\text{Evelyn}"}), "1")
+    """At grading time; loading skips such a task first (`tasks.math.golds`, tests/unit/test_math_answer_forms.py)."""
+    result = grade_sync(MathGrader(), TASK.model_copy(update={"gold": "\\begin{foo}"}), "1")
     assert result.infra_error and not result.passed and result.tests[0].verdict == Verdict.INFRA_ERROR
