@@ -218,7 +218,13 @@ def read_tokenizer_file(file: Path) -> tokenizers.Tokenizer:
 
     data = tokenizer_bytes(file)
     try:
-        return Backend.from_str(data.decode("utf-8"))
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TokenizerError(
+            f"{file}: not a tokenizer.json the tokenizers library can load (stream did not contain valid UTF-8)"
+        ) from None
+    try:
+        return Backend.from_str(text)
     except Exception as exc:  # the tokenizers library raises bare Exception on malformed files (and UnicodeError)
         reason = " ".join(str(exc).split())
         raise TokenizerError(f"{file}: not a tokenizer.json the tokenizers library can load ({reason})") from exc
