@@ -103,10 +103,6 @@ def _diff(out: list[Difference], what: str, recorded: object, replayed: object) 
         out.append(Difference(what=what, recorded=_short(recorded), replayed=_short(replayed)))
 
 
-def _timed_out(failure: object) -> bool:
-    return str(getattr(failure, "value", failure)) == FailureKind.TIMEOUT.value
-
-
 def _timing_only(recorded: TaskResult | None, replayed: TaskResult | None) -> bool:
     """Whether two gradings differ only in tests judged ``time_limit`` on one side (and what follows from them)."""
     if recorded is None or replayed is None or len(recorded.tests) != len(replayed.tests):
@@ -212,7 +208,7 @@ async def replay(bundle: Bundle, family: TaskFamily, *, path: str = "") -> Repla
         for record in bundle.tool_calls:
             outcome = await toolbox.call(ws, recorded_call(record))  # vetted when read
             if record.outcome.failure != outcome.failure and (
-                _timed_out(record.outcome.failure) or _timed_out(outcome.failure)
+                FailureKind.TIMEOUT in (record.outcome.failure, outcome.failure)
             ):
                 sink = timing
             _diff(

@@ -164,7 +164,7 @@ class RolloutWorkers:
             pool = self.families.of(task).pool_for(task)
         except InfraError:  # no image for this instance: nothing ran on one, and the bundle says so ('')
             pool = None
-        image = getattr(getattr(pool, "config", None), "image", "" if pool is None else self.env.config.sandbox.image)
+        image = "" if pool is None else getattr(getattr(pool, "config", None), "image", self.env.config.sandbox.image)
         if image not in self._digests:
             self._digests[image] = await image_digest(pool)
         path = self.bundle_dir / bundle_name(index, result.trajectory.task_id)

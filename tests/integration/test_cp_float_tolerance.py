@@ -10,8 +10,8 @@ from sandbox.config import SandboxConfig
 from sandbox.failure import Verdict
 from tasks.grader import GraderConfig, grade_pairs
 from tasks.submission import Submission
-from tasks.task import CallTest, Task
-from tests.task_support import stdin_task
+from tasks.task import CallTest
+from tests.task_support import stdin_task, task
 
 pytestmark = pytest.mark.docker
 
@@ -23,11 +23,10 @@ READ = "import sys\na, b = map(int, sys.stdin.read().split())\n"
 # the mean of two integers: tests 1 and 3 are written as integers, test 2 as a decimal
 MEAN = stdin_task("mean", [("1 1\n", "1\n"), ("1 2\n", "1.5\n"), ("3 5\n", "4\n")])
 SUM = stdin_task("sum", [("1 2\n", "3\n"), ("5 5\n", "10\n")])
-HALF = Task(
+HALF = task(
     task_id="half",
     source_format="lcb",
     kind="call",
-    prompt="p",
     fn_name="solve",
     tests=(CallTest(args=[2], expected=1), CallTest(args=[3], expected=1.5)),
 )
