@@ -26,7 +26,7 @@ without a percent sign (``25``), as GSM8K asks, and the sign may be left off for
   ``or``/``and``, prose words (``6 wait 5``) and commas outside brackets that are not thousands
   separators; candidates that parse to different values are a hedge, so a reply that lists guesses
   never passes on one of them. A candidate that is a chain of relations (``=``, ``\\equiv``, ``\\cong``,
-  ``\\implies``, ``≡``, ...) is a hedge when two of its value sides differ (`_values`: the constant sides,
+  ``\\implies``, ``≡``, ...) is a hedge when two of its value sides differ (`piece_values`: the constant sides,
   ``6 = 5``, ``\\{6\\} = 5``; against a gold with unknowns every side but a name, ``1 = 4x+5``; ``x = 5``,
   ``f(2) = 4`` and ``x^2+y^2=25`` are one answer), and against a relation gold when it chains more value sides
   than the gold. A modulus in any spelling (``\\pmod{7}``, ``\\bmod 7``,
@@ -57,7 +57,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-import unicodedata
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -68,317 +67,27 @@ if __package__ in (None, ""):  # run as a script (python -I tasks/math/check.py)
 
 from tasks.math import forms  # noqa: E402
 from tasks.math.reading import MAX_DEPTH, nesting, parsed, same  # noqa: E402
+from tasks.math.reply import (  # noqa: E402
+    MAX_NUMBERS,
+    NUMBER,
+    RELATION,
+    SIZED_BRACKET,
+    Sides,
+    candidates,
+    closing_paren,
+    is_constant,
+    is_name,
+    is_relation,
+    normal,
+    open_brackets,
+    piece_values,
+    top_level_commas,
+    unqualified,
+    unread_number,
+    value_sides,
+)
 
 RECURSION_LIMIT = 10_000  # frames: latex2sympy and sympy recurse ~7 per nesting level, MAX_DEPTH levels at most
-
-_SENTENCE = re.compile(r"\.\s+")
-_WORDS = re.compile(r"(?<![\\a-zA-Z])(?:or|and)(?![a-zA-Z])", re.IGNORECASE)
-_THOUSANDS = re.compile(r"\d,\d{3}(?!\d)")
-_NUMBERS_APART = re.compile(r"(?<=\d)\s+(?=[-+]?\d)")  # "5 6 7": three answers, not the product LaTeX reads
-
-
-_FUNCTIONS = {"sin", "cos", "tan", "cot", "sec", "csc", "log", "exp", "sqrt", "arcsin", "arccos", "arctan", "sinh"}
-_FUNCTIONS |= {"cosh", "tanh", "gcd", "lcm", "max", "min", "mod", "det", "frac", "dfrac", "tfrac", "cdot", "times"}
-_LINE_BREAK = re.compile(r"\\\\(?:\[[^\]]*\])?|\\(?:newline|cr)(?![a-zA-Z])|[\u3002\u2028\u2029\x0b\x0c\x1c-\x1e\x85]")
-_SPACE = re.compile(
-    r"~|\\[,;:! ]|\\(?:q?quad|enspace|thinspace|medspace|thickspace|hfill)(?![a-zA-Z])|\\[hv]space\*?\{[^{}]*\}"
-)
-_LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\\,|\{,\}|,\s*\\!\s*)(?=\d{3}(?!\d))")  # 1\,000, 1{,}000, 1,\!000: 1,000
-_BOX = re.compile(r"\\(?:boxed|fbox|framebox)\s*\{")
-_TEXT = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox|operatorname)\s*\{([^{}]*)\}")
-_RELATION = re.compile(
-    r":?=|\\(?:implies|impliedby|iff|to|gets|(?:[lL]ong)?(?:[rR]ight|[lL]eft|[lL]eftright)arrow"
-    r"|approx|approxeq|equiv|sim|simeq|cong|therefore|because|doteq|doteqdot|Doteq|eqsim|backsim|backsimeq|thicksim"
-    r"|thickapprox|triangleq|coloneqq|eqqcolon|coloneq|eqcolon|asymp|bumpeq|Bumpeq|eqcirc|circeq|risingdotseq"
-    r"|fallingdotseq|propto|mapsto|longmapsto|leadsto|models|vdash)(?![a-zA-Z])"
-    r"|[\u21d2\u2192\u2234\u2235\u2248\u2261\u2245\u2243\u223c\u224a-\u224e\u2250-\u225f\u2263\u21d0\u21d4\u2190\u2194\u21a6"
-    r"\u27f5-\u27fa\u2a75\u2a76\ufe66]"
-)
-# Qualifiers (`unqualified`): a modulus in any spelling, with the parentheses around it when they are its own
-_GAP = r"(?:\s|~|\\[,;:! ]|\\q?quad(?![a-zA-Z]))*"
-_OPENING = rf"(?:\\(?:left|[bB]igg?l?)(?![a-zA-Z]){_GAP})?\({_GAP}"  # (, \left(, \bigl(
-_MODULUS = re.compile(
-    rf"(?P<open>{_OPENING})?"
-    rf"(?:\\[pb]?mod|\\pod|(?<![a-zA-Z\\])(?i:mod(?:ulo)?))(?![a-zA-Z]){_GAP}"
-)
-_SIZED = r"\\(?:left|right|[bB]igg?[lr]?)(?![a-zA-Z])"  # \left( \bigr): a bracket's size, never an operand
-_SIZED_BRACKET = re.compile(_SIZED)
-_SHORT_WORD = re.compile(r"(?<!\S)[a-zA-Z]{1,2}(?!\S)")  # "So", "is": words too short to be cut as prose
-_OPERAND = re.compile(rf"[-+]?\s*(?:\d+(?:\.\d+)?|(?!{_SIZED})\\[a-zA-Z]+|[a-zA-Z](?![a-zA-Z]))")
-_PARENTHESIS = re.compile(_OPENING)  # \pmod (7), \bmod \left(7\right)
-_CLOSING = re.compile(rf"{_GAP}(?:\\(?:right|[bB]igg?r?)(?![a-zA-Z]){_GAP})?\)$")
-_WRAPPER = re.compile(r"\\(?:mathbin|mathrel|mathop|mathsf|mathtt|texttt|textsf|textup|hbox)\s*\{([^{}]*)\}")
-# a relation's own modifier: \stackrel{7}{=}, \overset{?}{\equiv}, \equiv_{7}, =_7, \xrightarrow{7}
-_STACKED = re.compile(r"\\(?:stackrel|overset|underset)\s*\{(?:[^{}]|\{[^{}]*\})*\}\s*\{([^{}]*)\}")
-_SUBSCRIPTED = re.compile(rf"({_RELATION.pattern})\s*[_^]\s*(?:\{{[^{{}}]*\}}|\\[a-zA-Z]+|[^\s{{}}\\])")
-_DELIMITER = re.compile(r"\\[()\[\]]")  # \(6 = 5\): math delimiters, read on a side as part of its number
-_ARROW = re.compile(r"\\x[a-zA-Z]*arrow\s*(?:\[[^\[\]]*\])?\s*(?:\{[^{}]*\})?")
-
-
-_ENVIRONMENT = re.compile(r"\\begin\{([a-zA-Z]+\*?)\}.*?\\end\{\1\}", re.DOTALL)
-# a word of prose: {pmatrix} names an environment and ABC points, not prose (unread_number backs this up)
-_PROSE = re.compile(r"(?<![\\a-zA-Z{])(?=[A-Z]?[a-z])[a-zA-Z]{3,}")
-_SAME_VALUE = ("<wide>", "<narrow>", "<font>", "<noBreak>")  # compatibility forms that only restyle a character
-_NUMBER = re.compile(r"\d+(?:\.\d+)?")
-_ANOTHER_DIGIT = str.maketrans("0123456789", "1234567890")
-MAX_NUMBERS = 64  # numbers probed per answer (one parse each); more is refused, not skipped
-_INVISIBLE = ("Cc", "Cf", "Cs")  # controls, zero-width and format characters, lone surrogates: "42\u200b43" is two
-
-
-def normal(answer: str) -> str:
-    """``answer`` with no separator hidden in another spelling (see the module docstring).
-
-    Full-width, narrow and mathematical-font characters become ASCII (`_plain`); the ideographic full stop
-    and other line separators become a newline, invisible characters (zero-width, controls, lone surrogates)
-    a space; outside ``\\begin{...}...\\end{...}`` (a matrix's rows are one answer) LaTeX line breaks become
-    a newline and LaTeX spacing a space; every ``\\boxed{X}`` (nested ones too) becomes ``X``, or ``(X)``
-    when X is a list: math-verify would otherwise grade the last box alone; a box right after another is on its
-    own line (``\\boxed{0} \\boxed{\\frac{5}{9}}`` is two answers, not the mixed number 0 5/9).
-    """
-    text = _LATEX_THOUSANDS.sub(",", "".join(map(_plain, answer)).replace("\u3001", ","))
-    kept = [match.span() for match in _ENVIRONMENT.finditer(text)]  # a matrix's rows are one answer
-    edges = [0, *(i for span in kept for i in span), len(text)]
-    text = "".join(
-        text[a:b] if k % 2 else _SPACE.sub(" ", _LINE_BREAK.sub("\n", text[a:b]))
-        for k, (a, b) in enumerate(zip(edges, edges[1:]))
-    )
-    text = "".join(" " if char not in "\n\t" and unicodedata.category(char) in _INVISIBLE else char for char in text)
-    while match := _BOX.search(text):
-        close = _closing_brace(text, match.end() - 1)
-        if close < 0:
-            break  # unbalanced: left for math-verify to refuse
-        inside = text[match.end() : close]
-        inside = f"({inside})" if len(_top_level_commas(inside)) > 1 else f" {inside} "  # a box of a pair is a pair
-        rest = text[close + 1 :]
-        apart = "\n" if _BOX.match(rest.lstrip()) else ""  # two boxes side by side are two answers, never 0 \frac{5}{9}
-        text = f"{text[: match.start()]}{inside}{apart}{rest}"
-    return text
-
-
-def unqualified(text: str) -> tuple[str, list[str]]:
-    """``(text without its moduli, the moduli)``: a qualifier is not a value, so it is cut before anything is
-    read and the sides left are judged as plain relations (``6 \\equiv 5 \\pmod{7}`` is ``6 = 5``, a hedge).
-
-    A modulus is ``\\pmod``, ``\\pod``, ``\\mod``, ``\\bmod`` or the word ``mod``/``modulo`` (bare, or in ``\\text``,
-    ``\\mathrm``, ``\\operatorname``, ...) with its operand (a braced group, a number, a letter or a command;
-    inside parentheses, all up to the closing one) and those parentheses; ``a \\bmod m`` is never evaluated, ``a``
-    is what is read. A relation's own modifier (``\\stackrel{7}{=}``, ``\\equiv_{7}``, ``\\xrightarrow{7}``) is
-    dropped the same way. What is cut is never read, so it can hold no second answer.
-    """
-    text = _SUBSCRIPTED.sub(r" \1 ", _STACKED.sub(_stacked_relation, _ARROW.sub(r" \\to ", text)))
-    unwrapped = text
-    while (again := _WRAPPER.sub(r" \1 ", _TEXT.sub(r" \1 ", unwrapped))) != unwrapped:
-        unwrapped = again
-    if not _MODULUS.search(unwrapped):
-        return text, []  # \text{...} left as written: only a modulus needs it unwrapped
-    moduli: list[str] = []
-    while match := _MODULUS.search(unwrapped):
-        operand, end = _operand(unwrapped, match)
-        moduli += [operand] if operand else []
-        unwrapped = f"{unwrapped[: match.start()]} {unwrapped[end:]}"
-    return unwrapped, moduli
-
-
-def _stacked_relation(match: re.Match) -> str:
-    """``\\stackrel{7}{=}`` as ``=``; a stack of anything but a relation stays as written."""
-    return f" {match[1]} " if _RELATION.fullmatch(match[1].strip()) else match[0]
-
-
-def _operand(text: str, match: re.Match) -> tuple[str, int]:
-    """``(the modulus, where its cut ends)`` after the ``mod`` that ``match`` found."""
-    start = match.end()
-    if match["open"] and (close := _closing_paren(text, start)) > 0:  # (mod n+1): up to the closing parenthesis
-        return _CLOSING.sub("", text[start : close + 1]).strip(), close + 1
-    if text.startswith("{", start) and (close := _closing_brace(text, start)) > 0:
-        return text[start + 1 : close].strip(), close + 1
-    if (opening := _PARENTHESIS.match(text, start)) and (close := _closing_paren(text, opening.end())) > 0:
-        return _CLOSING.sub("", text[opening.end() : close + 1]).strip(), close + 1
-    token = _OPERAND.match(text, start)
-    return (token[0].strip(), token.end()) if token else ("", start)
-
-
-def _closing_paren(text: str, start: int) -> int:
-    """Where the parenthesis open before ``start`` closes, or -1."""
-    depth = 0
-    for i in range(start, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
-        if depth < 0:
-            return i
-    return -1
-
-
-def _plain(char: str) -> str:
-    """``char``'s compatibility form when it is only another width or font of it (``５``, ``𝟓``, ``，``); never
-    a superscript or a fraction, whose compatibility form changes the value (``5²`` is not ``52``)."""
-    if unicodedata.decomposition(char).startswith(_SAME_VALUE):
-        return unicodedata.normalize("NFKC", char)
-    return char
-
-
-def _closing_brace(text: str, opening: int) -> int:
-    depth = 0
-    for i in range(opening, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[i], 0)
-        if depth == 0:
-            return i
-    return -1
-
-
-def candidates(answer: str) -> list[str]:
-    """The separate answers a reply states (see the module docstring); one for a single answer."""
-    pieces: list[str] = []
-    unwrapped = _TEXT.sub(lambda match: f" {match[1]} ", normal(answer))
-    for line in re.split(r"[\n;]", unwrapped):
-        for sentence in _SENTENCE.split(line):
-            for part in _WORDS.split(sentence):
-                for words in _prose_split(part):
-                    for piece in _top_level_commas(words):
-                        pieces += _NUMBERS_APART.split(piece)
-    return [piece.strip().strip(".") for piece in pieces if piece.strip().strip(".")]
-
-
-def _prose_split(text: str) -> list[str]:
-    """``text`` cut at prose words (``6 wait 5``), the words dropped; function names stay."""
-    parts, start = [], 0
-    for match in _PROSE.finditer(text):
-        if match[0].lower() not in _FUNCTIONS:
-            parts.append(text[start : match.start()])
-            start = match.end()
-    return [*parts, text[start:]]
-
-
-Sides = Literal["constants", "expressions", "all"]
-
-
-def _values(piece: str, sides: Sides = "constants") -> list[object]:
-    """What one candidate states: its parse, or the value sides of a chain of relations. Which sides are values
-    depends on what the gold is (`_sides`): against a constant or a relation only the constant sides (``6 = 5``
-    states 6 and 5; ``x = 5`` and ``a+b = 5`` state 5; ``2+3=5`` states 5 twice); against a gold with unknowns
-    (``4x+5``, which no constant equals) every side but one that only names a quantity (`_named`), so ``1 = 4x+5``
-    and ``4y+3 = 4x+5`` state two values, ``y = 4x+5`` and ``f(x) = 4x+5`` one; against a gold that is a name
-    (``\\overline{CD}``) every side."""
-    parts = _RELATION.split(piece)
-    if len(parts) == 1:
-        value = parsed(piece)
-        return [value] if value else []
-    read = [value for value in map(_side, parts) if value]
-    if sides == "all":
-        stated = [value for value in read if not isinstance(value[0], str)]
-    else:
-        stated = [value for value in read if _constant(value) or (sides == "expressions" and not _named(value))]
-    return stated or ([value] if (value := parsed(piece)) else [])
-
-
-def _value_sides(piece: str) -> int:
-    """How many sides of ``piece``'s chain of relations are values, not names (``y = x+3 = y = 2x``: 2)."""
-    parts = _RELATION.split(piece)
-    return sum(1 for value in map(_side, parts) if value and not _named(value)) if len(parts) > 1 else 0
-
-
-def _sides(gold: Gold) -> Sides:
-    """Which sides of an answer's relation `_values` reads as values against ``gold``."""
-    if gold.form == "values":
-        return "expressions"
-    if _relation(gold.value) or _constant(gold.value):
-        return "constants"
-    return "all" if _named(gold.value) else "expressions"
-
-
-def _named(value: list[object]) -> bool:
-    """Whether a relation's side only names a quantity: a symbol or a product of them, signed or not (``x``, ``x_1``,
-    ``-y``, ``AB``, ``m\\angle A``), or a function's value (``f(2)``). A side read as no expression (prose) is no
-    value either; ``x+1`` and ``2x`` are values."""
-    from sympy import Basic, Mul, Symbol
-    from sympy.core.function import AppliedUndef
-
-    first = value[0]
-    if not isinstance(first, Basic):
-        return True
-    factors = first.args if isinstance(first, Mul) else (first,)
-    return all(isinstance(factor, (Symbol, AppliedUndef)) or factor == -1 for factor in factors)
-
-
-def _relation(value: list[object]) -> bool:
-    """Whether a reading is a relation or a statement (``x^2+y^2=25``, ``x \\in [2, 5)``), not a value."""
-    from sympy.core.relational import Relational
-    from sympy.logic.boolalg import BooleanFunction
-
-    return isinstance(value[0], (Relational, BooleanFunction))  # not Boolean: a Symbol is one
-
-
-def _side(side: str) -> list[object]:
-    """What one side of a relation reads as. A side that does not parse is read again without the math delimiters
-    and the brackets it leaves open (``\\(6`` and ``5\\)`` of ``\\(6 = 5\\)``, ``\\left(6`` of ``(6 = 5)``); one that
-    is no constant, without its short words (``So 6 = 5``: prose, not the product of S, o and 6)."""
-    value = parsed(side) if side.strip() else []
-    if value and isinstance(value[0], str):
-        side = _SIZED_BRACKET.sub("", _DELIMITER.sub(" ", side)).replace("\\{", "{").replace("\\}", "}").strip()
-        while side[:1] in ("(", "[", "{") and _open_brackets(side) > 0:
-            side = side[1:].strip()
-        while side[-1:] in (")", "]", "}") and _open_brackets(side) < 0:
-            side = side[:-1].strip()
-        value = parsed(side) if side else []
-    if value and not _constant(value) and (bare := _SHORT_WORD.sub(" ", side)) != side and bare.strip():
-        again = parsed(bare)
-        value = again if again and _constant(again) else value
-    return value
-
-
-def _open_brackets(text: str) -> int:
-    return sum(map(text.count, "([{")) - sum(map(text.count, ")]}"))
-
-
-def _constant(value: list[object]) -> bool:
-    """4, {6}, (6, 7): a value with no unknown in it; not x nor f(2)."""
-    from sympy import Basic
-    from sympy.core.function import AppliedUndef
-
-    first = value[0]
-    if getattr(first, "is_number", False):
-        return True
-    return isinstance(first, Basic) and not first.free_symbols and not first.atoms(AppliedUndef)
-
-
-def _top_level_commas(text: str) -> list[str]:
-    """``text`` cut at commas outside brackets, keeping thousands separators (``1,000``) whole."""
-    parts, depth, start = [], 0, 0
-    for i, char in enumerate(text):
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth = max(0, depth - 1)
-        elif char == "," and depth == 0 and not _THOUSANDS.match(text, max(0, i - 1)):
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    return parts
-
-
-def unread_number(text: str) -> str | None:
-    """A number of ``text`` whose deletion leaves what math-verify reads unchanged, or None.
-
-    math-verify reads the last value of what it cannot parse whole (``6 \\hskip1em 5``, ``\\cancel{6} 5``,
-    ``6 | 5`` read as 5): whatever LaTeX sits between two values, a number the checker skipped is a second
-    answer it did not see. Each side of a relation is tested on its own (``x_1 = 13``). Checks what was
-    read, not how it was spelled, so it needs no list of separators.
-
-    A number whose value changes the reading when replaced (same digits' shape, another value: it still parses,
-    where a deletion can leave LL parsing an invalid text for seconds) was read and needs no deletion; a 0 is always
-    deleted, as ``0 \\frac{5}{9}`` (the mixed number) reads it yet states 5/9.
-    """
-    for side in _RELATION.split(text):
-        value = parsed(side) if side.strip() else []
-        if not value:
-            continue
-        for match in _NUMBER.finditer(side):
-            if float(match[0]) != 0:  # 0 changes no sum (0 \\frac{5}{9} reads 5/9 as a mixed number): deleted
-                other = match[0].translate(_ANOTHER_DIGIT)  # same shape, another value: it still parses, and fast
-                if str(parsed(f"{side[: match.start()]}{other}{side[match.end() :]}")[:1]) != str(value[:1]):
-                    continue  # its value changes what is read: it was read
-            again = parsed(f"{side[: match.start()]} {side[match.end() :]}")
-            if again and str(again[0]) == str(value[0]):
-                return match[0]
-    return None
 
 
 GOLD_READ = "gold read"  # written to stderr once the gold parsed: from then on a death is the answer's doing
@@ -397,7 +106,7 @@ class Gold:
     numeral: tuple[Fraction, int] | None = None  # base: (value, base)
     modulus: str = ""  # value: the modulus of a class (3 \pmod 7)
     percent: list = field(default_factory=list)  # value: a percentage's number without its sign (50 for 50\%)
-    sides: int = 0  # value: how many sides of its chain of relations are values (`_value_sides`: 1 for y = 2x)
+    sides: int = 0  # value: how many sides of its chain of relations are values (`value_sides`: 1 for y = 2x)
 
 
 def read_gold(gold: str) -> tuple[Gold | None, str]:
@@ -433,7 +142,7 @@ def _read_value(gold: str, residue: str, moduli: list[str]) -> tuple[Gold | None
     if not itself:
         return None, f"the gold {gold[:80]!r} is not equal to itself"
     percent = parsed(_PERCENT.sub("", residue)) if "%" in residue else []
-    sides = _value_sides(residue) if _relation(value) else 0
+    sides = value_sides(residue) if is_relation(value) else 0
     return Gold(gold, "value", value=value, modulus=(moduli or [""])[0], percent=percent, sides=sides), ""
 
 
@@ -443,12 +152,21 @@ def _read_values(gold: str, pieces: list[str]) -> tuple[Gold | None, str]:
     for piece in pieces:
         if (skipped := unread_number(piece)) is not None:
             return None, f"the checker does not read the number {skipped} of the gold {gold[:80]!r}"
-        if not (read := _values(piece, "expressions")):
+        if not (read := piece_values(piece, "expressions")):
             return None, f"the value {piece[:40]!r} of the gold {gold[:80]!r} does not parse"
         values += read
     if not all(same(value, value) for value in values):
         return None, f"a value of the gold {gold[:80]!r} is not equal to itself"
     return Gold(gold, "values", values=tuple(values)), ""
+
+
+def _sides(gold: Gold) -> Sides:
+    """Which sides of an answer's relation `piece_values` reads as values against ``gold``."""
+    if gold.form == "values":
+        return "expressions"
+    if is_relation(gold.value) or is_constant(gold.value):
+        return "constants"
+    return "all" if is_name(gold.value) else "expressions"
 
 
 def judge(gold: str, answer: str, max_chars: int = 512, max_answers: int = 8) -> tuple[str, str]:
@@ -484,16 +202,16 @@ def judge_read(gold: Gold, answer: str, max_chars: int, max_answers: int) -> tup
     pieces = candidates(_unbracketed(text) if gold.form == "values" else text)
     if len(pieces) > max(max_answers, len(gold.values)):
         return "wrong_answer", f"{len(pieces)} separate answers (one answer is graded)"
-    if len(_NUMBER.findall(text)) > MAX_NUMBERS:
+    if len(NUMBER.findall(text)) > MAX_NUMBERS:
         return "wrong_answer", f"more than {MAX_NUMBERS} numbers in one answer"
     for piece in pieces:
         if (skipped := unread_number(piece)) is not None:
             return "wrong_answer", f"the checker does not read the number {skipped} in {piece[:60]!r} (several answers)"
-    relation = gold.form == "value" and _relation(gold.value)
+    relation = gold.form == "value" and is_relation(gold.value)
     for piece in pieces if relation else ():  # y = x+3 = y = 2x chains two equations where the gold states one
-        if (count := _value_sides(piece)) > gold.sides:
+        if (count := value_sides(piece)) > gold.sides:
             return "wrong_answer", f"a chain of relations with {count} values where the gold states {gold.sides}"
-    values = [value for piece in pieces for value in _values(piece, _sides(gold))]
+    values = [value for piece in pieces for value in piece_values(piece, _sides(gold))]
     if gold.form == "values":
         return _judge_values(gold, values)
     for first, other in zip(values, values[1:]):
@@ -503,7 +221,7 @@ def judge_read(gold: Gold, answer: str, max_chars: int, max_answers: int) -> tup
     if not whole:
         return "wrong_answer", f"no mathematical answer found in {text[:80]!r}"
     # a relation states its value side (x = 5 states 5, 18 = C states 18, not C); anything else reads whole
-    stated = values[0] if values and not relation and len(_RELATION.split(text)) > 1 else whole
+    stated = values[0] if values and not relation and len(RELATION.split(text)) > 1 else whole
     if same(gold.value, stated) or (gold.modulus and _same_class(gold.value, stated, gold.modulus)):
         return "passed", ""
     if "%" in text or gold.percent:  # 25% for a GSM8K gold of 25, 50 for a gold of 50\%: the sign is optional
@@ -543,14 +261,14 @@ def _judge_numeral(gold: Gold, text: str) -> tuple[str, str]:
 
 def _unbracketed(text: str) -> str:
     """A list inside one pair of brackets, ``(1, -2)`` (a boxed list) or ``\\{1, -2\\}``, as the list it holds."""
-    bare = _SIZED_BRACKET.sub("", text).strip()
+    bare = SIZED_BRACKET.sub("", text).strip()
     if bare.startswith("\\{") and bare.endswith("\\}"):
         inner = bare[2:-2]
-    elif bare.startswith("(") and _closing_paren(bare, 1) == len(bare) - 1:
+    elif bare.startswith("(") and closing_paren(bare, 1) == len(bare) - 1:
         inner = bare[1:-1]
     else:
         return text
-    return inner if len(_top_level_commas(inner)) > 1 and _open_brackets(inner) == 0 else text
+    return inner if len(top_level_commas(inner)) > 1 and open_brackets(inner) == 0 else text
 
 
 def _other_modulus(moduli: list[str], gold_modulus: str) -> str | None:

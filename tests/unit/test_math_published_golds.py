@@ -80,21 +80,22 @@ def _deadline(*_):
 
 
 def _kind(gold: str) -> str:
-    from tasks.math.check import _constant, _named, _relation, read_gold
+    from tasks.math.check import read_gold
+    from tasks.math.reply import is_constant, is_name, is_relation
 
     read, _ = read_gold(gold)
     if read is None or read.form != "value":
         return read.form if read else "unread"
-    if _relation(read.value) or _constant(read.value):
-        return "relation" if _relation(read.value) else "constant"
-    return "name" if _named(read.value) else "expression"
+    if is_relation(read.value) or is_constant(read.value):
+        return "relation" if is_relation(read.value) else "constant"
+    return "name" if is_name(read.value) else "expression"
 
 
 def _hedges(args: tuple[list[str], list[str], int]) -> list[tuple[str, str, str, str]]:
     """``(class, gold, hedge, verdict)`` of the hedges built on gold ``i``: its wrong answer is the next gold of the
     set of its kind (``kinds``) that the check refuses for it (a plausible answer to a sibling question), or of any
     kind when the set holds no other of its kind."""
-    from tasks.math.check import candidates
+    from tasks.math.reply import candidates
 
     golds, kinds, i = args
     gold = golds[i]
