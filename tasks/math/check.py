@@ -14,7 +14,9 @@ thousands separators (``10,\\!080``) are dropped on both sides, and a ratio ``3:
 
 What passes: a text answer whose items (case, spaces, periods, wrappers and the punctuation around them aside) are
 the gold's, in any order; one numeral of the gold's base (the subscript may be left off) with its value; against a
-list, the same values in any order (a value stated twice is one value; one fewer or one more fails); otherwise the
+list, the same values in any order (a value stated twice is one value; one fewer or one more fails); against a set or
+a pair (``\\{1, 2\\}``, ``(5, 6)``), its elements listed without the brackets (a set's in any order, ``2, 1``; a pair's
+in its order, ``x = 5, y = 6``); otherwise the
 answer, as ``math_verify`` parses it (plain numbers, ``1/2``, ``0.5``, LaTeX with or without ``$``, ``\\boxed{}``,
 ``x = 5``, thousands separators ``1,000``), is equivalent to the gold; a percentage (``25%``) also passes for a gold
 without a percent sign (``25``), as GSM8K asks, and the sign may be left off for a gold with one (``50`` for
@@ -41,6 +43,12 @@ without a percent sign (``25``), as GSM8K asks, and the sign may be left off for
   ``6 \\hskip1em 5`` or ``\\cancel{6} 5``, read as 5): a second answer the checker skipped, whatever
   LaTeX sits between the two; more than ``MAX_NUMBERS`` numbers are refused rather than left unprobed;
 * an answer ``math_verify`` cannot parse.
+
+What is compared is always the reading of the candidates probed above (`reply.read_side`: a candidate's text once its
+prose words and glue are dropped), never math-verify's reading of the whole reply, which is its last value:
+``6 \\mathrel{\\text{is}} 5`` and ``6 \\bar{\\text{is}} 5 = 5`` state 6 and 5, never 5. Numbers grouped by threes
+with spaces (``1 000``, ``12\\ 345``) are one number; a subscript's digit and the number after it are one value
+(``\\log_2 4``).
 
 Matrices (``\\begin{pmatrix}``, ``bmatrix``, ...) are read as tuples on both sides (math-verify alone reads
 their last entry). A gold with a number the checker does not read is ``gold_error``, as the last entry
@@ -70,7 +78,6 @@ from tasks.math.reading import MAX_DEPTH, nesting, parsed, same  # noqa: E402
 from tasks.math.reply import (  # noqa: E402
     MAX_NUMBERS,
     NUMBER,
-    RELATION,
     SIZED_BRACKET,
     Sides,
     candidates,
@@ -126,7 +133,9 @@ def read_gold(gold: str) -> tuple[Gold | None, str]:
     residue, moduli = unqualified(text)  # a class (3 \pmod{7}) is read as its residue; `judge_read` checks the modulus
     try:
         pieces = candidates(residue)
-        return _read_values(gold, pieces) if len(pieces) > 1 else _read_value(gold, residue, moduli)
+        if len(pieces) > 1:
+            return _read_values(gold, pieces)
+        return _read_value(gold, pieces[0] if pieces else residue, moduli)  # read as an answer's one piece is
     except Exception as exc:  # sympy on a malformed gold: the row's fault, never the candidate's
         return None, f"the gold {gold[:80]!r} does not parse ({type(exc).__name__})"
 
@@ -211,22 +220,28 @@ def judge_read(gold: Gold, answer: str, max_chars: int, max_answers: int) -> tup
     for piece in pieces if relation else ():  # y = x+3 = y = 2x chains two equations where the gold states one
         if (count := value_sides(piece)) > gold.sides:
             return "wrong_answer", f"a chain of relations with {count} values where the gold states {gold.sides}"
+    if len(pieces) > 1 and (listed := _elements(gold)) is not None:  # 1, 2 for \{1, 2\}; x = 5, y = 6 for (5, 6)
+        return _judge_elements(listed, [value for piece in pieces for value in piece_values(piece, "expressions")])
     values = [value for piece in pieces for value in piece_values(piece, _sides(gold))]
     if gold.form == "values":
         return _judge_values(gold, values)
     for first, other in zip(values, values[1:]):
         if not same(first, other):
             return "wrong_answer", f"several different answers: {', '.join(str(v[-1])[:40] for v in values[:4])}"
-    whole = parsed(text)
+    # What is compared is a reading of the pieces probed above, never of the text around them: math-verify reads
+    # `6 \mathrel{\text{is}} 5` whole as its last value, 5, while the piece states 6*is*5.
+    whole = [reading for piece in pieces if (reading := parsed(piece))] if relation else values
+    for first, other in zip(whole, whole[1:]):
+        if not same(first, other):
+            return "wrong_answer", f"several different answers: {', '.join(str(v[-1])[:40] for v in whole[:4])}"
     if not whole:
         return "wrong_answer", f"no mathematical answer found in {text[:80]!r}"
-    # a relation states its value side (x = 5 states 5, 18 = C states 18, not C); anything else reads whole
-    stated = values[0] if values and not relation and len(RELATION.split(text)) > 1 else whole
+    stated = whole[0]
     if same(gold.value, stated) or (gold.modulus and _same_class(gold.value, stated, gold.modulus)):
         return "passed", ""
     if "%" in text or gold.percent:  # 25% for a GSM8K gold of 25, 50 for a gold of 50\%: the sign is optional
-        bare = parsed(_PERCENT.sub("", text))
-        if bare and same(gold.percent or gold.value, bare):
+        bare = [parsed(_PERCENT.sub("", piece)) for piece in pieces]  # the probed pieces again, never the whole text
+        if all(bare) and all(same(gold.percent or gold.value, reading) for reading in bare):
             return "passed", ""
     return "wrong_answer", f"{str(stated[-1])[:80]} is not {str(gold.value[-1])[:80]}"
 
@@ -245,6 +260,36 @@ def _judge_values(gold: Gold, values: list[list]) -> tuple[str, str]:
             f"the gold lists {len(gold.values)} values; missing {missing[:4]}, not listed {extra[:4]}",
         )
     return "passed", ""
+
+
+def _elements(gold: Gold) -> tuple[Gold, bool] | None:
+    """A gold that is a set or a pair in brackets (``\\{1, 2\\}``, ``(5, 6)``, ``(1, \\frac{1}{2})``) as the list of
+    its elements, and whether their order counts (a tuple's does, a set's does not); None for any other gold. An
+    answer may state them without the brackets: ``1, 2`` or ``2, 1`` for the set, ``x = 5, y = 6`` for the pair (math
+    -verify reads ``(5, 6)`` as an open interval too: its two ends are the pair)."""
+    from sympy import FiniteSet, Interval, Tuple
+
+    value = gold.value[0] if gold.form == "value" and gold.value else None
+    if isinstance(value, FiniteSet) and len(value.args) > 1:
+        items, ordered = value.args, False
+    elif isinstance(value, Tuple) and len(value.args) > 1:
+        items, ordered = value.args, True
+    elif isinstance(value, Interval) and value.left_open and value.right_open and value.measure.is_finite:
+        items, ordered = (value.left, value.right), True
+    else:
+        return None
+    return Gold(gold.written, "values", values=tuple([item] for item in items)), ordered
+
+
+def _judge_elements(listed: tuple[Gold, bool], values: list[list]) -> tuple[str, str]:
+    """An answer that lists a set's or a pair's elements without the brackets: a set's in any order (`_judge_values`),
+    a pair's one for one in its order."""
+    gold, ordered = listed
+    if not ordered:
+        return _judge_values(gold, values)
+    if len(values) == len(gold.values) and all(same(item, value) for item, value in zip(gold.values, values)):
+        return "passed", ""
+    return "wrong_answer", f"{', '.join(str(v[-1])[:30] for v in values[:4])} is not the pair {gold.written[:60]}"
 
 
 def _judge_numeral(gold: Gold, text: str) -> tuple[str, str]:

@@ -13,7 +13,8 @@ the gold's form with these and compares an answer in that form.
   with the same value (``040_9``); ``36`` (the value in base 10) and ``40_{10}`` do not.
 * **Money, units** (`plain`): ``\\$`` goes, and a unit in text that ends a value (``15\\mbox{ cm}^2``,
   ``\\text{ square inches}``, ``\\text{ dollars}``) is not read, on either side: the value is compared, never the
-  unit. A ratio of two numbers (``3:1``) is the pair ``(3, 1)``. (LaTeX thousands separators, ``10,\\!080``, are
+  unit; so is a common unit written bare after a number at the end of a value (``12 km/h``, ``5 cm^2``,
+  ``3 hours``; two letters at least, so a variable such as ``5 m`` or ``5 x`` is never taken for one). A ratio of two numbers (``3:1``) is the pair ``(3, 1)``. (LaTeX thousands separators, ``10,\\!080``, are
   `tasks.math.check.normal`'s.)
 """
 
@@ -46,9 +47,22 @@ _SEPARATED = re.compile(r"(?<![A-Za-z])(?:or|and|either|nor)\s*$", re.IGNORECASE
 # A unit: a text argument of letters (``\text{ square inches}``, ``\mbox{ m}``) with the square or cube after it.
 _UNIT = re.compile(
     r"(?<=[0-9A-Za-z}).%\]])[ \t]*"  # after a value on its line: text on a line of its own is an answer of its own
-    r"\\(?P<command>text|textrm|textnormal|textup|mbox|mathrm)\s*\{(?P<words>\s*[A-Za-z][A-Za-z. ]*)\}"
+    r"\\(?P<command>text|textrm|textnormal|textup|mbox|mathrm)\s*\{(?P<words>\s*[A-Za-z][A-Za-z. ]*(?:/\s*[A-Za-z]+)?)\}"
     r"(?:\s*\^\s*(?:\{\s*[23]\s*\}|[23]))?"
     r"(?=\s*(?:$|[,;)\]}]|\\\}|\\right|\\\\))"  # it ends a value: text between two values is prose, cut there
+)
+_UNIT_WORDS = (
+    "km|cm|mm|nm|kg|mg|ml|mL|kW|kWh|mph|kph|ft|yd|mi|lb|lbs|oz|hr|hrs|min|mins|sec|secs|"
+    "hours?|minutes?|seconds?|days?|weeks?|months?|years?|dollars?|cents?|euros?|"
+    "meters?|metres?|centimeters?|centimetres?|millimeters?|kilometers?|kilometres?|miles?|feet|foot|inches|"
+    "yards?|pounds?|ounces?|grams?|kilograms?|liters?|litres?|gallons?|degrees?|units?|"
+    "apples?|people|students?|pages?|books?|marbles?|cookies?|eggs?|pieces?"
+)
+_UNIT_TERM = rf"(?:{_UNIT_WORDS})(?:\s*\^\s*(?:\{{\s*[23]\s*\}}|[23]))?"
+# a bare unit ending a value: 12 km/h, 5 cm^2, 3 hours; the number before it and the end of the value after it
+_BARE_UNIT = re.compile(
+    rf"(?<=\d)[ \t]+(?:sq\.?[ \t]+|square[ \t]+|cubic[ \t]+)?{_UNIT_TERM}(?:\s*/\s*(?:{_UNIT_TERM}|[hsm]))?"
+    r"(?![A-Za-z])(?=\s*(?:$|[,;)\]}]|\\\}|\\right|\\\\))"
 )
 _RATIO = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*:\s*(-?\d+(?:\.\d+)?)\s*$")
 
@@ -116,7 +130,7 @@ def numeral(text: str, base: int | None = None) -> tuple[Fraction, int] | None:
 def plain(text: str) -> str:
     """``text`` with its money sign, LaTeX thousands separators and units dropped, and a ratio as a pair (see the
     module docstring). A text argument that holds a separator word (``\\text{ or }``) is not a unit and stays."""
-    text = _UNIT.sub(_unit, _DOLLAR.sub(" ", text))
+    text = _BARE_UNIT.sub(" ", _UNIT.sub(_unit, _DOLLAR.sub(" ", text)))
     return _RATIO.sub(r"(\1, \2)", text)
 
 

@@ -16,8 +16,9 @@ from tasks.math.reading import parsed
 
 _SENTENCE = re.compile(r"\.\s+")
 _WORDS = re.compile(r"(?<![\\a-zA-Z])(?:or|and)(?![a-zA-Z])", re.IGNORECASE)
+_LEADING_DOT = re.compile(r"^\.+(?!\d)")  # ". So 5": a sentence's end, never the point of .5
 _THOUSANDS = re.compile(r"\d,\d{3}(?!\d)")
-_NUMBERS_APART = re.compile(r"(?<=\d)\s+(?=[-+]?\d)")  # "5 6 7": three answers, not the product LaTeX reads
+_NUMBERS_APART = re.compile(r"(?<=\d)(?<![_^]\d)\s+(?=[-+]?\d)")  # "5 6 7": three answers; \log_2 4 is one
 
 
 _FUNCTIONS = {"sin", "cos", "tan", "cot", "sec", "csc", "log", "exp", "sqrt", "arcsin", "arccos", "arctan", "sinh"}
@@ -27,6 +28,8 @@ _SPACE = re.compile(
     r"~|\\[,;:! ]|\\(?:q?quad|enspace|thinspace|medspace|thickspace|hfill)(?![a-zA-Z])|\\[hv]space\*?\{[^{}]*\}"
 )
 _LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\\,|\{,\}|,\s*\\!\s*)(?=\d{3}(?!\d))")  # 1\,000, 1{,}000, 1,\!000: 1,000
+# 1 000 000, 12 345 (SI thousands; \ and ~ are spaces by then); 5 6 7 stays three numbers, x_1 000 is no number
+_SPACED_THOUSANDS = re.compile(r"(?<![\d.,_^])\d{1,3}(?:[ \u00a0\u2009\u202f]\d{3})+(?!\d)")
 _BOX = re.compile(r"\\(?:boxed|fbox|framebox)\s*\{")
 _TEXT = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox|operatorname)\s*\{([^{}]*)\}")
 RELATION = re.compile(
@@ -46,7 +49,10 @@ _MODULUS = re.compile(
 )
 _SIZED = r"\\(?:left|right|[bB]igg?[lr]?)(?![a-zA-Z])"  # \left( \bigr): a bracket's size, never an operand
 SIZED_BRACKET = re.compile(_SIZED)
-_SHORT_WORD = re.compile(r"(?<!\S)[a-zA-Z]{1,2}(?!\S)")  # "So", "is": words too short to be cut as prose
+_GLUE = re.compile(r"\\(?!(?:[dt]?frac|sqrt|[dt]?binom)(?![a-zA-Z]))[a-zA-Z]+\s*\{([^{}]*)\}")  # `_bare`
+_SHORT_WORD = re.compile(
+    r"(?<!\S)[a-zA-Z]{2}(?!\S)"
+)  # "So", "is": words too short to be cut as prose (x is a variable)
 _OPERAND = re.compile(rf"[-+]?\s*(?:\d+(?:\.\d+)?|(?!{_SIZED})\\[a-zA-Z]+|[a-zA-Z](?![a-zA-Z]))")
 _PARENTHESIS = re.compile(_OPENING)  # \pmod (7), \bmod \left(7\right)
 _CLOSING = re.compile(rf"{_GAP}(?:\\(?:right|[bB]igg?r?)(?![a-zA-Z]){_GAP})?\)$")
@@ -74,7 +80,8 @@ def normal(answer: str) -> str:
     Full-width, narrow and mathematical-font characters become ASCII (`_plain`); the ideographic full stop
     and other line separators become a newline, invisible characters (zero-width, controls, lone surrogates)
     a space; outside ``\\begin{...}...\\end{...}`` (a matrix's rows are one answer) LaTeX line breaks become
-    a newline and LaTeX spacing a space; every ``\\boxed{X}`` (nested ones too) becomes ``X``, or ``(X)``
+    a newline, LaTeX spacing a space and digits grouped by threes with spaces (``1 000 000``, ``12\\ 345``: SI
+    thousands) one number; every ``\\boxed{X}`` (nested ones too) becomes ``X``, or ``(X)``
     when X is a list: math-verify would otherwise grade the last box alone; a box right after another is on its
     own line (``\\boxed{0} \\boxed{\\frac{5}{9}}`` is two answers, not the mixed number 0 5/9).
     """
@@ -82,7 +89,7 @@ def normal(answer: str) -> str:
     kept = [match.span() for match in _ENVIRONMENT.finditer(text)]  # a matrix's rows are one answer
     edges = [0, *(i for span in kept for i in span), len(text)]
     text = "".join(
-        text[a:b] if k % 2 else _SPACE.sub(" ", _LINE_BREAK.sub("\n", text[a:b]))
+        text[a:b] if k % 2 else _grouped(_SPACE.sub(" ", _LINE_BREAK.sub("\n", text[a:b])))
         for k, (a, b) in enumerate(zip(edges, edges[1:]))
     )
     text = "".join(" " if char not in "\n\t" and unicodedata.category(char) in _INVISIBLE else char for char in text)
@@ -96,6 +103,11 @@ def normal(answer: str) -> str:
         apart = "\n" if _BOX.match(rest.lstrip()) else ""  # two boxes side by side are two answers, never 0 \frac{5}{9}
         text = f"{text[: match.start()]}{inside}{apart}{rest}"
     return text
+
+
+def _grouped(text: str) -> str:
+    """``text`` with each number written in groups of three digits apart (``1 000``) as one number (``1000``)."""
+    return _SPACED_THOUSANDS.sub(lambda match: re.sub(r"\s", "", match[0]), text)
 
 
 def unqualified(text: str) -> tuple[str, list[str]]:
@@ -177,7 +189,7 @@ def candidates(answer: str) -> list[str]:
                 for words in _prose_split(part):
                     for piece in top_level_commas(words):
                         pieces += _NUMBERS_APART.split(piece)
-    return [piece.strip().strip(".") for piece in pieces if piece.strip().strip(".")]
+    return [bare for piece in pieces if (bare := _LEADING_DOT.sub("", piece.strip().rstrip(".")).strip())]
 
 
 def _prose_split(text: str) -> list[str]:
@@ -202,7 +214,7 @@ def piece_values(piece: str, sides: Sides = "constants") -> list[object]:
     (``\\overline{CD}``) every side."""
     parts = RELATION.split(piece)
     if len(parts) == 1:
-        value = parsed(piece)
+        value = _side(piece)
         return [value] if value else []
     read = [value for value in map(_side, parts) if value]
     if sides == "all":
@@ -241,9 +253,15 @@ def is_relation(value: list[object]) -> bool:
 
 
 def _side(side: str) -> list[object]:
-    """What one side of a relation reads as. A side that does not parse is read again without the math delimiters
-    and the brackets it leaves open (``\\(6`` and ``5\\)`` of ``\\(6 = 5\\)``, ``\\left(6`` of ``(6 = 5)``); one that
-    is no constant, without its short words (``So 6 = 5``: prose, not the product of S, o and 6)."""
+    return read_side(side)[1]
+
+
+def read_side(side: str) -> tuple[str, list[object]]:
+    """``(the text read, its reading)`` of one side of a relation, or of a candidate that is none. A side that does not
+    parse is read again without the math delimiters and the brackets it leaves open (``\\(6`` and ``5\\)`` of
+    ``\\(6 = 5\\)``, ``\\left(6`` of ``(6 = 5)``); one that is no constant, without its short words (``So 6 = 5``,
+    ``is 72``: prose, not the product of S, o and 6). `unread_number` probes the text returned, never the text given:
+    what is compared is what was probed."""
     value = parsed(side) if side.strip() else []
     if value and isinstance(value[0], str):
         side = SIZED_BRACKET.sub("", _DELIMITER.sub(" ", side)).replace("\\{", "{").replace("\\}", "}").strip()
@@ -252,10 +270,21 @@ def _side(side: str) -> list[object]:
         while side[-1:] in (")", "]", "}") and open_brackets(side) < 0:
             side = side[:-1].strip()
         value = parsed(side) if side else []
-    if value and not is_constant(value) and (bare := _SHORT_WORD.sub(" ", side)) != side and bare.strip():
+    if value and not is_constant(value) and (bare := _bare(side)) != side and bare.strip():
         again = parsed(bare)
-        value = again if again and is_constant(again) else value
-    return value
+        if again and is_constant(again):
+            return bare, again
+    return side, value
+
+
+def _bare(side: str) -> str:
+    """``side`` without what holds no value: every command's braced argument unwrapped, innermost first, but those of
+    ``\\frac``, ``\\sqrt`` and ``\\binom`` (``6 \\mathrel{\\text{is}} 5``, ``6 \\bar{\\text{is}} 5``: glue that sympy reads as
+    a symbol ``math{is}``), then its words of prose (``So``, ``is``, ``vs``, ``then``; never a function's name)."""
+    while (unwrapped := _GLUE.sub(r" \1 ", side)) != side:
+        side = unwrapped
+    side = _SHORT_WORD.sub(" ", side)
+    return _PROSE.sub(lambda match: match[0] if match[0].lower() in _FUNCTIONS else " ", side)
 
 
 def open_brackets(text: str) -> int:
@@ -300,8 +329,7 @@ def unread_number(text: str) -> str | None:
     where a deletion can leave LL parsing an invalid text for seconds) was read and needs no deletion; a 0 is always
     deleted, as ``0 \\frac{5}{9}`` (the mixed number) reads it yet states 5/9.
     """
-    for side in RELATION.split(text):
-        value = parsed(side) if side.strip() else []
+    for side, value in (read_side(side) for side in RELATION.split(text)):
         if not value:
             continue
         for match in NUMBER.finditer(side):

@@ -76,7 +76,7 @@ def test_wrong_answers_fail(gold, answer):
         ("71; 72", "several different answers"),
         ("72 " * 300, "characters (at most 512 are read)"),
         (", ".join(["72"] * 9), "9 separate answers"),
-        ("the number of clips", "no mathematical answer"),
+        ("the number of clips", "is not 72"),  # prose: its words are cut, "of" read as o*f
     ],
 )
 def test_answers_that_try_to_game_the_checker_fail(answer, reason):
