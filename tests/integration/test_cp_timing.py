@@ -21,7 +21,7 @@ import pytest
 
 from images.inputs import runner_image
 from sandbox.failure import Verdict
-from tasks.grader import GraderConfig, grade_pairs
+from tasks.grader import STARVED_DETAIL, GraderConfig, grade_pairs
 from tasks.submission import Submission
 from tasks.task import Limits, StdinTest
 from tests.sandbox_support import sandbox_config
@@ -43,20 +43,26 @@ def burn(seconds):
 """
 
 
-def grade(program: str, tests: int = 1, config: GraderConfig = CONFIG):
+def grade(program: str, tests: int = 1, config: GraderConfig = CONFIG, tries: int = 3):
+    """The task graded; graded again (up to ``tries`` times) while the host starved it: a starved test is masked by
+    design (infra_error, `STARVED_DETAIL`), which says nothing about the time limits these tests are about (seen
+    once in a full suite at load average 10+ on 2 cores)."""
     t = task(
         task_id="timing",
         limits=Limits(time_s=LIMIT_S),
         tests=tuple(StdinTest(input=f"{i}\n", output=f"{i}\n") for i in range(tests)),
     )
-    (result,) = grade_pairs([(t, Submission(task_id="timing", completion=program))], config, sandbox_config())
+    for _ in range(tries):
+        (result,) = grade_pairs([(t, Submission(task_id="timing", completion=program))], config, sandbox_config())
+        if not any(STARVED_DETAIL in test.detail for test in result.tests):
+            break
     return result
 
 
 def test_a_cpu_bound_loop_is_killed_at_its_cpu_limit():
     result = grade("while True:\n    pass\n")
     (test,) = result.tests
-    assert test.verdict == Verdict.TIME_LIMIT and "killed at its CPU limit" in test.detail  # not the backstop
+    assert test.verdict == Verdict.TIME_LIMIT and "killed at its CPU limit" in test.detail, test  # not the backstop
     assert LIMIT_S <= test.cpu_s < LIMIT_S * 1.25 + 0.5  # killed at the limit plus the margin, polled every 20 ms
 
 
