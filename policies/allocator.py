@@ -8,7 +8,7 @@ tiny policy's 8,192-token vocabulary with the float64 CDF of the time took 12-17
 with the thresholds raised. The sampler's blocked inversion (5b83ca6) no longer makes that block; a whole
 engine step at 64 rows faulted 160 pages without the thresholds and 46-60 with them, and since a step reads its
 samples in one copy and skips routes nobody asked for, 85 and 52; at 128 rows ~600 and ~140
-(tests/unit/test_allocator.py, docs/engine.md).
+(tests/integration/test_allocator.py, docs/engine.md).
 
 `keep_freed_memory()` raises both through `mallopt` (glibc only; elsewhere it does nothing and says so):
 blocks up to 32 MiB (glibc's ceiling for the mmap threshold on 64-bit) come from the heap, and up to

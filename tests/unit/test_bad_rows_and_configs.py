@@ -1,4 +1,4 @@
-"""Held-out bad input: dataset rows in the variants real exports carry, and hostile config files.
+"""Bad input: dataset rows in the variants real exports carry, and hostile config files.
 
 Each case pairs an input that must be refused (a skipped row with its reason, or one ``gym: error:``
 line, exit 2) with the valid variant beside it that must load, so every check can fail.

@@ -4,7 +4,7 @@ first, the reference with every parameter moved (by 1, 2, 3, doubled, halved), s
 and every parameter value of the template's two operations (and the other operation with the task's own values).
 Judged on the host as the grader judges; a task whose tests as drawn let one through is strengthened (hidden tests
 added) or never handed out. The outside round's finds and one program of each kind are in
-tests/unit/test_attacks_generated_tasks.py."""
+tests/integration/test_attacks_generated_tasks.py."""
 
 from __future__ import annotations
 

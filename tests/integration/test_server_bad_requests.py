@@ -1,4 +1,4 @@
-"""Held-out bad requests against a real `python -m gym serve` process on 127.0.0.1.
+"""Bad requests against a real `python -m gym serve` process on 127.0.0.1.
 
 Each bad request must get a 4xx with a JSON error that names the problem (503 for overload), the
 server must keep answering, and a valid request beside it must succeed. Loops are bounded in count
