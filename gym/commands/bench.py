@@ -2,7 +2,11 @@
 
 Each target module exposes ``configure(parser)`` and ``run(args) -> dict``;
 the figures are printed as a table on stdout and, with ``--json FILE``,
-written as JSON with the keys the target documents.
+written as JSON with the keys the target documents; with ``--record DIR``,
+written as ``DIR/TARGET.json`` with the command, machine, load and date
+(`gym.bench_report`). ``bench report DIR`` renders a folder of records as the
+generated section of ``docs/benchmarks.md`` (``--update FILE`` writes it there,
+``--check FILE`` exits 1 when the file's section is not what the records say).
 """
 
 from __future__ import annotations
@@ -10,9 +14,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
+import sys
 from pathlib import Path
 
+from gym import bench_report
 from gym.cli import HELP_FORMATTER, epilog
+from gym.fault import CommandError, ExitCode
 
 # target -> (dotted module path, one-line help, example lines: the arguments after `python -m gym bench TARGET`)
 BENCHES: dict[str, tuple[str, str, tuple[str, ...]]] = {
@@ -71,9 +79,32 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
             name, help=help_text, description=help_text, epilog=epilog(lines), formatter_class=HELP_FORMATTER
         )
         target.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write the figures as JSON")
+        target.add_argument(
+            "--record",
+            type=Path,
+            default=None,
+            metavar="DIR",
+            help="also write DIR/TARGET.json: the figures with the command, machine, load average and date "
+            "(`bench report DIR` renders a folder of them)",
+        )
         target.set_defaults(_bench_module=module_path)
         if name == chosen:  # only the chosen target's module is imported (torch stays unloaded otherwise)
             importlib.import_module(module_path).configure(target)
+    report = sub.add_parser(
+        "report",
+        help="render a folder of --record files as the generated section of docs/benchmarks.md",
+        description="Render a folder of bench records (--record DIR) as Markdown: each record's command, machine, "
+        "load average and date, and its figures. Printed on stdout unless --update or --check is given.",
+        epilog=epilog(
+            ("docs/results", "docs/results --update docs/benchmarks.md", "docs/results --check docs/benchmarks.md")
+        ),
+        formatter_class=HELP_FORMATTER,
+    )
+    report.add_argument("folder", type=Path, metavar="DIR", help="the folder of records (*.json)")
+    where = report.add_mutually_exclusive_group()
+    where.add_argument("--update", type=Path, metavar="FILE", help="replace FILE's generated section")
+    where.add_argument("--check", type=Path, metavar="FILE", help="exit 1 when FILE's section differs")
+    report.set_defaults(_bench_module=None)
 
 
 def _format(value: object) -> str:
@@ -83,7 +114,10 @@ def _format(value: object) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.target == "report":
+        return _report(args)
     module = importlib.import_module(args._bench_module)
+    load_before = os.getloadavg()[0]
     figures: dict = module.run(args)
     width = max(len(k) for k in figures)
     for key, value in figures.items():
@@ -91,4 +125,48 @@ def run(args: argparse.Namespace) -> int:
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    if args.record is not None:
+        argv = sys.argv[sys.argv.index(args.target) + 1 :] if args.target in sys.argv else []
+        argv = _without_record(argv)
+        data = bench_report.record(args.target, argv, figures, load_before, os.getloadavg()[0])
+        args.record.mkdir(parents=True, exist_ok=True)
+        (args.record / f"{args.target}.json").write_text(json.dumps(data, indent=2) + "\n")
+    return 0
+
+
+def _without_record(argv: list[str]) -> list[str]:
+    """The target's arguments as a reader would rerun them: without ``--record DIR`` and ``--json FILE``."""
+    kept, tokens = [], iter(argv)
+    for token in tokens:
+        if token in ("--record", "--json"):
+            next(tokens, None)
+        elif not token.startswith(("--record=", "--json=")):
+            kept.append(token)
+    return kept
+
+
+def _report(args: argparse.Namespace) -> int:
+    if not args.folder.is_dir():
+        raise CommandError(
+            f"{args.folder}: not a folder of records", "give the DIR of `bench TARGET --record DIR`", ExitCode.INPUT
+        )
+    try:
+        section = bench_report.render(bench_report.read_records(args.folder))
+    except bench_report.RecordError as exc:
+        raise CommandError(str(exc), "rerun that target with --record, or remove the file", ExitCode.INPUT) from None
+    target = args.update or args.check
+    if target is None:
+        print(section)
+        return 0
+    document = target.read_text(encoding="utf-8")
+    if args.update is not None:
+        target.write_text(bench_report.updated(document, section), encoding="utf-8")
+        return 0
+    if bench_report.current(document) != section:
+        print(
+            f"{target}: its generated section is not what {args.folder} holds: run `python -m gym bench report "
+            f"{args.folder} --update {target}`",
+            file=sys.stderr,
+        )
+        return 1
     return 0
