@@ -66,6 +66,13 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
         help="plain JSON(L) reader, or the datasets library (default: datasets for parquet/arrow/dirs)",
     )
     cp.add_argument("--solutions", type=Path, metavar="FILE", required=True, help="JSON Lines of {task_id, completion}")
+    cp.add_argument(
+        "--id-prefix",
+        default="",
+        metavar="PREFIX",
+        help="prepended to every task id of --tasks, as a task pool's id_prefix names them in rollouts "
+        "(taco/ makes row 0 the task taco/0)",
+    )
     cp.add_argument("--concurrency", type=int, default=None, help="tasks graded at once (default 2)")
     cp.add_argument("--time-scale", type=float, default=None, help="multiplier on the tasks' time limits")
     cp.add_argument(
@@ -184,11 +191,13 @@ def _run_cp(args: argparse.Namespace) -> int:
     from tasks.grader import GradeReport, pair_submissions
     from tasks.loader import load_tasks
     from tasks.submission import read_submissions
+    from tasks.task_ids import prefixed, unknown_ids_hint
 
     # A bad --sandbox-config (exit 2) is found before the tasks load; a tasks or solutions file that cannot be
     # read raises TaskError or OSError, one `gym: error:` line with exit 5 (gym.fault), as in rollout and train.
     sandbox = _sandbox_config(args)
     loaded = load_tasks(args.tasks, args.format, args.reader)
+    tasks = prefixed(loaded.tasks, args.id_prefix)
     if loaded.format == "math":
         raise UnknownFormat(
             f"{args.tasks}: math rows are answers, not programs: grade them with `python -m gym "
@@ -197,12 +206,17 @@ def _run_cp(args: argparse.Namespace) -> int:
     submissions, bad_solutions = read_submissions(args.solutions)
     for error in bad_solutions:
         log.warning("%s: skipped solution row %d: %s", args.solutions, error.index, error.reason)
-    pairs, unknown = pair_submissions(loaded.tasks, submissions)
+    pairs, unknown = pair_submissions(tasks, submissions)
+    hint = unknown_ids_hint([task.task_id for task in tasks], unknown)
     if unknown:
         log.warning(
-            "%d solutions name tasks not in %s: %s", len(submissions) - len(pairs), args.tasks, ", ".join(unknown[:10])
+            "%d solutions name tasks not in %s: %s (%s)",
+            len(submissions) - len(pairs),
+            args.tasks,
+            ", ".join(unknown[:10]),
+            hint,
         )
-    log.info("grading %d solutions for %d tasks (%s)", len(pairs), len(loaded.tasks), loaded.format)
+    log.info("grading %d solutions for %d tasks (%s)", len(pairs), len(tasks), loaded.format)
     config = _grader_config(args)
     results = _grade_with_bar(pairs, config, sandbox) if pairs else []  # no pool for nothing
     skipped = {"unknown task id": len(submissions) - len(pairs), "unparseable row": len(bad_solutions)}
@@ -215,9 +229,10 @@ def _run_cp(args: argparse.Namespace) -> int:
         document["unknown_task_ids"] = unknown
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(document, indent=1) + "\n")
-    nothing = _nothing_graded(args, len(loaded.tasks), len(submissions) + len(bad_solutions), report)
+    nothing = _nothing_graded(args, len(tasks), len(submissions) + len(bad_solutions), report)
     if nothing is not None:
         code, reason = nothing
+        reason += f"; {hint}" if unknown and tasks else ""
         print(f"grade: nothing graded: {reason}", file=sys.stderr)
         return code
     return 0

@@ -76,7 +76,7 @@ def test_solutions_that_all_name_unknown_tasks_grade_nothing(tmp_path):
     assert done.returncode == NOTHING_TO_GRADE
     assert reason(done) == (
         f"grade: nothing graded: none of the 4 solution rows of {solutions} could be graded "
-        "(unknown task id or unparseable row)"
+        "(unknown task id or unparseable row); the tasks file holds '9501', '9502', '9503'"
     )
     assert (
         "passed 0/0 graded (0.000), failed 0, infra_errors 0, 4 skipped (3 unknown task ids, 1 unparseable row)"
@@ -111,3 +111,19 @@ def test_skipped_rows_are_counted_beside_the_graded_ones(tmp_path):
     assert (report["total"], report["passed"], report["skipped"]) == (1, 1, 3)
     assert report["skipped_reasons"] == {"unknown task id": 1, "unparseable row": 2}
     assert [row["index"] for row in report["skipped_solution_rows"]] == [2, 3]
+
+
+def test_solutions_named_as_a_rollout_names_them_match_with_the_pools_prefix(tmp_path):
+    """A rollout of a pool with ``id_prefix: mbpp/`` names its tasks ``mbpp/<id>``: `grade` says which prefix the
+    solutions carry and lists ids the file holds; with ``--id-prefix mbpp/`` the same rows are graded."""
+    rows = [json.loads(line) for line in SOLUTIONS.read_text().splitlines() if line.strip()]
+    renamed = tmp_path / "rollout.solutions.jsonl"
+    renamed.write_text("".join(json.dumps({**row, "task_id": f"mbpp/{row['task_id']}"}) + "\n" for row in rows))
+    done = grade(TASKS, renamed)
+    assert done.returncode == NOTHING_TO_GRADE
+    line = reason(done)
+    assert "pass --id-prefix mbpp/" in line and "the tasks file holds '" in line, line
+    again = grade(TASKS, renamed, "--id-prefix", "mbpp/", "--json", str(tmp_path / "report.json"))
+    assert again.returncode == 0, again.stderr[-2000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["total"] == len(rows) and all(t["task_id"].startswith("mbpp/") for t in report["tasks"])
