@@ -10,6 +10,7 @@ Python 3.11) would shadow this interpreter's, and that setuptools cannot build a
 
 from __future__ import annotations
 
+import shutil
 import site
 import subprocess
 import sys
@@ -41,3 +42,26 @@ def pip(python: Path, *args: str, cwd: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def source_copy(destination: Path) -> Path:
+    """The files git tracks or would track (not ignored build outputs), so the wheel is built as a fresh
+    clone would build it and the checkout gets no build/ or *.egg-info."""
+    listed = (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            check=True,
+            capture_output=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
+    for name in filter(None, listed):
+        source = ROOT / name
+        if source.is_file():  # a file deleted in the working tree stays listed until staged
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination / name)
+    return destination

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.install_support import make_venv, pip, printed
+from tests.install_support import make_venv, pip, printed, source_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -90,26 +90,6 @@ def test_editable_install_runs_from_another_directory_on_the_shipped_files(tmp_p
     assert rollout.returncode == 3, rollout.stderr[-3000:]
     assert rollout.stderr.splitlines()[-1].startswith("gym: error: the Docker engine at unix:///nonexistent.sock")
     assert not (elsewhere / "configs").exists() and "Traceback" not in rollout.stderr
-
-
-def source_copy(destination: Path) -> Path:
-    """The files git tracks or would track (not ignored build outputs), so the wheel is built as a fresh
-    clone would build it and the checkout gets no build/ or *.egg-info."""
-    listed = (
-        subprocess.run(
-            ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            check=True,
-            capture_output=True,
-        )
-        .stdout.decode()
-        .split("\0")
-    )
-    for name in filter(None, listed):
-        source = ROOT / name
-        if source.is_file():  # a file deleted in the working tree stays listed until staged
-            (destination / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, destination / name)
-    return destination
 
 
 def test_the_wheel_holds_the_package_data_and_no_tests_and_runs_installed(tmp_path):

@@ -23,7 +23,7 @@ def test_make_test_runs_ruff_check_and_format_check_before_pytest():
 
 def test_the_pinned_ruff_is_the_one_installed_and_configured():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    pins = [dep for dep in project["project"]["dependencies"] if dep.startswith("ruff==")]
+    pins = [dep for dep in project["project"]["optional-dependencies"]["dev"] if dep.startswith("ruff==")]
     assert len(pins) == 1, "ruff must be pinned: another version formats differently"
     version = subprocess.run([sys.executable, "-m", "ruff", "--version"], capture_output=True, text=True, check=True)
     assert version.stdout.split()[-1] == pins[0].split("==")[1]
