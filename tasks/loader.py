@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 # Rows in a row that match no format before one does: past this, the file is in a format nobody registered.
 MAX_UNRECOGNISED_ROWS = 100
 
-FormatChoice = Literal["auto", "nemotron", "taco", "apps", "codecontests", "lcb", "humaneval", "mbpp", "math"]
+FormatChoice = Literal["auto", "nemotron", "taco", "apps", "codecontests", "lcb", "humaneval", "mbpp", "math", "verl"]
 
 # format name -> module exposing looks_like(row) and parse(index, row, name)
 FORMATS: dict[str, str] = {
@@ -37,6 +37,7 @@ FORMATS: dict[str, str] = {
     "humaneval": "tasks.formats.humaneval",
     "mbpp": "tasks.formats.mbpp",
     "math": "tasks.math.problem",  # GSM8K, MATH and plain problem/answer rows: MathTask, not Task
+    "verl": "tasks.formats.verl",  # verl RL parquet rows: code rows are Task, math rows MathTask
 }
 
 
@@ -55,7 +56,7 @@ def detect_format(row: dict[str, Any]) -> str | None:
     """The format whose fields ``row`` has; APPS is told from TACO by ``problem_id`` without limits."""
     from tasks.formats import taco
 
-    for name in ("nemotron", "lcb", "codecontests", "humaneval", "mbpp"):
+    for name in ("verl", "nemotron", "lcb", "codecontests", "humaneval", "mbpp"):
         if importlib.import_module(FORMATS[name]).looks_like(row):
             return name
     if taco.looks_like_apps(row):

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tasks.comparison import graded_as_floats
 
 TaskKind = Literal["stdin", "call", "assert"]
-FormatName = Literal["nemotron", "taco", "apps", "codecontests", "lcb", "humaneval", "mbpp"]
+FormatName = Literal["nemotron", "taco", "apps", "codecontests", "lcb", "humaneval", "mbpp", "verl"]
 
 
 class _Frozen(BaseModel):

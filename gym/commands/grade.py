@@ -44,7 +44,7 @@ NOTHING_TO_GRADE = 5
 ALL_INFRA = 3
 """Exit code when every graded solution was an infra_error (gym/fault.py's infrastructure class)."""
 
-FORMATS = ("auto", "nemotron", "taco", "apps", "codecontests", "lcb", "humaneval", "mbpp")
+FORMATS = ("auto", "nemotron", "taco", "apps", "codecontests", "lcb", "humaneval", "mbpp", "verl")
 
 
 def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
@@ -190,6 +190,7 @@ def _run_cp(args: argparse.Namespace) -> int:
     from tasks.errors import UnknownFormat
     from tasks.grader import GradeReport, pair_submissions
     from tasks.loader import load_tasks
+    from tasks.math.problem import MathTask
     from tasks.submission import read_submissions
     from tasks.task_ids import prefixed, unknown_ids_hint
 
@@ -203,6 +204,10 @@ def _run_cp(args: argparse.Namespace) -> int:
             f"{args.tasks}: math rows are answers, not programs: grade them with `python -m gym "
             "rollout` on an environment of format math (configs/math_smoke.yaml)"
         )
+    programs = [task for task in tasks if not isinstance(task, MathTask)]  # a verl file mixes code and math rows
+    if len(programs) < len(tasks):
+        log.warning("%s: %d math rows skipped: answers, not programs", args.tasks, len(tasks) - len(programs))
+        tasks = programs
     submissions, bad_solutions = read_submissions(args.solutions)
     for error in bad_solutions:
         log.warning("%s: skipped solution row %d: %s", args.solutions, error.index, error.reason)
