@@ -1,7 +1,8 @@
-"""Parsing a pytest log (``-rA``, optionally ``-v``) into per-test statuses.
+"""Parsing a pytest log (``-rA``, optionally ``-v`` or ``-q``) into per-test statuses.
 
 What is read, and why only that (``-q`` logs work too: they lack the header
-and the ``=`` framing of the last line, but keep the summary section):
+and the ``=`` framing of the last line; their progress lines or their summary
+section open the record):
 
 * The **short test summary** (between ``=== short test summary info ===``
   and pytest's final ``=== N passed, ... in Xs ===`` line): one
@@ -14,18 +15,24 @@ so a test that prints ``PASSED some::test`` does not count. When a test has
 several statuses (``-v`` progress plus summary, or a test that passed its call
 and errored in teardown) the worst one wins, so a forged ``PASSED`` line can
 never hide a real failure. The log is *evidence the suite ran* only when it
-holds the session header (or, with ``-q``, the summary header) and the final
-count line, and the log adds up: the ``PASSED`` lines of the summary match the
-count pytest printed, and with the header, the count matches the
-``collected N items`` line and the progress marks (one per test report)
-printed before the first section. Output that stops early and a forged
-summary block with a plausible count both fail these checks unless they
-reproduce every line pytest would have printed; code running inside the
-pytest process can do that, which is the known limit.
+holds the session header (or, with ``-q``, a progress line ending in its
+percentage, or the summary header) and the final count line, and the log adds
+up: the ``PASSED`` lines of the summary match the count pytest printed, with
+the header the count matches the ``collected N items`` line, and the progress
+marks (one per test report) printed before the first section match the count.
+A ``-q`` run with nothing to summarise (``-rs`` and no skip, or no ``-r`` and
+no failure) prints only its progress lines and the final line. Output that
+stops early and a forged summary block with a plausible count both fail these
+checks unless they reproduce every line pytest would have printed; code
+running inside the pytest process can do that, which is the known limit.
 
 Skips reported only by location (``SKIPPED [1] path:line: reason``, what
-``-rA`` prints without ``-v``) cannot be tied to a test id; they are kept as
-``skipped_locations``.
+``-rA`` or ``-rs`` prints without ``-v``) cannot be tied to a test id from the
+log: the place is where the skip was raised (a fixture, package code) and one
+line may stand for several tests. They are kept as ``skipped_locations``; the
+grader takes every test's status, skips included, from the harness's record
+(`tasks.swe.harness`, by node id), so a skip is judged the same whatever the
+command prints.
 """
 
 from __future__ import annotations
@@ -55,6 +62,8 @@ _XDIST_COLLECTED = re.compile(r"^\d{1,6} workers? \[(?P<n>\d{1,12}) items?\]$")
 # A progress line without -v: the module's path and one mark per test phase report, then the percentage;
 # a long module goes on over lines holding only marks.
 _PROGRESS = re.compile(r"^(?:\S+\.py )?(?P<marks>[.FEsxXR]+)(?: +\[ *\d{1,3}%\])?$")
+# The first progress line of a -q run (no session header): marks only, never the module's path, then the percentage.
+_QUIET_PROGRESS = re.compile(r"^[.FEsxXR]+ +\[ *\d{1,3}%\]$")
 
 
 def verbose_line(line: str) -> tuple[str, TestStatus] | None:
@@ -108,6 +117,7 @@ class PytestLog:
     module_errors: list[str] = field(default_factory=list)  # ERROR lines without a test id (collection errors)
 
     summary_seen: bool = False
+    quiet_progress: bool = False  # a -q run's progress lines opened the record (no session header)
     collected: int | None = None  # "collected N items" of the session header
     collection_counts: dict[str, int] = field(default_factory=dict)  # its "/ M skipped / K errors" part
     collected_lines: int = 0  # "collected N items" lines in the header region (pytest prints one)
@@ -117,7 +127,7 @@ class PytestLog:
     @property
     def ran(self) -> bool:
         """The log holds evidence that a pytest session ran to its end (a start, and the final count line)."""
-        return (self.session_started or self.summary_seen) and self.final_line is not None
+        return (self.session_started or self.quiet_progress or self.summary_seen) and self.final_line is not None
 
     @property
     def failures(self) -> int:
@@ -154,18 +164,26 @@ class PytestLog:
                     return f"pytest collected {self.collected} tests but its final line accounts for {selected}"
             elif not selected <= self.collected <= selected + errors:
                 return f"pytest collected {self.collected} tests but its final line accounts for {selected}"
-            # Each test run leaves a progress mark (a teardown error or a rerun one more) before any section.
-            if not tests <= self.progress_marks <= tests + errors + self.counts.get("rerun", 0):
-                return (
-                    f"the progress lines show {self.progress_marks} test reports but pytest's final line "
-                    f"counts {tests} tests run"
-                )
+            if problem := self._marks_problem(tests, tests):
+                return problem
+        elif self.quiet_progress:
+            # No collected line: a module skipped whole counts as a skip in the final line and leaves no mark.
+            tests = sum(self.counts.get(k, 0) for k in ("passed", "failed", "xfailed", "xpassed", "skipped"))
+            if problem := self._marks_problem(tests - self.counts.get("skipped", 0), tests):
+                return problem
         if self.summary_passed_lines and self.summary_passed_lines != self.counts.get("passed", 0):
             return (
                 f"the summary lists {self.summary_passed_lines} PASSED lines but pytest counted "
                 f"{self.counts.get('passed', 0)} passed"
             )
         return None
+
+    def _marks_problem(self, least: int, tests: int) -> str | None:
+        """Each test run leaves a progress mark (a teardown error or a rerun one more) before any section."""
+        most = tests + self.counts.get("error", 0) + self.counts.get("rerun", 0)
+        if least <= self.progress_marks <= most:
+            return None
+        return f"the progress lines show {self.progress_marks} test reports but pytest's final line counts {tests} tests run"
 
 
 def split_id(rest: str) -> tuple[str, str]:
@@ -246,6 +264,11 @@ def parse(text: str) -> PytestLog:
                 log.counts[key] = log.counts.get(key, 0) + int(number)
             region = "after"
             continue
+        if region == "before" and not log.summary_seen and _QUIET_PROGRESS.match(line):
+            # -q: no session header; its first progress line opens the record (marks without the percentage do
+            # not: a line of dots or letters printed before the session is no progress line of pytest's)
+            log.quiet_progress = True
+            region = "progress"
         if _SUMMARY_START.match(line) and region != "after":
             region = "summary"  # with -q there is no session header: the summary alone opens the record
             log.summary_seen = True
@@ -256,7 +279,11 @@ def parse(text: str) -> PytestLog:
         if region == "progress" and (verbose := verbose_line(line)):
             _record(log, *verbose)
             log.progress_marks += log.collected is not None
-        elif region == "progress" and log.collected is not None and (marks := _PROGRESS.match(line)):
+        elif (
+            region == "progress"
+            and (log.collected is not None or log.quiet_progress)
+            and (marks := _PROGRESS.match(line))
+        ):
             log.progress_marks += len(marks.group("marks"))
         elif region == "summary":
             _summary_line(log, line)

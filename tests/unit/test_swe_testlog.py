@@ -155,7 +155,10 @@ def test_quiet_logs_have_no_header_but_still_count():
         "t.py::test_b": TestStatus.PASSED,
         "t.py::test_c": TestStatus.FAILED,
     }
-    assert not parse("..F  [100%]\n1 failed, 2 passed in 0.05s\n").ran  # no summary, no header: no evidence
+    # no summary (-q -rs or -rN with nothing to list): the progress line opens the record; its marks must add up
+    assert parse("..F  [100%]\n1 failed, 2 passed in 0.05s\n").consistency_problem() is None
+    assert "progress lines show 2" in parse(".F  [100%]\n1 failed, 2 passed in 0.05s\n").consistency_problem()
+    assert not parse("..F\n1 failed, 2 passed in 0.05s\n").ran  # marks without the percentage open nothing
 
 
 def test_nothing_may_follow_pytests_own_final_line():
