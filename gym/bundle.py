@@ -41,9 +41,10 @@ from gym.tools import ToolCallRecord, ToolsConfig
 from gym.trajectory import Seeds, Trajectory
 from sandbox.config import SandboxConfig
 from sandbox.errors import InfraError
-from tasks.grader import GraderConfig, TaskResult
+from tasks.grader import GraderConfig
 from tasks.math.grader import MathGraderConfig
 from tasks.math.problem import MathTask
+from tasks.result import TaskResult
 from tasks.swe.family import SweFamilyConfig
 from tasks.swe.instance import SweInstance
 from tasks.task import Task

@@ -32,8 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gym.roles import MetaVerdict, Role, RoleFailure, Solution, Verdict
 from gym.trajectory import Trajectory
-from tasks.grader import TaskResult
 from tasks.math.problem import MathTask
+from tasks.result import TaskResult
 
 RejectReason = Literal[
     "generator_failed", "check_infra", "verifier_failed", "verifier_disagrees", "meta_failed", "meta_rejects"

@@ -47,8 +47,8 @@ from gym.roles import ROLES, MetaVerdict, RolePrompts, Solution, Verdict, parse_
 from gym.run_dir import write_atomic
 from gym.tokenizer import TokenizerError, load_tokenizer
 from gym.trajectory import TrajectoryBuilder, TrajectoryError, assert_token_exact
-from tasks.grader import TaskResult
 from tasks.math.grader import MathGrader, MathGraderConfig
+from tasks.result import TaskResult
 
 KIND = "selfplay_chain"
 

@@ -50,7 +50,7 @@ from policies.sampling import ContextExceeded, EngineError, RolloutEngine, Sampl
 from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from tasks.family import TaskFamily
-from tasks.grader import TaskResult
+from tasks.result import TaskResult
 
 log = logging.getLogger(__name__)
 

@@ -45,10 +45,11 @@ from sandbox.failure import FailureKind, Verdict
 from sandbox.fleet import FleetPool, open_pool
 from sandbox.pool import WorkspacePool
 from tasks.family import CodeFamily, TaskFamily
-from tasks.grader import Grader, TaskResult
+from tasks.grader import Grader
 from tasks.math.family import MathFamily
 from tasks.math.grader import MathGrader, MathGraderConfig
 from tasks.math.problem import MathTask
+from tasks.result import TaskResult
 from tasks.submission import extract_code
 from tasks.swe.family import SweFamily, SweFamilyConfig
 from tasks.swe.instance import SweInstance

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gym.trajectory import Trajectory
 from sandbox.failure import FailureKind
-from tasks.grader import TaskResult
+from tasks.result import TaskResult
 
 
 class _Term(BaseModel):

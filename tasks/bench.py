@@ -44,8 +44,8 @@ from sandbox.protocol import ExecRequest, ExecResult
 from sandbox.seccomp import profile
 from tasks.catalog import SAMPLES_DIR
 from tasks.grader import Grader, GraderConfig, Judge, pair_submissions
-from tasks.judge import TestResult
 from tasks.loader import load_tasks
+from tasks.result import TestResult
 from tasks.submission import Submission, program, read_submissions
 from tasks.task import Task
 

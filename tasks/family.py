@@ -36,7 +36,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from typing import Any, Protocol, runtime_checkable
 
 from sandbox.on_demand import on_demand
-from tasks.grader import TaskResult
+from tasks.result import TaskResult
 from tasks.submission import Submission, extract_code
 from tasks.task import Task
 

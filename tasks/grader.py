@@ -67,14 +67,8 @@ from sandbox.protocol import MAX_DATA, BatchExecRequest, ExecRequest, ExecResult
 from tasks.assertion import split as split_assert
 from tasks.checking import checker_request, shadowed
 from tasks.comparison import Tolerance
-from tasks.judge import (
-    NOT_RUN,
-    TestResult,
-    judge_call,
-    judge_checked,
-    judge_split_assert,
-    judge_stdin,
-)
+from tasks.judge import judge_call, judge_checked, judge_split_assert, judge_stdin
+from tasks.result import NOT_RUN, TaskResult, TestResult, summarise
 from tasks.submission import Submission, program
 from tasks.task import AssertTest, CallTest, StdinTest, Task, TestCase
 
@@ -156,21 +150,6 @@ class GraderConfig(BaseModel):
         if self.min_time_s > self.max_time_s:
             raise ValueError(f"min_time_s ({self.min_time_s}) exceeds max_time_s ({self.max_time_s})")
         return self
-
-
-class TaskResult(BaseModel):
-    """The grade of one submission: per-test verdicts and the two rewards."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    task_id: str
-    passed: bool = Field(description="every test passed (False when infra_error)")
-    fraction: float = Field(description="fraction of tests passed")
-    infra_error: bool = Field(False, description="the sandbox failed: mask this sample, it is not a fail")
-    tests: tuple[TestResult, ...]
-    detail: str = ""
-    wall_s: float = 0.0
-    reruns: int = Field(0, description="borderline tests re-run (cpu time model)")
 
 
 class GradeReport(BaseModel):
@@ -267,23 +246,6 @@ def compile_problem(source: str) -> str | None:
     except (ValueError, RecursionError, MemoryError, OverflowError) as err:
         return f"{type(err).__name__}: {err}"[:200]
     return None
-
-
-def summarise(
-    task_id: str, tests: Sequence[TestResult], detail: str = "", wall_s: float = 0.0, reruns: int = 0
-) -> TaskResult:
-    infra = any(t.verdict == Verdict.INFRA_ERROR for t in tests)
-    passed = sum(t.verdict == Verdict.PASSED for t in tests)
-    return TaskResult(
-        task_id=task_id,
-        passed=not infra and passed == len(tests),
-        fraction=passed / len(tests) if tests else 0.0,
-        infra_error=infra,
-        tests=tuple(tests),
-        detail=detail,
-        wall_s=round(wall_s, 4),
-        reruns=reruns,
-    )
 
 
 def _all(task: Task, verdict: Verdict, detail: str) -> list[TestResult]:

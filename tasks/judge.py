@@ -19,18 +19,13 @@ nothing.
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
-
 from sandbox.failure import FailureKind, Verdict
 from sandbox.protocol import ExecResult
 from tasks.assertion import HostEvalError, SplitAssert, holds
 from tasks.comparison import Tolerance, outputs_match, values_match
 from tasks.encoding import DriverReport, EncodingError, parse_report
+from tasks.result import TestResult
 from tasks.task import CallTest, StdinTest
-
-NOT_RUN = "not_run"
 
 # Masked verdicts: the engine failed (infra_error) or the grader's own budget refused the call
 # (sandbox_denied: the grader chose every cwd and limit). Everything else a test's process met, a runner
@@ -38,21 +33,6 @@ NOT_RUN = "not_run"
 # candidate's doing and is scored.
 _INFRA = {FailureKind.INFRA_ERROR, FailureKind.SANDBOX_DENIED}
 _HEAD = 200
-
-
-class TestResult(BaseModel):
-    """The verdict of one test. ``not_run`` marks tests skipped by early stop (they count as not passed)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    __test__ = False  # not a pytest class
-
-    index: int = Field(description="position of the test in the task's tests")
-    verdict: Verdict | Literal["not_run"]
-    wall_s: float = 0.0
-    cpu_s: float = Field(0.0, description="CPU seconds (user + sys) of the test's process tree")
-    detail: str = Field("", description="what went wrong, in terms of the candidate's own output")
-    split: bool | None = Field(None, description="assert tests: whether expected values stayed on the host")
-    output_head: str = Field("", description="the first bytes of the candidate's stdout")
 
 
 def _tail(data: bytes) -> str:

@@ -30,7 +30,8 @@ from images.inputs import runner_image
 from sandbox.config import SandboxConfig
 from tasks import generator
 from tasks.formats import codecontests
-from tasks.grader import STARVED_DETAIL, GraderConfig, TaskResult, grade_pairs
+from tasks.grader import STARVED_DETAIL, GraderConfig, grade_pairs
+from tasks.result import TaskResult
 from tasks.submission import Submission
 from tasks.task import Limits, Task
 

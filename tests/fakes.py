@@ -25,8 +25,7 @@ from gym.tools import Toolbox
 from policies.sampling import Completion, SamplingParams
 from sandbox.failure import FailureKind, Verdict
 from sandbox.protocol import DirEntry, ExecRequest, ExecResult, FileResult, ListDirResult, ReadFileResult
-from tasks.grader import TaskResult, summarise
-from tasks.judge import TestResult
+from tasks.result import TaskResult, TestResult, summarise
 from tasks.submission import program
 
 SAMPLES = Path(__file__).resolve().parents[1] / "tasks" / "samples"

@@ -20,8 +20,8 @@ from sandbox.config import SandboxConfig
 from sandbox.pool import WorkspacePool
 from sandbox.protocol import BatchExecRequest
 from tasks.grader import Grader, GraderConfig
-from tasks.judge import TestResult
 from tasks.loader import load_tasks
+from tasks.result import TestResult
 from tasks.submission import Submission, program
 from tasks.task import Task
 

@@ -13,9 +13,9 @@
 from __future__ import annotations
 
 from tasks.family import PooledFamily, WorkspaceSource
-from tasks.grader import TaskResult
 from tasks.math.grader import MathGrader
 from tasks.math.problem import MathTask
+from tasks.result import TaskResult
 
 
 def math_task_text(task: MathTask) -> str:

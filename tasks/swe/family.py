@@ -30,8 +30,7 @@ from sandbox.failure import Verdict
 from sandbox.fleet import FleetPool, open_pool
 from sandbox.pool import WorkspacePool
 from sandbox.workspace import Workspace
-from tasks.grader import TaskResult
-from tasks.judge import TestResult
+from tasks.result import TaskResult, TestResult
 from tasks.submission import extract_code
 from tasks.swe.grader import SweGrader, SweGraderConfig, grading_budgets, instance_sandbox
 from tasks.swe.instance import SweInstance

@@ -15,7 +15,8 @@ import pytest
 
 from sandbox.failure import Verdict
 from tasks.formats import humaneval, mbpp
-from tasks.grader import GraderConfig, TaskResult, grade_pairs
+from tasks.grader import GraderConfig, grade_pairs
+from tasks.result import TaskResult
 from tasks.submission import Submission
 from tasks.task import Limits, Task
 from tests.sandbox_support import sandbox_config

@@ -12,7 +12,8 @@ from gym.message import ToolCall
 from gym.tools import ALL_TOOLS, Toolbox, ToolsConfig
 from sandbox.config import SandboxConfig
 from sandbox.failure import FailureKind, Verdict
-from tasks.grader import GraderConfig, TaskResult, grade_pairs
+from tasks.grader import GraderConfig, grade_pairs
+from tasks.result import TaskResult
 from tasks.submission import Submission
 from tasks.task import CallTest, Task
 from tests.sandbox_support import in_workspace, small_config

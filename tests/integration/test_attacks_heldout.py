@@ -43,7 +43,8 @@ from sandbox.failure import Verdict
 from sandbox.fleet import open_pool
 from sandbox.pool import WorkspacePool
 from sandbox.protocol import ExecRequest
-from tasks.grader import Grader, GraderConfig, TaskResult
+from tasks.grader import Grader, GraderConfig
+from tasks.result import TaskResult
 from tasks.submission import Submission
 from tasks.swe.evaluation import evaluate, grading_sandbox
 from tasks.swe.family import task_result

@@ -18,7 +18,7 @@ import pytest
 from sandbox.failure import Verdict
 from tasks.catalog import SAMPLE_SETS, load_sample_set
 from tasks.grader import GraderConfig, GradeReport, grade_pairs, pair_submissions
-from tasks.judge import NOT_RUN
+from tasks.result import NOT_RUN
 from tests.sandbox_support import sandbox_config
 
 pytestmark = pytest.mark.docker

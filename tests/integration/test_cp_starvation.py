@@ -26,7 +26,8 @@ import trio
 from images.inputs import runner_image
 from sandbox.failure import Verdict
 from sandbox.pool import WorkspacePool
-from tasks.grader import Grader, GraderConfig, TaskResult
+from tasks.grader import Grader, GraderConfig
+from tasks.result import TaskResult
 from tasks.submission import Submission
 from tasks.task import Limits, StdinTest
 from tests.sandbox_support import sandbox_config

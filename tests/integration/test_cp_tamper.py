@@ -20,7 +20,8 @@ from sandbox.config import SandboxConfig
 from sandbox.failure import Verdict
 from sandbox.pool import WorkspacePool
 from sandbox.protocol import ExecRequest
-from tasks.grader import Grader, GraderConfig, TaskResult, grade_pairs
+from tasks.grader import Grader, GraderConfig, grade_pairs
+from tasks.result import TaskResult
 from tasks.submission import Submission
 from tasks.task import AssertTest, CallTest, Limits, StdinTest, Task
 

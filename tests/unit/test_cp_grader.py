@@ -13,8 +13,8 @@ import trio
 from sandbox.failure import FailureKind, Verdict
 from sandbox.protocol import ExecResult
 from tasks.catalog import SAMPLE_SETS, load_sample_set
-from tasks.grader import Grader, GraderConfig, GradeReport, compile_problem, pair_submissions, summarise
-from tasks.judge import TestResult
+from tasks.grader import Grader, GraderConfig, GradeReport, compile_problem, pair_submissions
+from tasks.result import TestResult, summarise
 from tasks.submission import Submission, extract_code, program, read_submissions
 from tasks.task import AssertTest, CallTest, Limits, StdinTest, Task
 from tests.task_support import task

@@ -7,8 +7,7 @@ import pytest
 from gym.rubric import RubricConfig, score, total
 from gym.trajectory import Event, Trajectory
 from sandbox.failure import FailureKind, Verdict
-from tasks.grader import summarise
-from tasks.judge import TestResult
+from tasks.result import TestResult, summarise
 
 
 def trajectory(events=(), sampled: int = 10) -> Trajectory:

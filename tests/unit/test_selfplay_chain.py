@@ -21,9 +21,8 @@ from gym.selfplay import ChainRunner, JsonlFile, SelfplayConfig, SelfplayOutput,
 from gym.selfplay_scripted import answers_wrong, load_selfplay_scripted
 from gym.trajectory import Event
 from sandbox import failure
-from tasks.grader import TaskResult
-from tasks.judge import TestResult
 from tasks.math.grader import MathGrader
+from tasks.result import TaskResult, TestResult
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTION = Solution(steps=("a", "b", "c"), answer="7")

@@ -4,7 +4,7 @@ tests/integration/test_cp_timing.py)."""
 from __future__ import annotations
 
 from sandbox.failure import Verdict
-from tasks.grader import TestResult, summarise
+from tasks.result import TestResult, summarise
 from tasks.timing_bench import figures
 
 
