@@ -10,11 +10,18 @@ Python 3.11) would shadow this interpreter's, and that setuptools cannot build a
 
 from __future__ import annotations
 
+import os
 import shutil
 import site
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
+
+# Venvs that hold other stacks (a torch release, verl, verifiers), built once and kept outside the checkout.
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "code-rl-gym" / "test-venvs"
 
 
 def printed(python: Path, code: str) -> str:
@@ -65,3 +72,26 @@ def source_copy(destination: Path) -> Path:
             (destination / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, destination / name)
     return destination
+
+
+def cached_venv(name: str, *installs: Sequence[str]) -> Path:
+    """The python of the venv ``CACHE/name`` (it sees this interpreter's packages) in which each ``pip install ARGS``
+    of ``installs`` ran, in order. Built once and reused while its ``.complete`` marker names the same installs; an
+    install that fails (no registry, no wheel for this Python) skips the calling test with the end of pip's error."""
+    venv = CACHE / name
+    python = venv / "bin" / "python"
+    marker = "\n".join(" ".join(args) for args in installs) + "\n"
+    complete = venv / ".complete"
+    if complete.exists() and complete.read_text() == marker:
+        return python
+    shutil.rmtree(venv, ignore_errors=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    make_venv(venv)
+    for args in installs:
+        try:
+            pip(python, "install", *args, cwd=venv)
+        except AssertionError as exc:
+            shutil.rmtree(venv, ignore_errors=True)
+            pytest.skip(f"pip install {' '.join(args)} fails here: {str(exc)[-600:]}")
+    complete.write_text(marker)
+    return python
