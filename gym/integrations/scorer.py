@@ -283,3 +283,17 @@ class Scorer:
             finally:
                 self._reading.pop(gold).set()
         return self._golds[gold]
+
+
+_shared: dict[str | None, Scorer] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_scorer(config: str | Path | None = None) -> Scorer:
+    """The process's scorer for ``config`` (a `ScorerConfig` YAML; None: the defaults), made on first use: every
+    reward call of a library shares its pool and its concurrency bound."""
+    key = None if config is None else str(Path(config).resolve())
+    with _shared_lock:
+        if key not in _shared:
+            _shared[key] = Scorer(None if key is None else ScorerConfig.from_file(key))
+        return _shared[key]

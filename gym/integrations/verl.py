@@ -30,12 +30,11 @@ What verl gets, case by case:
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 from typing import Any, Literal
 
 from gym.integrations.ground_truth import sample
-from gym.integrations.scorer import SandboxUnavailable, Score, Scorer, ScorerConfig
+from gym.integrations.scorer import SandboxUnavailable, Score, shared_scorer
 from tasks.formats.verl import Kind
 
 log = logging.getLogger(__name__)
@@ -44,17 +43,7 @@ InfraPolicy = Literal["raise", "zero"]
 # verl's reward loop adds these when a reward model router is configured; nothing here reads them.
 VERL_KWARGS = frozenset({"reward_router_address", "reward_model_tokenizer"})
 
-_scorers: dict[str | None, Scorer] = {}
-_lock = threading.Lock()
-
-
-def scorer(config: str | Path | None = None) -> Scorer:
-    """The process's scorer for ``config`` (a `ScorerConfig` YAML; None: the defaults), made on first use."""
-    key = None if config is None else str(Path(config).resolve())
-    with _lock:
-        if key not in _scorers:
-            _scorers[key] = Scorer(None if key is None else ScorerConfig.from_file(key))
-        return _scorers[key]
+scorer = shared_scorer  # the process's scorer for a config path (tests put a fake here)
 
 
 def compute_score(
