@@ -41,13 +41,11 @@ from gym.tools import ToolCallRecord, ToolsConfig
 from gym.trajectory import Seeds, Trajectory
 from sandbox.config import SandboxConfig
 from sandbox.errors import InfraError
+from tasks.families import AnyTask, kind_of
 from tasks.grader import GraderConfig
 from tasks.math.grader import MathGraderConfig
-from tasks.math.problem import MathTask
 from tasks.result import TaskResult
 from tasks.swe.family import SweFamilyConfig
-from tasks.swe.instance import SweInstance
-from tasks.task import Task
 
 if TYPE_CHECKING:
     from gym.environment import Environment, ReplayConfig
@@ -127,7 +125,7 @@ class Bundle(BaseModel):
     reason: BundleReason = Field(description="Why it was written: a failure, or the sampled share.")
     environment: str = Field(description="Environment name.")
     tokenizer: str = Field(description="Tokenizer spec the trajectory's ids belong to.")
-    task: Task | SweInstance | MathTask = Field(
+    task: AnyTask = Field(
         description="The task (hidden tests included), the SWE instance, or the math task (gold included)."
     )
     image: str = Field(description="Workspace image name ('' when the episode had none: an SWE instance not built).")
@@ -310,13 +308,13 @@ def bundle_of(
     config, trajectory = env.config, result.trajectory
     task = env.tasks[trajectory.task_id]
     result, cuts = bounded(result, bundle_bound(config.replay, trajectory.num_sampled))
+    section = kind_of(task).settings  # the task's family's own settings, if it has any (swe, math)
     return Bundle(
         reason=reason,
         environment=env.name,
         tokenizer=config.tokenizer,
         task=task,
-        swe=config.swe if isinstance(task, SweInstance) else None,
-        math=config.math if isinstance(task, MathTask) else None,
+        **({section: getattr(config, section)} if section else {}),
         image=config.sandbox.image if image is None else image,
         image_digest=digest,
         sandbox=config.sandbox,

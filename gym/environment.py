@@ -53,19 +53,15 @@ from policies.sampling import SamplingParams
 from sandbox.config import SandboxConfig
 from sandbox.config_file import read_config, validate_config
 from tasks.errors import TaskError
-from tasks.family import CodeFamily, Families, TaskFamily, TaskGrader, WorkspaceSource, code_task_text
+from tasks.families import KINDS, AnyTask, kind_of, usable
+from tasks.family import Families, FamilyResources, Finding, TaskGrader, WorkspaceSource
 from tasks.grader import GraderConfig
 from tasks.loader import FormatChoice, load_tasks
-from tasks.math.family import MathFamily, math_task_text
-from tasks.math.golds import UnreadGold, readable
-from tasks.math.grader import MathGrader, MathGraderConfig
-from tasks.math.problem import MathTask
-from tasks.submission import Submission, program, read_submissions
-from tasks.swe.family import SweFamily, SweFamilyConfig, problem_text
-from tasks.swe.instance import SweInstance, load_instances
+from tasks.math.grader import MathGraderConfig
+from tasks.submission import read_submissions
+from tasks.swe.family import SweFamilyConfig
+from tasks.swe.instance import load_instances
 from tasks.task import Task
-
-AnyTask = Task | SweInstance | MathTask
 
 DEFAULT_INSTRUCTIONS = (
     "Solve the programming task with a Python 3 program. Use the tools to write your program into the "
@@ -261,10 +257,11 @@ def leaf_pools(config: TaskPoolConfig) -> tuple[list[AnyPool], list[float]]:
 
 
 def load_pool(
-    pool: AnyPool, math: MathGraderConfig | None = None, unread: list[UnreadGold] | None = None
+    pool: AnyPool, config: EnvironmentConfig | None = None, unread: list[Finding] | None = None
 ) -> list[AnyTask]:
-    """The tasks of one pool (rows of a file that do not parse are logged and skipped by the loader; so are math
-    tasks whose gold the check cannot grade against, each appended to ``unread``: `tasks.math.golds`)."""
+    """The tasks of one pool (rows of a file that do not parse are logged and skipped by the loader; so are tasks
+    their family cannot grade, with ``config``'s settings of the family, each appended to ``unread``: math tasks whose
+    gold the check cannot grade against, `tasks.math.golds`)."""
     if isinstance(pool, GeneratedPool):
         return generated_tasks(pool)
     reader = "datasets" if pool.type == "hf" else "plain"
@@ -283,11 +280,9 @@ def load_pool(
         return instances
     report = load_tasks(pool.path, pool.format, reader=reader)
     tasks: list[AnyTask] = list(report.tasks[: pool.limit])
-    found: list[UnreadGold] = []
-    if tasks and isinstance(tasks[0], MathTask):  # a file holds one format
-        tasks, found = readable(tasks, math, str(pool.path))
-        if unread is not None:
-            unread += [finding.model_copy(update={"task_id": pool.id_prefix + finding.task_id}) for finding in found]
+    tasks, found = usable(tasks, lambda kind: kind.settings_of(config), str(pool.path))
+    if unread is not None:
+        unread += [finding.model_copy(update={"task_id": pool.id_prefix + finding.task_id}) for finding in found]
     if not tasks:
         unreadable = f", {len(found)} golds the math check cannot read" if found else ""
         raise EnvironmentConfigError(
@@ -388,12 +383,12 @@ class Environment:
         self.config = config
         self.tokenizer = tokenizer or load_tokenizer(config.tokenizer)
         self.harmony = Harmony(self.tokenizer)
-        self.toolbox = Toolbox(config.tools)
-        self.swe_toolbox = Toolbox(config.tools, kind="repository")
-        self.math_toolbox = Toolbox(config.tools, kind="answer")
+        # one per kind of answer (a family's `FamilyKind.answer`): SWE's submit hands in the repository, math's tools
+        # are calculators only
+        self.toolboxes = {kind.answer: Toolbox(config.tools, kind=kind.answer) for kind in KINDS}
         self.pools, self.weights = leaf_pools(config.task_pool)
-        self.unread_golds: list[UnreadGold] = []  # math tasks skipped at load: the check cannot read their gold
-        self.sources = [load_pool(pool, config.math, self.unread_golds) for pool in self.pools]
+        self.unread_golds: list[Finding] = []  # tasks skipped at load: math tasks whose gold the check cannot read
+        self.sources = [load_pool(pool, config, self.unread_golds) for pool in self.pools]
         self.tasks: dict[str, AnyTask] = {}
         for pool, tasks in zip(self.pools, self.sources):
             for task in tasks:
@@ -420,35 +415,28 @@ class Environment:
         """System, developer (the task family's instructions and tool schemas) and user (the task) messages."""
         prompt = self.config.prompt
         system = system_message(SystemPrompt(model_identity=prompt.model_identity, reasoning=prompt.reasoning))
-        instructions = (
-            prompt.swe_instructions
-            if isinstance(task, SweInstance)
-            else prompt.math_instructions
-            if isinstance(task, MathTask)
-            else prompt.instructions
-        )
+        instructions = getattr(prompt, kind_of(task).instructions)
         return [system, developer_message(instructions, self.toolbox_for(task).specs()), Message.user(task_text(task))]
 
     def toolbox_for(self, task: AnyTask) -> Toolbox:
         """The tools of the task's family (SWE: ``submit`` hands in the repository; math: calculators only)."""
-        if isinstance(task, MathTask):
-            return self.math_toolbox
-        return self.swe_toolbox if isinstance(task, SweInstance) else self.toolbox
+        return self.toolboxes[kind_of(task).answer]
 
     def families(self, pool: WorkspaceSource, grader: TaskGrader) -> Families:
-        """The task families of this environment: CP tasks on ``pool`` and ``grader``, SWE instances on their images,
-        math tasks on ``pool`` (their tools) and math-verify on the host."""
-        families: list[TaskFamily] = [CodeFamily(pool, grader), MathFamily(pool, MathGrader(self.config.math))]
-        swe = [
-            (pool_config, task)
+        """The task families of this environment, each built by its kind (`tasks.families`): CP tasks on ``pool``
+        and ``grader``, math tasks on ``pool`` (their tools) and math-verify on the host, SWE instances (when the
+        pool holds any) on their images."""
+        repos_dirs = {  # SWE instances build their images from their pool's clones
+            task.task_id: pool_config.repos_dir
             for pool_config, tasks in zip(self.pools, self.sources)
+            if isinstance(pool_config, _FilePool)
             for task in tasks
-            if isinstance(task, SweInstance)
-        ]
-        if swe:
-            repos_dirs = {task.instance_id: pool_config.repos_dir for pool_config, task in swe}
-            families.append(SweFamily(self.config.sandbox, self.config.swe, [task for _, task in swe], repos_dirs))
-        return Families(families)
+        }
+        built = []
+        for kind in KINDS:
+            resources = FamilyResources(pool, grader, self.config.sandbox, kind.settings_of(self.config), repos_dirs)
+            built.append(kind.family([task for task in self.tasks.values() if kind.owns(task)], resources))
+        return Families([family for family in built if family is not None])
 
     def sampling(self, max_tokens: int, seed: int | None) -> SamplingParams:
         s = self.config.sampling
@@ -462,31 +450,21 @@ class Environment:
         )
 
     def reference_programs(self) -> dict[str, str]:
-        """``task_id -> reference program``: from the pool's solutions file, else the row's own solution.
-
-        A solutions-file completion becomes a program as the grader builds one
-        (``tasks.submission.program``: code extracted, HumanEval prompt prepended);
-        a row's solution is a whole program already.
-        """
+        """``task_id -> reference``, as the task's family makes it (``FamilyKind.reference``) from the pool's
+        solutions file, else the task's own: CP, a solutions-file completion made a program as the grader makes
+        one, else the row's first solution; math, the file's answer, else the gold; SWE, the gold patch."""
         programs: dict[str, str] = {}
         for pool, tasks in zip(self.pools, self.sources):
-            if pool.format == "swe":  # an instance's reference is its gold patch
-                programs.update({task.task_id: task.patch for task in tasks if isinstance(task, SweInstance)})
-                continue
             completions: dict[str, str] = {}
-            if pool.solutions is not None:
+            if pool.solutions is not None and any(kind_of(task).takes_solutions for task in tasks):
                 submissions, _ = read_submissions(pool.solutions)
                 for s in submissions:
                     if s.expect in (None, "passed"):
                         completions.setdefault(pool.id_prefix + s.task_id, s.completion)
             for task in tasks:
-                if isinstance(task, MathTask):  # the reference answer: the solutions file's, else the gold
-                    programs[task.task_id] = completions.get(task.task_id, task.gold)
-                elif task.task_id in completions:
-                    completion = completions[task.task_id]
-                    programs[task.task_id] = program(task, Submission(task_id=task.task_id, completion=completion))
-                elif task.solutions:
-                    programs[task.task_id] = task.solutions[0]
+                reference = kind_of(task).reference(task, completions.get(task.task_id))
+                if reference is not None:
+                    programs[task.task_id] = reference
         return programs
 
     def resolved(self) -> str:
@@ -496,6 +474,4 @@ class Environment:
 
 def task_text(task: AnyTask) -> str:
     """The user message of a task, as its family writes it."""
-    if isinstance(task, MathTask):
-        return math_task_text(task)
-    return problem_text(task) if isinstance(task, SweInstance) else code_task_text(task)
+    return kind_of(task).task_text(task)

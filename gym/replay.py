@@ -44,15 +44,10 @@ from sandbox.errors import InfraError, SandboxError
 from sandbox.failure import FailureKind, Verdict
 from sandbox.fleet import FleetPool, open_pool
 from sandbox.pool import WorkspacePool
-from tasks.family import CodeFamily, TaskFamily
+from tasks.families import kind_of
+from tasks.family import FamilyResources, TaskFamily
 from tasks.grader import Grader
-from tasks.math.family import MathFamily
-from tasks.math.grader import MathGrader, MathGraderConfig
-from tasks.math.problem import MathTask
 from tasks.result import TaskResult
-from tasks.submission import extract_code
-from tasks.swe.family import SweFamily, SweFamilyConfig
-from tasks.swe.instance import SweInstance
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +126,7 @@ def consistency(bundle: Bundle) -> tuple[list[Difference], list[str]]:
     """Checks of the bundle against itself (no sandbox needed)."""
     out: list[Difference] = []
     notes: list[str] = []
-    trajectory = bundle.trajectory
+    trajectory, kind = bundle.trajectory, kind_of(bundle.task)
     _diff(out, "task id", bundle.task.task_id, trajectory.task_id)
     calls = [m for m in trajectory.messages if m.is_tool_call]
     results = [m for m in trajectory.messages if m.role == "tool"]
@@ -157,10 +152,10 @@ def consistency(bundle: Bundle) -> tuple[list[Difference], list[str]]:
     if bundle.answer_source == "final":
         finals = [m for m in trajectory.messages if m.is_final]
         final = finals[-1].content if finals else None
-        if final is not None and not isinstance(bundle.task, MathTask):  # a math answer is the whole message
-            final = extract_code(final)
+        if final is not None:  # CP: its code block; math: the whole message
+            final = kind.final_answer(bundle.task, final)
         _diff(out, "answer (final channel)", *bundle.comparable("answer", bundle.answer, final))
-    elif bundle.answer_source == "submit" and not isinstance(bundle.task, SweInstance):  # SWE: the answer is the diff
+    elif bundle.answer_source == "submit" and kind.answer != "repository":  # SWE: the answer is the diff
         submitted = [r for r in bundle.tool_calls if r.outcome.submitted is not None]
         last = submitted[-1] if submitted else None
         _diff(
@@ -200,8 +195,7 @@ async def replay(bundle: Bundle, family: TaskFamily, *, path: str = "") -> Repla
         _diff(differences, f"image digest of {bundle.image}", bundle.image_digest, digest)
     else:
         notes.append("image digest not compared (unknown on one side)")
-    kind = "repository" if isinstance(task, SweInstance) else "answer" if isinstance(task, MathTask) else "program"
-    toolbox = Toolbox(bundle.tools, kind=kind)
+    toolbox = Toolbox(bundle.tools, kind=family.kind.answer)  # the tools the episode was offered
     submitted: str | None = None
     timing: list[Difference] = []
     sink = differences  # from the first outcome that depends on timing on, every difference goes to ``timing``
@@ -324,20 +318,12 @@ def replay_files(paths: Sequence[Path], concurrency: int = 4, *, trust_sandbox: 
         async with limiter:
             bundle = bundles[i]
             task = bundle.task
-            try:
-                if isinstance(task, SweInstance):  # its own image, named by the bundle (built when the episode ran)
-                    if not bundle.image:
-                        raise InfraError("the episode had no workspace image (it was masked before it ran)")
-                    family = SweFamily(
-                        bundle.sandbox, bundle.swe or SweFamilyConfig(), [task], {}, {task.instance_id: bundle.image}
-                    )
-                    async with family.opened():
-                        report = await replay(bundle, family, path=str(paths[i]))
-                elif isinstance(task, MathTask):
-                    family = MathFamily(pool, MathGrader(bundle.math or MathGraderConfig()))
+            try:  # the family as the bundle recorded it (SWE: the instance's own image, built when the episode ran)
+                kind = kind_of(task)
+                resources = FamilyResources(pool, Grader(pool, bundle.grader), bundle.sandbox, kind.settings_of(bundle))
+                family = kind.replay_family(task, resources, bundle.image)
+                async with family.opened():
                     report = await replay(bundle, family, path=str(paths[i]))
-                else:
-                    report = await replay(bundle, CodeFamily(pool, Grader(pool, bundle.grader)), path=str(paths[i]))
             except (SandboxError, OSError) as exc:  # this bundle cannot be replayed here: said, the others go on
                 reports[i] = failed(i, exc)
                 return

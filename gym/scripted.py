@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING
 from gym.harmony import Harmony, ParseError
 from gym.message import Message
 from policies.sampling import Completion, SamplingParams
-from tasks.math.problem import MathTask
+from tasks.families import AnyTask, kind_of
 from tasks.swe.instance import SweInstance
-from tasks.task import StdinTest, Task
+from tasks.task import StdinTest
 
 if TYPE_CHECKING:
     from gym.environment import Environment
@@ -56,7 +56,7 @@ class ReferencePolicy:
     def __init__(
         self,
         harmony: Harmony,
-        tasks: dict[str, Task | SweInstance],
+        tasks: dict[str, AnyTask],
         programs: dict[str, str],
         user_text: dict[str, str],
         weights_version: int = 0,
@@ -74,14 +74,15 @@ class ReferencePolicy:
         self.empty = empty
         self.tools = tools
 
-    def script(self, task: Task | SweInstance | MathTask) -> list[list[Message]]:
-        """The turns, each a list of assistant messages."""
-        if isinstance(task, MathTask):
-            answer = self.programs.get(task.task_id, "")  # scripted:empty has none; scripted:wrong, wrong ones
-            return [[Message.assistant("analysis", "I will work it out."), Message.assistant("final", answer)]]
-        if self.empty:
-            return [[Message.tool_call("submit", {} if isinstance(task, SweInstance) else {"code": ""})]]
-        if isinstance(task, SweInstance):
+    def script(self, task: AnyTask) -> list[list[Message]]:
+        """The turns, each a list of assistant messages, by what the task's family takes as its answer."""
+        answer = kind_of(task).answer
+        if answer == "answer":  # the final-channel message (math)
+            text = self.programs.get(task.task_id, "")  # scripted:empty has none; scripted:wrong, wrong ones
+            return [[Message.assistant("analysis", "I will work it out."), Message.assistant("final", text)]]
+        if self.empty:  # submit takes the program, or nothing (the repository's diff is the answer)
+            return [[Message.tool_call("submit", {} if answer == "repository" else {"code": ""})]]
+        if answer == "repository":
             return swe_script(task)
         if "write_file" not in self.tools:
             return [[Message.tool_call("submit", {"code": self.programs[task.task_id]})]]
@@ -107,7 +108,7 @@ class ReferencePolicy:
             [Message.tool_call("submit", {"path": PROGRAM_FILE})],
         ]
 
-    def _task_of(self, prompt: list[int]) -> tuple[Task | SweInstance, int]:
+    def _task_of(self, prompt: list[int]) -> tuple[AnyTask, int]:
         """The task a context is about and how many tool calls it already holds."""
         suffix = self.harmony.generation_prompt()
         if prompt[-len(suffix) :] != suffix:
@@ -162,9 +163,10 @@ def swe_script(instance: SweInstance) -> list[list[Message]]:
 SCRIPTS = ("reference", "empty", "wrong")
 
 
-def wrong_answer(task: MathTask) -> str:
-    """An answer that is never its task's gold: the gold plus one."""
-    return f"{task.gold} + 1"
+def wrong_answer(task: AnyTask) -> str | None:
+    """An answer that is never right, as the task's family makes one (math: the gold plus one); None for a task
+    that has none (``scripted:wrong`` answers it as ``scripted:empty``)."""
+    return kind_of(task).wrong_answer(task)
 
 
 def load_scripted(argument: str, env: Environment) -> ReferencePolicy:
@@ -177,7 +179,8 @@ def load_scripted(argument: str, env: Environment) -> ReferencePolicy:
     empty = argument == "empty"
     programs = {} if empty else env.reference_programs()
     if argument == "wrong":  # wrong math answers; every other task as scripted:empty
-        programs = {task_id: wrong_answer(task) for task_id, task in env.tasks.items() if isinstance(task, MathTask)}
+        wrong = {task_id: wrong_answer(task) for task_id, task in env.tasks.items()}
+        programs = {task_id: answer for task_id, answer in wrong.items() if answer is not None}
         empty = True
     return ReferencePolicy(
         env.harmony,

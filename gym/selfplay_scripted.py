@@ -30,6 +30,8 @@ from gym.prompt import developer_message
 from gym.roles import ROLES, Role, RolePrompts, Verdict, verdict_text
 from gym.scripted import wrong_answer
 from policies.sampling import Completion, SamplingParams
+from tasks.families import kind_of
+from tasks.math.family import MATH
 from tasks.math.problem import MathTask
 
 if TYPE_CHECKING:
@@ -112,6 +114,6 @@ class SelfplayScriptedPolicy:
 
 def load_selfplay_scripted(mode: str, env: Environment, prompts: RolePrompts) -> SelfplayScriptedPolicy:
     """``scripted:selfplay[-gullible|-contrarian]`` over an environment's math tasks."""
-    tasks = [task for task in env.tasks.values() if isinstance(task, MathTask)]
+    tasks = [task for task in env.tasks.values() if kind_of(task) is MATH]
     references = {task_id: text for task_id, text in env.reference_programs().items() if task_id in env.tasks}
     return SelfplayScriptedPolicy(env.harmony, prompts, tasks, references, mode)

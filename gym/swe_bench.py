@@ -49,11 +49,11 @@ def run(args: argparse.Namespace) -> dict:
     from gym.rollout import RolloutWorkers, summarize
     from gym.scripted import load_scripted
     from sandbox.fleet import open_pool
-    from tasks.swe.family import SweFamily
-    from tasks.swe.instance import SweInstance
+    from tasks.families import kind_of
+    from tasks.swe.family import SWE, SweFamily
 
     env = Environment(environment_config(args.config))  # a file or a registered name
-    if not any(isinstance(task, SweInstance) for tasks in env.sources for task in tasks):
+    if not any(kind_of(task) is SWE for task in env.tasks.values()):
         raise EnvironmentConfigError(f"{args.config}: `bench swe` needs an environment with a SWE task pool")
     engine = load_scripted("reference", env)
     concurrency = args.concurrency or env.config.concurrency

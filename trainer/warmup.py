@@ -27,7 +27,7 @@ from gym.progress import progress as bar_of
 from gym.rollout import collect_async
 from gym.scripted import load_scripted
 from gym.trajectory import Trajectory, TrajectoryBuilder
-from tasks.math.problem import MathTask
+from tasks.families import kind_of
 from tasks.task import Task
 from trainer.batch import collate, shard
 from trainer.config import WarmStartConfig
@@ -115,9 +115,8 @@ def final_answer_demos(env: Environment, tasks: int | None) -> list[Trajectory]:
     demos = []
     for task in chosen:
         reference = programs[task.task_id].rstrip()
-        # a math task's answer is the final message itself (tasks/math/family.py): no code block around it
-        text = reference if isinstance(task, MathTask) else f"```python\n{reference}\n```"
-        answer = Message.assistant("final", text)
+        # as the task's family reads a final answer back: a code block (CP), the message itself (math)
+        answer = Message.assistant("final", kind_of(task).demo_text(task, reference))
         ids = env.harmony.render_completion([answer])
         builder = TrajectoryBuilder.from_messages(env.harmony, env.prompt(task), task_id=task.task_id)
         builder.add_sampled(ids, [0.0] * len(ids))

@@ -188,9 +188,9 @@ def _grade_with_bar(pairs, config, sandbox) -> list:
 
 def _run_cp(args: argparse.Namespace) -> int:
     from tasks.errors import UnknownFormat
+    from tasks.families import kind_of
     from tasks.grader import GradeReport, pair_submissions
     from tasks.loader import load_tasks
-    from tasks.math.problem import MathTask
     from tasks.submission import read_submissions
     from tasks.task_ids import prefixed, unknown_ids_hint
 
@@ -204,7 +204,8 @@ def _run_cp(args: argparse.Namespace) -> int:
             f"{args.tasks}: math rows are answers, not programs: grade them with `python -m gym "
             "rollout` on an environment of format math (configs/math_smoke.yaml)"
         )
-    programs = [task for task in tasks if not isinstance(task, MathTask)]  # a verl file mixes code and math rows
+    # a verl file mixes code and math rows: only the tasks answered by a program are graded here
+    programs = [task for task in tasks if kind_of(task).answer == "program"]
     if len(programs) < len(tasks):
         log.warning("%s: %d math rows skipped: answers, not programs", args.tasks, len(tasks) - len(programs))
         tasks = programs

@@ -58,10 +58,9 @@ def _parse_error_text(bundle, event) -> str:
 
 def _kind(task) -> str:
     """``format, kind`` of a CP task; ``swe, owner/name`` of an SWE instance; ``math, form`` of a math task."""
-    if getattr(task, "type", None) == "math":
-        return f"math, {task.source_format}"
-    source_format = getattr(task, "source_format", None)
-    return f"{source_format}, {task.kind}" if source_format else f"swe, {task.repo}"
+    from tasks.families import kind_of
+
+    return kind_of(task).describe(task)
 
 
 def transcript(bundle, full: bool = False) -> str:

@@ -21,7 +21,9 @@ from typing import Any
 
 from gym.integrations.scorer import Score, ScorerConfig, ScorerError, refused
 from tasks.errors import MalformedRow
+from tasks.families import kind_of
 from tasks.formats import verl
+from tasks.math.family import MATH
 from tasks.math.problem import MathTask
 from tasks.task import Task
 
@@ -107,4 +109,4 @@ def sample(
         if isinstance(err, UnknownDataSource):
             raise
         return refused(f"ground_truth: {type(err).__name__}: {err}".splitlines()[0])
-    return task, final_answer(response) if isinstance(task, MathTask) else response
+    return task, final_answer(response) if kind_of(task) is MATH else response

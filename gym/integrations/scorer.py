@@ -32,10 +32,13 @@ from sandbox.config import SandboxConfig
 from sandbox.config_file import load_config
 from sandbox.failure import Verdict
 from sandbox.fleet import open_pool
-from tasks.grader import Grader, GraderConfig, TaskResult
+from tasks.families import kind_of
+from tasks.grader import Grader, GraderConfig
+from tasks.math.family import MATH
 from tasks.math.golds import unread_golds
 from tasks.math.grader import MathGrader, MathGraderConfig
 from tasks.math.problem import MathTask
+from tasks.result import TaskResult
 from tasks.submission import Submission
 from tasks.task import Task
 
@@ -222,7 +225,7 @@ class Scorer:
     async def _score(self, task: Task | MathTask, answer: str) -> Score:
         if len(answer) > self.config.max_response_chars:
             return refused(f"response of {len(answer)} characters (at most {self.config.max_response_chars} are read)")
-        if isinstance(task, MathTask):
+        if kind_of(task) is MATH:
             try:
                 why = await self._gold_finding(task.gold)
             except Exception as exc:  # the check could not start at all: the host's failure
@@ -239,7 +242,7 @@ class Scorer:
 
     async def _attempt(self, task: Task | MathTask, answer: str) -> Score:
         try:
-            if isinstance(task, MathTask):
+            if kind_of(task) is MATH:
                 return score_of(await self._math.grade(task, answer))
             grader = await self._program_grader()
             async with self._limiter:

@@ -22,8 +22,10 @@ from typing import Any
 
 from gym.integrations.ground_truth import final_answer, sample
 from gym.integrations.scorer import Score, Scorer, ScorerConfig, ScorerError, refused
+from tasks.families import kind_of
 from tasks.formats.verl import Kind
 from tasks.loader import load_tasks
+from tasks.math.family import MATH
 from tasks.math.problem import MathTask
 from tasks.task import Task
 
@@ -88,7 +90,7 @@ class GymReward:
             raise DatasetMismatch(
                 f"task_id {task_id[:100]!r} is not a task of the tasks file ({len(self.tasks)} tasks)"
             )
-        return task, final_answer(text) if isinstance(task, MathTask) else text
+        return task, final_answer(text) if kind_of(task) is MATH else text
 
     @staticmethod
     def _ground_truth(columns: dict[str, Any], i: int) -> Any:

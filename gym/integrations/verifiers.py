@@ -32,7 +32,9 @@ from verifiers.v1.runtimes import ProgramResult, SubprocessConfig
 from gym.environment import task_text
 from gym.integrations.ground_truth import final_answer
 from gym.integrations.scorer import SandboxUnavailable, shared_scorer
+from tasks.families import kind_of
 from tasks.loader import load_tasks
+from tasks.math.family import MATH
 from tasks.math.problem import MathTask
 from tasks.task import Task
 
@@ -65,7 +67,7 @@ class GymTask(vf.Task[GymTaskData, vf.State, GymTaskConfig]):
         """1.0 when the gym's grader passes the last reply (or the fraction of tests, per the scorer config)."""
         task = tasks_of(self.data.tasks_file, self.data.tasks_format)[self.data.gym_task_id]
         reply = trace.last_reply or ""
-        answer = final_answer(reply) if isinstance(task, MathTask) else reply
+        answer = final_answer(reply) if kind_of(task) is MATH else reply
         score = await asyncio.to_thread(shared_scorer(self.config.scorer_config).score, task, answer)
         if score.masked:
             raise SandboxUnavailable(f"{task.task_id}: the sandbox or host failed to grade this reply: {score.reason}")

@@ -12,34 +12,69 @@
 
 from __future__ import annotations
 
-from tasks.family import PooledFamily, WorkspaceSource
-from tasks.math.grader import MathGrader
+from collections.abc import Sequence
+
+from tasks.family import FamilyKind, FamilyResources, Finding, PooledFamily, WorkspaceSource
+from tasks.math.golds import readable, unread_golds
+from tasks.math.grader import MathGrader, MathGraderConfig
 from tasks.math.problem import MathTask
 from tasks.result import TaskResult
 
 
-def math_task_text(task: MathTask) -> str:
-    """The user message of a math task: its problem."""
-    return task.problem
+class MathKind(FamilyKind):
+    """Math answer tasks: the final-channel message is the answer."""
+
+    name = "math"
+    task_types = (MathTask,)
+    answer = "answer"
+    instructions = "math_instructions"
+    settings = "math"
+
+    def task_text(self, task: MathTask) -> str:
+        """The problem as written."""
+        return task.problem
+
+    def final_answer(self, task: MathTask, text: str) -> str:
+        return text  # whole: a reply's code blocks or several answers must not pick one for it
+
+    def describe(self, task: MathTask) -> str:
+        return f"math, {task.source_format}"
+
+    def reference(self, task: MathTask, completion: str | None) -> str:
+        """The solutions file's answer, else the gold."""
+        return task.gold if completion is None else completion
+
+    def wrong_answer(self, task: MathTask) -> str:
+        """The gold plus one: never the gold."""
+        return f"{task.gold} + 1"
+
+    def demo_text(self, task: MathTask, reference: str) -> str:
+        return reference  # the final message itself: no code block around it
+
+    def usable(
+        self, tasks: Sequence[MathTask], settings: MathGraderConfig | None, source: str
+    ) -> tuple[list[MathTask], list[Finding]]:
+        """Every task but those whose gold the check cannot grade against (`tasks.math.golds`)."""
+        return readable(tasks, settings, source)
+
+    def ungradable(self, tasks: Sequence[MathTask], settings: MathGraderConfig | None = None) -> list[Finding]:
+        return list(unread_golds(tasks, settings))
+
+    def family(self, tasks: Sequence[MathTask], resources: FamilyResources) -> MathFamily:
+        return MathFamily(resources.pool, MathGrader(resources.settings or MathGraderConfig()))
+
+
+MATH = MathKind()
 
 
 class MathFamily(PooledFamily):
     """Math answer tasks end to end (see the module docstring)."""
 
-    name = "math"
+    kind = MATH
 
     def __init__(self, pool: WorkspaceSource, grader: MathGrader) -> None:
         super().__init__(pool)
         self.grader = grader
-
-    def owns(self, task: object) -> bool:
-        return isinstance(task, MathTask)
-
-    def task_text(self, task: MathTask) -> str:
-        return math_task_text(task)
-
-    def final_answer(self, task: MathTask, text: str) -> str:
-        return text  # whole: a reply's code blocks or several answers must not pick one for it
 
     async def grade(self, task: MathTask, answer: str) -> TaskResult:
         return await self.grader.grade(task, answer)

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from sandbox.config import SandboxConfig
 from tasks.source import RowError, read_rows
+from tasks.swe.family import build_images
 from tasks.swe.grader import SweGrader, SweGraderConfig, grade_predictions, grading_budgets
 from tasks.swe.instance import SweInstance, load_instances
 from tasks.swe.resolution import SweReport
@@ -66,24 +67,6 @@ def read_predictions(path: Path) -> tuple[list[Prediction], list[RowError]]:
 def builtin_predictions(choice: str, instances: tuple[SweInstance, ...]) -> list[Prediction]:
     """``gold``: every instance's own patch; ``empty``: an empty diff for every instance."""
     return [Prediction(instance_id=i.instance_id, model_patch=i.patch if choice == "gold" else "") for i in instances]
-
-
-def build_images(
-    instances: list[SweInstance], repos_dir: Path | None, force: bool = False
-) -> tuple[dict[str, str], dict[str, str]]:
-    """``(image tag by instance id, build error by instance id)``."""
-    from images.build import ImageBuildError
-    from tasks.swe.images import build_swe_images, docker_client
-
-    try:
-        client = docker_client()
-    except ImageBuildError as err:
-        return {}, {i.instance_id: str(err) for i in instances}
-    try:
-        images, errors = build_swe_images(client, instances, repos_dir, force)
-    finally:
-        client.close()
-    return {key: image.tag for key, image in images.items()}, errors
 
 
 def evaluate(

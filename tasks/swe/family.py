@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 
@@ -30,8 +30,8 @@ from sandbox.failure import Verdict
 from sandbox.fleet import FleetPool, open_pool
 from sandbox.pool import WorkspacePool
 from sandbox.workspace import Workspace
+from tasks.family import BaseFamily, FamilyKind, FamilyResources
 from tasks.result import TaskResult, TestResult
-from tasks.submission import extract_code
 from tasks.swe.grader import SweGrader, SweGraderConfig, grading_budgets, instance_sandbox
 from tasks.swe.instance import SweInstance
 from tasks.swe.resolution import InstanceResult
@@ -88,19 +88,73 @@ def task_result(result: InstanceResult, f2p: tuple[str, ...], p2p: tuple[str, ..
     )
 
 
-def problem_text(instance: SweInstance) -> str:
-    """The user message of an instance: where the repository is, then the issue."""
-    return (
-        f"The repository {instance.repo} is checked out at {REPO} (the issue is also in {PROBLEM_FILE}). "
-        "Change its code so that the issue below is fixed; hidden tests judge the result.\n\n"
-        f"{instance.problem_statement.rstrip()}"
-    )
+def build_images(
+    instances: list[SweInstance], repos_dir: Path | None, force: bool = False
+) -> tuple[dict[str, str], dict[str, str]]:
+    """``(image tag by instance id, build error by instance id)``: each instance's image, built unless cached by
+    its input hash (`tasks.swe.images`)."""
+    from images.build import ImageBuildError
+    from tasks.swe.images import build_swe_images, docker_client
+
+    try:
+        client = docker_client()
+    except ImageBuildError as err:
+        return {}, {i.instance_id: str(err) for i in instances}
+    try:
+        images, errors = build_swe_images(client, instances, repos_dir, force)
+    finally:
+        client.close()
+    return {key: image.tag for key, image in images.items()}, errors
 
 
-class SweFamily:
-    """SWE instances end to end (see the module docstring)."""
+class SweKind(FamilyKind):
+    """SWE instances: the repository's diff is the answer."""
 
     name = "swe"
+    task_types = (SweInstance,)
+    answer = "repository"
+    instructions = "swe_instructions"
+    settings = "swe"
+    takes_solutions = False  # an instance's reference is its gold patch
+    # final_answer: a final message's code block is handed in, but the repository's diff is what is graded
+
+    def task_text(self, task: SweInstance) -> str:
+        """Where the repository is, then the issue."""
+        return (
+            f"The repository {task.repo} is checked out at {REPO} (the issue is also in {PROBLEM_FILE}). "
+            "Change its code so that the issue below is fixed; hidden tests judge the result.\n\n"
+            f"{task.problem_statement.rstrip()}"
+        )
+
+    def describe(self, task: SweInstance) -> str:
+        return f"swe, {task.repo}"
+
+    def reference(self, task: SweInstance, completion: str | None) -> str:
+        """The gold patch."""
+        return task.patch
+
+    def family(self, tasks: Sequence[SweInstance], resources: FamilyResources) -> SweFamily | None:
+        """A family for the pool's instances, their images built when it opens; none when there are none."""
+        if not tasks:
+            return None
+        repos_dirs = {task.instance_id: resources.repos_dirs.get(task.task_id) for task in tasks}
+        return SweFamily(resources.sandbox, resources.settings or SweFamilyConfig(), list(tasks), repos_dirs)
+
+    def replay_family(self, task: SweInstance, resources: FamilyResources, image: str) -> SweFamily:
+        """The instance on its own image, the one the bundle names (built when the episode ran)."""
+        if not image:
+            raise InfraError("the episode had no workspace image (it was masked before it ran)")
+        config = resources.settings or SweFamilyConfig()
+        return SweFamily(resources.sandbox, config, [task], {}, {task.instance_id: image})
+
+
+SWE = SweKind()
+
+
+class SweFamily(BaseFamily):
+    """SWE instances end to end (see the module docstring)."""
+
+    kind = SWE
 
     def __init__(
         self,
@@ -124,16 +178,8 @@ class SweFamily:
             str, WorkspacePool | FleetPool
         ] = {}  # fresh containers for the diff and the tests (grading budgets)
 
-    def owns(self, task: object) -> bool:
-        return isinstance(task, SweInstance)
-
-    def task_text(self, task: SweInstance) -> str:
-        return problem_text(task)
-
     async def build(self) -> None:
         """Images of every instance not built yet (cached by input hash; a no-op once built)."""
-        from tasks.swe.evaluation import build_images
-
         by_dir: dict[Path | None, list[SweInstance]] = {}
         for instance_id, instance in self.instances.items():
             if instance_id not in self.images:
@@ -176,9 +222,6 @@ class SweFamily:
         async with self._pool(task).acquire(owner=owner) as ws:
             await prepare(ws, task)
             yield ws
-
-    def final_answer(self, task: SweInstance, text: str) -> str:
-        return extract_code(text)  # a handed-in text starts the answer; the repository's diff is what is graded
 
     async def answer(self, task: SweInstance, ws: Workspace, submitted: str | None) -> str | None:
         return await workspace_diff(ws, self._pool(task, grading=True))

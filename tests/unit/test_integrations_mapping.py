@@ -12,9 +12,8 @@ from gym.integrations import ground_truth, trl, verl
 from gym.integrations.ground_truth import UnknownDataSource, final_answer, sample, task_of
 from gym.integrations.scorer import SandboxUnavailable, Score, ScorerConfig, masked, score_of
 from sandbox.failure import Verdict
-from tasks.grader import TaskResult
-from tasks.judge import TestResult
 from tasks.math.problem import MathTask
+from tasks.result import TaskResult, TestResult
 from tasks.task import Task
 
 STDIN_TRUTH = json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]})

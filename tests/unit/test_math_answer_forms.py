@@ -188,7 +188,7 @@ def test_the_load_time_report_lists_each_unreadable_gold_and_the_pool_skips_its_
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     unread: list = []
     with caplog.at_level(logging.WARNING, logger="tasks.math.golds"):
-        tasks = load_pool(JsonlPool(path=path, format="math", id_prefix="p/"), MathGraderConfig(), unread)
+        tasks = load_pool(JsonlPool(path=path, format="math", id_prefix="p/"), None, unread)  # default settings
     assert [task.task_id for task in tasks] == [f"p/ok{i}" for i in range(6)]
     assert [(finding.task_id, finding.gold) for finding in unread] == [
         (f"p/bad{i}", g) for i, g in enumerate(UNREADABLE)

@@ -1,0 +1,48 @@
+"""The registry of task families: each family's ``FamilyKind``, the one place a family is registered.
+
+``KINDS`` lists them in routing order (``Families`` asks the families in this order, and an
+environment builds them in it). Whatever differs per family is asked of ``kind_of(task)``; the
+task types every family owns make ``AnyTask``, the task a pool, a bundle or a replay may hold.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from functools import reduce
+from typing import Any
+
+from tasks.family import CODE, FamilyKind, Finding, UnknownTask
+from tasks.math.family import MATH
+from tasks.swe.family import SWE
+
+KINDS: tuple[FamilyKind, ...] = (CODE, MATH, SWE)
+
+# every task type of a registered family (a runtime union: pydantic validates a bundle's task against it)
+TASK_TYPES: tuple[type, ...] = tuple(task_type for kind in KINDS for task_type in kind.task_types)
+AnyTask: Any = reduce(operator.or_, TASK_TYPES)
+
+
+def kind_of(task: object) -> FamilyKind:
+    """The kind of the family that owns ``task``."""
+    for kind in KINDS:
+        if kind.owns(task):
+            return kind
+    raise UnknownTask(f"no task family owns a {type(task).__name__}")
+
+
+def usable(tasks: Sequence[Any], settings: Callable[[FamilyKind], Any], source: str) -> tuple[list[Any], list[Finding]]:
+    """``(the tasks their families can grade, in order; a finding for each other one)``: each family is asked of its
+    own tasks with its settings (``settings(kind)``), its findings logged as skipped tasks of ``source``."""
+    findings: list[Finding] = []
+    for kind in KINDS:
+        own = [task for task in tasks if kind.owns(task)]
+        if own:
+            findings += kind.usable(own, settings(kind), source)[1]
+    skipped = {finding.task_id for finding in findings}
+    return [task for task in tasks if task.task_id not in skipped], findings
+
+
+def ungradable(tasks: Sequence[Any]) -> list[Finding]:
+    """A finding for each of ``tasks`` its family cannot grade with its default settings (nothing logged)."""
+    return [finding for kind in KINDS for finding in kind.ungradable([task for task in tasks if kind.owns(task)])]
