@@ -8,6 +8,11 @@ arrow), plus ``importlib.import_module("literal")`` calls. Names kept as strings
 (`gym.cli.COMMANDS`, `gym.commands.bench.BENCHES`, `gym.policy_client.ENGINES`, `gym.fault.KNOWN`) are not
 imports of the registry's package: the module they name is imported only when its command runs.
 Each exception below names the module, what it imports and why.
+
+The task-family seam (`tasks.family`) is checked the same way: outside ``tasks/`` no code tests a task's
+type (``isinstance``/``issubclass``, ``type(x) is``, a ``case`` pattern) against a task class a registered
+family owns (`tasks.families.TASK_TYPES`, under any name it is imported as); it asks the task's family
+(``tasks.families.kind_of(task)``) instead.
 """
 
 from __future__ import annotations
@@ -51,6 +56,58 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
 }
 # packages that never import torch, at any level (STYLE.md rule 1)
 TORCH_FREE = ("sandbox", "images", "tasks", "gym")
+
+
+def _task_type_names() -> frozenset[str]:
+    from tasks.families import TASK_TYPES
+
+    return frozenset(task_type.__name__ for task_type in TASK_TYPES)
+
+
+def _names(node: ast.AST | None) -> set[str]:
+    """Every bare name and attribute name in an expression (``SweInstance``, ``problem.MathTask``, a tuple, a union)."""
+    if node is None:
+        return set()
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} | {
+        n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)
+    }
+
+
+def type_tests(root: Path, task_types: frozenset[str]) -> list[str]:
+    """Every test of a task's type outside ``tasks/`` in ``root``'s packages, as ``file:line: what``: a call of
+    ``isinstance``/``issubclass``, a ``type(x) is``/``==`` comparison or a ``case`` class pattern naming one of
+    ``task_types``, or a name imported from ``tasks`` as one of them (``from tasks.task import Task as T``)."""
+    found = []
+    for package in PACKAGES:
+        if package == "tasks":
+            continue
+        for path in modules(root, package):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            aliases = {
+                alias.asname or alias.name
+                for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tasks"
+                for alias in node.names
+                if alias.name in task_types
+            }
+            banned = task_types | aliases
+            for node in ast.walk(tree):
+                named: set[str] = set()
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) == 2:
+                    if node.func.id in ("isinstance", "issubclass"):
+                        named = _names(node.args[1])
+                elif isinstance(node, ast.Compare) and any(isinstance(op, ast.Is | ast.Eq) for op in node.ops):
+                    sides = [node.left, *node.comparators]
+                    if any(
+                        isinstance(s, ast.Call) and isinstance(s.func, ast.Name) and s.func.id == "type" for s in sides
+                    ):
+                        named = set().union(*(_names(s) for s in sides))
+                elif isinstance(node, ast.MatchClass):
+                    named = _names(node.cls)
+                if named & banned:
+                    where = f"{path.relative_to(root)}:{node.lineno}"
+                    found.append(f"{where}: tests a task's type ({', '.join(sorted(named & banned))})")
+    return found
 
 
 def imports(path: Path) -> list[tuple[int, str]]:
@@ -143,12 +200,58 @@ def package_cycles(root: Path) -> list[list[str]]:
     return cycles
 
 
+def empty_packages(root: Path) -> None:
+    """Every project package as an empty one under ``root`` (the checks run on a tree made for the test)."""
+    for name in PACKAGES:
+        (root / name).mkdir()
+        (root / name / "__init__.py").write_text("")
+
+
 def test_every_import_follows_the_layers():
     assert violations(ROOT) == []
 
 
 def test_the_packages_form_no_cycle():
     assert package_cycles(ROOT) == []
+
+
+def test_no_code_outside_tasks_tests_a_tasks_type():
+    """What differs per family is asked of the task's family, never of its type (`tasks.families.kind_of`)."""
+    assert type_tests(ROOT, _task_type_names()) == []
+
+
+def test_every_registered_familys_task_types_are_checked():
+    """The check reads the registry: a family added there is covered without editing this file."""
+    names = _task_type_names()
+    assert {"Task", "SweInstance", "MathTask"} <= names
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("isinstance(task, SweInstance)", "a plain isinstance"),
+        ("isinstance(task, (Task, MathTask))", "a tuple of types"),
+        ("isinstance(task, problem.MathTask | int)", "an attribute in a union"),
+        ("not isinstance(task, Instance)", "an alias it was imported as"),
+        ("type(task) is Task", "a type comparison"),
+        ("issubclass(type(task), MathTask)", "issubclass"),
+    ],
+)
+def test_a_type_test_outside_tasks_is_caught(tmp_path, line, why):
+    """The check can fail: one task-type test in a gym module, even inside a function, is reported."""
+    empty_packages(tmp_path)
+    source = f"from tasks.swe.instance import SweInstance as Instance\n\n\ndef later(task):\n    return {line}\n"
+    (tmp_path / "gym" / "added.py").write_text(source)
+    (tmp_path / "tasks" / "family.py").write_text(source)  # inside tasks/ it is the seam's own business
+    found = type_tests(tmp_path, _task_type_names())
+    assert len(found) == 1 and found[0].startswith("gym/added.py:5: "), why
+
+
+def test_a_case_pattern_on_a_task_type_is_caught(tmp_path):
+    empty_packages(tmp_path)
+    source = "def later(task):\n    match task:\n        case MathTask():\n            return 1\n"
+    (tmp_path / "trainer" / "added.py").write_text(source)
+    assert [line.split(": ")[0] for line in type_tests(tmp_path, _task_type_names())] == ["trainer/added.py:3"]
 
 
 def test_every_exception_is_still_an_import():
@@ -191,18 +294,14 @@ def test_the_cli_registries_name_modules_that_exist():
 )
 def test_an_upward_import_is_caught(tmp_path, package, line, why):
     """The check can fail: one upward import, even inside a function, is reported."""
-    for name in PACKAGES:
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text("")
+    empty_packages(tmp_path)
     (tmp_path / package / "added.py").write_text(f"def later():\n    {line}\n")
     found = violations(tmp_path)
     assert len(found) == 1 and found[0].startswith(f"{package}/added.py:2: "), why
 
 
 def test_a_loop_between_packages_is_caught(tmp_path):
-    for name in PACKAGES:
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text("")
+    empty_packages(tmp_path)
     (tmp_path / "images" / "a.py").write_text("import sandbox.engine\n")
     (tmp_path / "sandbox" / "b.py").write_text("import images.inputs\n")
     assert violations(tmp_path) == []  # each arrow is allowed alone...
