@@ -10,6 +10,7 @@ Python 3.11) would shadow this interpreter's, and that setuptools cannot build a
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import site
@@ -95,3 +96,19 @@ def cached_venv(name: str, *installs: Sequence[str]) -> Path:
             pytest.skip(f"pip install {' '.join(args)} fails here: {str(exc)[-600:]}")
     complete.write_text(marker)
     return python
+
+
+def driven(python: Path, module: str, *args: str, path: Sequence[Path] = ()) -> dict:
+    """What ``python -m MODULE ARGS`` prints as JSON on its last line: a test driver run by another venv's python from
+    the checkout, with the checkout and ``path`` on its PYTHONPATH; it must exit 0 (else the end of its stderr)."""
+    proc = subprocess.run(
+        [str(python), "-m", module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (ROOT, *path)))},
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -11,14 +11,12 @@ rollout, never a reward of 0, while math (no engine needed) is still graded."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.install_support import cached_venv
+from tests.install_support import cached_venv, driven
 from tests.serve_support import MODEL, start_server, stop_server
 from tests.tokenizer_support import train_tokenizer
 
@@ -26,6 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
 ROOT = Path(__file__).resolve().parents[2]
 VERIFIERS = "0.4.0"
+GYM_VERIFIERS = ROOT / "examples" / "gym-verifiers" / "src"  # the package verifiers finds us by
 ROWS = [
     {
         "data_source": "openai/gsm8k",
@@ -76,17 +75,7 @@ def test_verifiers_eval_loop_grades_with_our_graders(served):
             }
         )
     )
-    proc = subprocess.run(
-        [str(python), "-m", "tests.verifiers_driver", str(tasks), url, str(tmp / "out"), str(dead)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'examples/gym-verifiers/src'}"},
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = driven(python, "tests.verifiers_driver", str(tasks), url, str(tmp / "out"), str(dead), path=[GYM_VERIFIERS])
     assert out["env"] == "SingleAgentEnv" and len(out["prompts"]) == 2
 
     # gym serve's samples went through verifiers' loop and were graded: a reward each, no error

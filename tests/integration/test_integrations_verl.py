@@ -7,19 +7,13 @@ forged verdict, a hedge and a malformed ground truth 0, the same through every m
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-from pathlib import Path
-
 import pytest
 
-from tests.install_support import cached_venv
+from tests.install_support import cached_venv, driven
 from tests.tokenizer_support import train_tokenizer
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
-ROOT = Path(__file__).resolve().parents[2]
 VERL = "0.9.1"
 
 
@@ -30,17 +24,7 @@ def test_verl_reward_managers_call_our_compute_score(tmp_path):
         ("tensordict>=0.8.0,<=0.10.0,!=0.9.0", "codetiming", "omegaconf"),
     )
     tokenizer = train_tokenizer(tmp_path / "tokenizer.json")
-    proc = subprocess.run(
-        [str(python), "-m", "tests.verl_driver", str(tokenizer)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = driven(python, "tests.verl_driver", str(tokenizer))
     assert out["verl"] == VERL
     expected = [1.0, 0.0, 1.0, 0.0, 0.0]  # honest code, PASSED, honest math, boxed hedge, malformed ground truth
     assert out["naive"] == out["batch"] == out["reward_loop"] == expected
