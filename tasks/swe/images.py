@@ -22,12 +22,26 @@ Wheels are downloaded on the host (``pip download``, only when a layer is
 missing) into the build context; ``docker build`` runs without network and
 installs with ``pip --no-index``. Containers never have network. The host's
 interpreter (CPython 3.11) resolves the wheels the image's CPython 3.11 uses.
+
+What building the repository needs is resolved on the host, as pip's build
+front end would: the ``[build-system]`` requirements (pip's legacy default
+without one), then what the build backend's own hooks ask for on top
+(``get_requires_for_build_wheel`` and ``_editable``: ``editables`` for a
+hatchling editable install, ``wheel`` for an older setuptools), called in a
+folder of the static requirements installed from the wheelhouse. The tree the
+host reads is a one-commit git repository, as in the image, so a version taken
+from git (setuptools-scm, hatch-vcs, pbr) is found without the clone's
+history; a pretend version derived from the instance
+(``SETUPTOOLS_SCM_PRETEND_VERSION_FOR_<NAME>``, `pretend_version`) is set on
+the host and in the image's install step.
 """
 
 from __future__ import annotations
 
+import configparser
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -54,6 +68,12 @@ REPO_IN_IMAGE = "/opt/swe/repo"
 WORKSPACE_REPO = "/workspace/repo"
 REPO_DIRS = (WORKSPACE_REPO, REPO_IN_IMAGE)  # where the image holds the base tree
 DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")
+LEGACY_BACKEND = "setuptools.build_meta:__legacy__"  # pip's backend for a project that names none (PEP 517)
+# A PEP 440 public version (SWE-bench's `version` is the release line, "2.5"); anything else pretends 0.0.0.
+PUBLIC_VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?$")
+FALLBACK_VERSION = "0.0.0"
+DIST_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+HOOK_TIMEOUT_S = 600
 DEPENDENCY_FILES = re.compile(r"^(pyproject\.toml|setup\.py|setup\.cfg|requirements[^/]*\.txt)$")
 INSTANCE_LABEL = "gym.swe.instance"
 
@@ -111,19 +131,126 @@ def dependency_files(clone: Path, commit: str) -> dict[str, str]:
     }
 
 
-def build_requires(files: dict[str, str]) -> tuple[str, ...]:
-    """``[build-system].requires`` of pyproject.toml, else pip's legacy default."""
+@dataclass(frozen=True)
+class BuildSystem:
+    """How pip builds the repository (PEP 517/518): what it installs first, and the backend it then calls."""
+
+    requires: tuple[str, ...]
+    backend: str  # "module:object"
+    backend_path: tuple[str, ...] = ()  # in-tree backends: folders of the repository put on sys.path
+
+
+def build_system(files: dict[str, str]) -> BuildSystem:
+    """The repository's ``[build-system]``, with pip's defaults where pyproject.toml names none."""
+    system: dict = {}
     if "pyproject.toml" in files:
         try:
             system = tomllib.loads(files["pyproject.toml"]).get("build-system", {})
         except tomllib.TOMLDecodeError as err:
             raise ImageBuildError(f"pyproject.toml does not parse: {err}") from err
-        if isinstance(system.get("requires"), list):
-            return tuple(system["requires"])
-    return DEFAULT_BUILD_REQUIRES
+    requires = system.get("requires")
+    if not isinstance(requires, list) or not all(isinstance(req, str) for req in requires):
+        return BuildSystem(DEFAULT_BUILD_REQUIRES, LEGACY_BACKEND)
+    backend = system.get("build-backend")
+    paths = system.get("backend-path", [])
+    return BuildSystem(
+        tuple(requires),
+        backend if isinstance(backend, str) and backend else LEGACY_BACKEND,
+        tuple(p for p in paths if isinstance(p, str)) if isinstance(paths, list) else (),
+    )
 
 
-def _pip_download(dest: Path, *args: str) -> None:
+def distribution_name(files: dict[str, str]) -> str | None:
+    """The repository's distribution name: pyproject's ``[project].name``, setup.cfg's ``[metadata] name`` or a
+    literal ``name=`` in setup.py; None when none of them names it."""
+    names: list[object] = []
+    if "pyproject.toml" in files:
+        try:
+            names.append(tomllib.loads(files["pyproject.toml"]).get("project", {}).get("name"))
+        except (tomllib.TOMLDecodeError, AttributeError):
+            pass
+    if "setup.cfg" in files:
+        config = configparser.ConfigParser(interpolation=None)
+        try:
+            config.read_string(files["setup.cfg"])
+            names.append(config.get("metadata", "name", fallback=None))
+        except configparser.Error:
+            pass
+    if "setup.py" in files and (match := re.search(r"""\bname\s*=\s*["']([^"']+)["']""", files["setup.py"])):
+        names.append(match.group(1))
+    return next((name.strip() for name in names if isinstance(name, str) and DIST_NAME.match(name.strip())), None)
+
+
+def pretend_version(instance: SweInstance) -> str:
+    """The version a repository that takes its version from git gets: the instance's ``version`` when it is a
+    PEP 440 public version (SWE-bench's release line, "2.5"; a shipped instance's pinned version), else 0.0.0.
+    Instances of one release line share it, so they share their environment image."""
+    version = instance.version.strip()
+    return version if PUBLIC_VERSION.match(version) else FALLBACK_VERSION
+
+
+def version_environment(files: dict[str, str], version: str) -> dict[str, str]:
+    """``SETUPTOOLS_SCM_PRETEND_VERSION_FOR_<NAME>`` for the repository's distribution (none when its name is
+    unknown). Only the per-distribution form: the plain ``SETUPTOOLS_SCM_PRETEND_VERSION`` reaches every package
+    pip builds in the same run, so a dependency built from its sdist with setuptools-scm would take the
+    repository's version and pip would refuse its metadata. Where the per-distribution form is not read
+    (hatch-vcs passes setuptools-scm no name), the one-commit repository gives the version (``0.1.dev1+g...``)."""
+    name = distribution_name(files)
+    if name is None:
+        return {}
+    suffix = re.sub(r"[-_.]+", "_", name).upper()
+    return {f"SETUPTOOLS_SCM_PRETEND_VERSION_FOR_{suffix}": version}
+
+
+# Run on the host with -I -S in the repository's tree: the backend's hooks, from the static requirements only
+# (installed into argv[2], .pth files honoured, as in pip's build environment), write what they add (JSON).
+_BACKEND_HOOKS = r"""
+import importlib, json, os, site, sys
+out, target, backend, *paths = sys.argv[1:]
+site.addsitedir(target)
+sys.path[:0] = [os.path.abspath(path) for path in paths]
+module, _, attribute = backend.partition(":")
+hooks = importlib.import_module(module)
+for part in filter(None, attribute.split(".")):
+    hooks = getattr(hooks, part)
+found = list(hooks.get_requires_for_build_wheel(None))
+if hasattr(hooks, "get_requires_for_build_editable"):
+    found += list(hooks.get_requires_for_build_editable(None))
+with open(out, "w") as handle:
+    json.dump(found, handle)
+"""
+
+
+def backend_requires(system: BuildSystem, tree: Path, wheels: Path, env: dict[str, str]) -> tuple[str, ...]:
+    """What the backend's hooks ask for besides ``system.requires`` (pip installs both before it builds the
+    editable install), called in ``tree`` with the static requirements installed from ``wheels`` only."""
+    with tempfile.TemporaryDirectory() as tmp:
+        target, out = Path(tmp) / "build-env", Path(tmp) / "requires.json"
+        pip = [sys.executable, "-m", "pip", "--isolated", "install", "--quiet", "--disable-pip-version-check"]
+        pip += ["--no-index", "--find-links", str(wheels), "--only-binary", ":all:", "--target", str(target)]
+        if system.requires:  # an in-tree backend may need nothing installed
+            _host(f"installing the build requirements {list(system.requires)}", [*pip, *system.requires])
+        argv = [sys.executable, "-I", "-S", "-c", _BACKEND_HOOKS, str(out), str(target), system.backend]
+        hooks = f"the build backend {system.backend}'s requirement hooks"
+        _host(hooks, [*argv, *system.backend_path], cwd=tree, env={**os.environ, **env})
+        try:
+            found = json.loads(out.read_text())
+        except (OSError, ValueError) as err:
+            raise ImageBuildError(f"{hooks} wrote no list: {err}") from err
+    return tuple(dict.fromkeys(req for req in found if isinstance(req, str) and req not in system.requires))
+
+
+def _host(what: str, argv: list[str], **kwargs) -> None:
+    """Run a build step on the host; ImageBuildError naming ``what`` when it fails or passes HOOK_TIMEOUT_S."""
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=HOOK_TIMEOUT_S, **kwargs)
+    except subprocess.TimeoutExpired as err:
+        raise ImageBuildError(f"{what}: no end after {HOOK_TIMEOUT_S} s") from err
+    if proc.returncode != 0:
+        raise ImageBuildError(f"{what} failed: {proc.stderr[-1500:]}")
+
+
+def _pip_download(dest: Path, *args: str, env: dict[str, str] | None = None) -> None:
     cmd = [
         sys.executable,
         "-m",
@@ -135,7 +262,7 @@ def _pip_download(dest: Path, *args: str) -> None:
         str(dest),
         *args,
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
     if proc.returncode != 0:
         raise ImageBuildError(f"`pip download {' '.join(args)}` failed: {proc.stderr[-2000:]}")
 
@@ -144,7 +271,8 @@ def build_env(
     client: docker.DockerClient, base: BuiltImage, instance: SweInstance, clone: Path, force: bool = False
 ) -> BuiltImage:
     files = dependency_files(clone, instance.base_commit)
-    requires = build_requires(files)
+    system = build_system(files)
+    versions = version_environment(files, pretend_version(instance))
     dockerfile = _dockerfile("env")
     inputs = digest(
         "swe-env",
@@ -152,8 +280,9 @@ def build_env(
         PYTHON,
         dockerfile,
         json.dumps(sorted(instance.install)),
-        json.dumps(requires),
+        json.dumps([system.requires, system.backend, system.backend_path]),
         json.dumps(files, sort_keys=True),
+        json.dumps(versions, sort_keys=True),
     )
     tag = f"gym-swe-env:{inputs}"
     if not (force or base.built) and cached(client, tag, inputs):
@@ -165,10 +294,14 @@ def build_env(
         log.info("%s: downloading the environment's wheels", instance.instance_id)
         if instance.install:
             _pip_download(wheels, *instance.install)
-        _pip_download(wheels, "--only-binary", ":all:", *requires)
+        _pip_download(wheels, "--only-binary", ":all:", *system.requires)
+        # The tree as the image holds it: one commit, so a version read from git is found (`version_environment`).
         tree = context / "tree"
-        repository.export_tree(clone, instance.base_commit, tree)
-        _pip_download(wheels, str(tree))  # the repository's runtime dependencies, from its own metadata
+        repository.snapshot(clone, instance.base_commit, tree)
+        if extra := backend_requires(system, tree, wheels, versions):
+            log.info("%s: the build backend also needs %s", instance.instance_id, ", ".join(extra))
+            _pip_download(wheels, "--only-binary", ":all:", *extra)
+        _pip_download(wheels, str(tree), env=versions)  # the repository's runtime dependencies, from its metadata
         (context / "requirements.txt").write_text("".join(f"{req}\n" for req in instance.install))
         (context / "Dockerfile").write_bytes(dockerfile)
         (context / ".dockerignore").write_text("tree\n")  # only the wheels enter the image
@@ -186,7 +319,9 @@ def build_instance(
     dockerfile = _dockerfile("instance")
     tree = repository.tree_of(clone, instance.base_commit)
     scanner = b"".join(Path(module.__file__).read_bytes() for module in (leak_scan, leak_guard))
-    inputs = digest("swe-instance", env.inputs, dockerfile, tree, scanner, instance.patch)
+    versions = version_environment(dependency_files(clone, instance.base_commit), pretend_version(instance))
+    words = " ".join(f"{name}={value}" for name, value in sorted(versions.items()))  # shell words: [A-Z0-9_=.+]
+    inputs = digest("swe-instance", env.inputs, dockerfile, tree, scanner, instance.patch, words)
     slug = _slug(instance.instance_id)
     tag = f"gym-swe-instance:{slug}-{inputs}"
     if not (force or env.built) and cached(client, tag, inputs):
@@ -197,7 +332,8 @@ def build_instance(
         repository.snapshot(clone, instance.base_commit, context / "repo")
         (context / "Dockerfile").write_bytes(dockerfile)
         prescan_tag = f"gym-swe-prescan:{slug}-{inputs}"
-        prescan = build_dockerfile(client, context, prescan_tag, inputs, {"BASE": env.tag}, force or env.built)
+        buildargs = {"BASE": env.tag, "VERSION_ENV": words}
+        prescan = build_dockerfile(client, context, prescan_tag, inputs, buildargs, force or env.built)
     return leak_guard.guard(client, instance, clone, REPO_DIRS, prescan, tag, inputs)
 
 
