@@ -10,7 +10,8 @@ fixing the code: the tests (files ``test_patch`` touches, files of the
 F2P/P2P test ids, anything that looks like a test module or sits in a test
 directory), pytest's configuration and plugins (``conftest.py``, ini files,
 ``pyproject.toml``/``setup.cfg``, entry-point metadata, modules that would
-shadow pytest itself or, at the repository root, a standard-library module),
+shadow pytest itself or, at the repository root, a standard-library module; names that shadow what the image
+holds are judged on the applied tree, where the repository's own modules are known),
 interpreter start-up hooks (``sitecustomize``/``usercustomize`` as files or
 packages, ``.pth``), compiled bytecode (a ``.pyc`` or ``__pycache__`` entry runs instead of
 its source), CI configuration, and anything inside ``.git``. A module is
@@ -68,7 +69,7 @@ RUNNER_MODULES = frozenset(
     }
 )
 # What follows a module's name in a file the import system loads: source, bytecode, extension modules.
-_MODULE_FILE = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z0-9_-]+)*\.(?:py|pyc|pyo|pyw|so|pyd)$")
+MODULE_FILE = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:\.[A-Za-z0-9_-]+)*\.(?:py|pyc|pyo|pyw|so|pyd)$")
 STARTUP_HOOKS = frozenset({"sitecustomize", "usercustomize"})  # as a module file or as a package
 # A module or package at the repository root named like a standard-library module would shadow it for the
 # test run (the root is on sys.path): `random.py`, `json/__init__.py`.
@@ -242,15 +243,18 @@ def module_name(part: str, is_dir: bool) -> str | None:
     """The module a path component provides to ``import``: a package directory or any importable file form."""
     if is_dir:
         return part
-    match = _MODULE_FILE.match(part)
+    match = MODULE_FILE.match(part)
     return match.group("name") if match else None
 
 
-def protection(path: str, test_files: frozenset[str] | set[str], installed: frozenset[str] = frozenset()) -> str | None:
+def protection(path: str, test_files: frozenset[str] | set[str], shadowed: frozenset[str] | None = None) -> str | None:
     """Why an agent may not change ``path``, or None when it may.
 
-    ``installed``: top-level module names the test run's interpreter finds outside the repository (the grader
-    lists them in the container); a module of one of those names at the repository's top level shadows it.
+    ``shadowed``: the top-level module names a module at the repository's top level may not take, as the grader
+    finds them in the instance's container: what the test run's interpreter finds outside the repository and
+    what pytest imports when it exists (``RUNNER_MODULES``), less the repository's own top-level modules at
+    base_commit (a fix to tomli in the tomli repository is the fix, never a shadow). None, where nothing is known
+    of the image or the repository: ``RUNNER_MODULES``.
     """
     normal = posixpath.normpath(path)
     parts = normal.split("/")
@@ -272,13 +276,13 @@ def protection(path: str, test_files: frozenset[str] | set[str], installed: froz
         return "compiled bytecode (runs instead of its source)"
     # Top-level modules of the directories on the test run's sys.path: the root and a src/lib layout's folder.
     top = [modules[0]] + ([modules[1]] if len(parts) > 1 and parts[0] in SOURCE_ROOTS else [])
-    if any(module in RUNNER_MODULES for module in top):
+    if any(module in (RUNNER_MODULES if shadowed is None else RUNNER_MODULES & shadowed) for module in top):
         return "shadows the test runner"
     if any(module in STARTUP_HOOKS for module in modules) or name.endswith(".pth"):
         return "interpreter start-up hook"
     if any(module in STDLIB_MODULES for module in top):
         return "shadows a standard-library module"
-    if any(module in installed for module in top):
+    if shadowed and any(module in shadowed for module in top):
         return "shadows an installed module (it would run in its place)"
     if name in CI_FILES or parts[0] in CI_DIRS:
         return "CI configuration"
@@ -288,12 +292,16 @@ def protection(path: str, test_files: frozenset[str] | set[str], installed: froz
 
 
 def strip_protected(diff: str, test_files: Iterable[str]) -> StrippedDiff:
-    """``diff`` without the sections that touch a protected path."""
+    """``diff`` without the sections that touch a protected path.
+
+    Module names that shadow are not judged here: the text knows neither the image nor which top-level modules
+    are the repository's own, so the grader's check of the applied tree decides them (`tasks.swe.grader`).
+    """
     protected = frozenset(posixpath.normpath(path) for path in test_files)
     kept: list[str] = []
     stripped: list[Stripped] = []
     for section in split(diff):
-        reasons = [(path, protection(path, protected)) for path in section.paths]
+        reasons = [(path, protection(path, protected, frozenset())) for path in section.paths]
         hits = [Stripped(path, reason) for path, reason in reasons if reason]
         if not section.paths:
             hits = [Stripped("?", "section names no file")]

@@ -64,7 +64,7 @@ from sandbox.pool import WorkspacePool
 from sandbox.protocol import ExecRequest, ExecResult
 from sandbox.workspace import Workspace
 from tasks.swe import harness, tamper, testlog
-from tasks.swe.diff import files_of_test_ids, protection, strip_protected
+from tasks.swe.diff import MODULE_FILE, RUNNER_MODULES, files_of_test_ids, protection, strip_protected
 from tasks.swe.harness import judge as check_record
 from tasks.swe.instance import SweInstance
 from tasks.swe.resolution import InstanceResult, Status, StrippedPath, TestGroup, allow_skips, grade_log
@@ -106,18 +106,24 @@ done
 # Whatever the diff (or patch's fallback) wrote under .git, the repository's git directory goes back to the
 # pristine one: config, hooks, filters and attributes of the candidate's making never run in grading.
 _RESTORE_GIT = f"set -eu; rm -rf .git; cp -R -P {PRISTINE_REPO}/.git .git"
-# Top-level modules the interpreter finds outside the repository (standard library, site- and dist-packages),
-# less the repository's own top-level names at base_commit: a new module of such a name at the repository's top
-# level would shadow what the test run imports (Debian's distutils-precedence.pth imports `_distutils_hack` at
-# every interpreter start, from a sys.path the editable install puts the repository on).
-_INSTALLED = """
-import os, pkgutil, sys
+# What a new module at the repository's top level may not be named (`protection`'s ``shadowed``), read in the
+# instance's container before the diff: the top-level modules the interpreter finds outside the repository
+# (standard library, site- and dist-packages: everything the test runner can import, Debian's
+# distutils-precedence.pth importing `_distutils_hack` at every start included), and the repository's own
+# top-level modules at base_commit (its folders and module files at the root and in src/ and lib/), which are
+# never protected for their names: a repository that is one of pytest's imports (iniconfig, tomli) is graded on
+# its own code. argv[1]: `diff.MODULE_FILE`.
+_MODULES = """
+import json, os, pkgutil, re, sys
 sys.path = [p for p in sys.path if p and not p.startswith('/workspace')]
-names = {m.name for m in pkgutil.iter_modules()} | set(sys.builtin_module_names)
+outside = {m.name for m in pkgutil.iter_modules()} | set(sys.builtin_module_names)
+module_file, own = re.compile(sys.argv[1]), set()
 for folder in ('.', 'src', 'lib'):
-    if os.path.isdir(folder):
-        names -= {entry.split('.')[0] for entry in os.listdir(folder)}
-print('\\n'.join(sorted(names)))
+    for entry in os.listdir(folder) if os.path.isdir(folder) else ():
+        match = module_file.match(entry)
+        if os.path.isdir(os.path.join(folder, entry)) or match:
+            own.add(match.group('name') if match else entry)
+print(json.dumps({'own': sorted(own), 'outside': sorted(outside)}))
 """
 LISTING_LIMIT_BYTES = 32 << 20
 SCAN_LIMIT_BYTES = 1 << 20
@@ -145,6 +151,13 @@ def isolated_environment(instance: SweInstance) -> dict[str, str]:
     if instance.plugins:
         env["PYTEST_ADDOPTS"] = " ".join(f"-p {shlex.quote(name)}" for name in instance.plugins)
     return env
+
+
+def shadowing(listing: dict[str, list[str]]) -> frozenset[str]:
+    """The names a new top-level module may not take (`protection`'s ``shadowed``), from `_MODULES`'s listing:
+    what the interpreter finds outside the repository and what pytest imports when it exists, less the
+    repository's own top-level modules."""
+    return (frozenset(listing["outside"]) | RUNNER_MODULES) - frozenset(listing["own"])
 
 
 def changed_paths(before: bytes, after: bytes) -> set[str]:
@@ -352,11 +365,13 @@ class SweGrader:
         await put_file(ws, MODEL_DIFF, diff.encode("utf-8", errors="surrogateescape"))
         restored: list[tuple[str, str]] = []  # (path as listed, why): reset as listed, reported as text
         if diff.strip():
-            installed = await self._step(
-                ws, f"PYTHONSAFEPATH=1 python3 -c {shlex.quote(_INSTALLED)}", output_limit_bytes=LISTING_LIMIT_BYTES
+            modules = await self._step(
+                ws,
+                f"PYTHONSAFEPATH=1 python3 -c {shlex.quote(_MODULES)} {shlex.quote(MODULE_FILE.pattern)}",
+                output_limit_bytes=LISTING_LIMIT_BYTES,
             )
             before = await self._step(ws, _CHANGED, APPLY_MARKER, NEWER, output_limit_bytes=LISTING_LIMIT_BYTES)
-            if _failed(installed) or _failed(before):
+            if _failed(modules) or _failed(before):
                 return self._outcome(
                     instance, "infra_error", f"listing the pristine tree: {before.stderr_text[-800:]}"
                 ), ""
@@ -373,9 +388,9 @@ class SweGrader:
             if _failed(after):
                 return self._left_broken(instance, "listing the changed tree", after), ""
             protected = _protected(instance)
-            modules = frozenset(installed.stdout_text.split())
+            shadowed = shadowing(json.loads(modules.stdout))
             changed = changed_paths(before.stdout, after.stdout)
-            restored = [(path, reason) for path in sorted(changed) if (reason := protection(path, protected, modules))]
+            restored = [(path, why) for path in sorted(changed) if (why := protection(path, protected, shadowed))]
             tampering = await self._scan(ws, sorted(changed - {path for path, _ in restored}))
             if tampering is not None:
                 return self._tampered(instance, tampering).model_copy(update={"stripped": _reported(restored)}), ""
