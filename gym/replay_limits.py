@@ -92,7 +92,10 @@ LIMITS: tuple[Limit, ...] = (
     *_at_most("swe.grader", SweGraderConfig(), "test_timeout_s setup_timeout_s"),
     *_at_most("swe.grader", SweGraderConfig(), "log_limit_bytes concurrency", host=True),
     *_at_most(
-        "math", MathGraderConfig(), "timeout_s start_timeout_s memory_mb max_chars max_answers concurrency", host=True
+        "math",
+        MathGraderConfig(),
+        "timeout_s backstop_factor start_timeout_s memory_mb max_chars max_answers concurrency",
+        host=True,
     ),
     Limit("sandbox.engine", "place", DockerEngineConfig()),
     Limit("sandbox.engines", "place", []),

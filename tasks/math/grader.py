@@ -4,8 +4,12 @@ The answer is the text of the policy's final-channel message; nothing of it runs
 so nothing is compared inside one (the candidate never sees the gold either way). math-verify
 parses with sympy, which a crafted expression (a power tower, a 10^6-term sum) can keep busy for
 minutes or grow without bound, so the check runs in a child process with an address-space limit
-and is killed ``timeout_s`` after it read the gold: a ``time_limit`` or ``memory_limit`` verdict, the
-candidate's failure, scored 0. Its start (the process, sympy's import, the gold) is the host's and the
+and is killed once it has used ``timeout_s`` of CPU after it read the gold: a ``time_limit`` or ``memory_limit``
+verdict, the candidate's failure, scored 0. The limit is CPU time, as the CP grader's: a loaded host stretches
+the wall clock, never the answer's verdict (an honest answer nested 63 deep takes 4 s idle and ran past a 20 s
+wall-clock deadline at load average 7). The wall clock is a backstop (``backstop_factor`` x ``timeout_s``): a check
+still running then is ``time_limit`` when it ran or slept, ``infra_error`` (masked) when the host kept it waiting
+for a CPU for at least half that time (its threads' run delay, ``/proc/PID/task/*/schedstat``). Its start (the process, sympy's import, the gold) is the host's and the
 task's time, bounded apart by ``start_timeout_s``: on a loaded host a slow start never eats the answer's
 time (a fresh-clone CI under load once spent a 3 s limit on sympy's import and masked the answer). An answer longer than ``max_chars`` is refused without starting the check.
 
@@ -47,7 +51,13 @@ class MathGraderConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     timeout_s: float = Field(
-        20.0, gt=0, description="Wall-clock deadline of the answer's check, from the moment the gold is read."
+        20.0, gt=0, description="CPU time the answer's check may use, from the moment the gold is read."
+    )
+    backstop_factor: float = Field(
+        5.0,
+        ge=1,
+        description="Wall-clock backstop of the answer's check: factor x timeout_s from the gold on; a check the host "
+        "kept waiting for a CPU for half of it is infra_error, any other still running is time_limit.",
     )
     start_timeout_s: float = Field(
         120.0,
@@ -100,7 +110,7 @@ class MathGrader:
         async with self._limiter:
             with tempfile.TemporaryFile() as stderr:  # a file, not a pipe: what it holds survives the kill
                 try:
-                    done, seen = await self._run(request, stderr)
+                    done, seen, starved = await self._run(request, stderr)
                 except OSError as exc:
                     return "infra_error", f"the math check could not start: {exc}"
                 stderr.seek(0)
@@ -112,6 +122,8 @@ class MathGrader:
             if reply.get("verdict") == "gold_error":
                 return "infra_error", _printable(str(reply.get("detail")))
             return "infra_error", f"the math check {why} before reading the gold: {(lines or [''])[-1][:300]}"
+        if done is None and starved:
+            return "infra_error", f"the host starved the check of this answer: {starved}"
         if done is None:
             return "time_limit", f"the check of this answer ran past {config.timeout_s:g} s"
         reply = _reply(done.stdout)
@@ -121,10 +133,11 @@ class MathGrader:
             return "memory_limit", f"the check of this answer ran out of its {config.memory_mb} MB"
         return "runtime_error", f"the check died on this answer (exit {done.returncode}): {lines[-1][:300]}"
 
-    async def _run(self, request: bytes, stderr) -> tuple[subprocess.CompletedProcess | None, bool]:
+    async def _run(self, request: bytes, stderr) -> tuple[subprocess.CompletedProcess | None, bool, str]:
         """Run the check: ``(its completed process, or None when it was killed; whether it was seen to read the
-        gold)``. It gets ``start_timeout_s`` to write ``GOLD_READ`` (or end), then ``timeout_s`` more to end; a kill
-        before the gold was seen read is the start's (infra), after it the answer's (time_limit)."""
+        gold; why the host is to blame for a kill at the backstop, or "")``. It gets ``start_timeout_s`` to write
+        ``GOLD_READ`` (or end), then ``timeout_s`` of CPU time to end (the wall clock a backstop); a kill before the
+        gold was seen read is the start's (infra), after it the answer's (time_limit) unless the host starved it."""
         limit = self.config.memory_mb << 20
         ended, finished = trio.Event(), []
 
@@ -145,18 +158,62 @@ class MathGrader:
         def gold_read() -> bool:
             return f"{GOLD_READ}\n".encode() in os.pread(stderr.fileno(), 1 << 16, 0)
 
+        starved = ""
         async with trio.open_nursery() as nursery:
-            await nursery.start(run)
+            process = await nursery.start(run)
             with trio.move_on_after(self.config.start_timeout_s):
                 while not ended.is_set() and not gold_read():
                     with trio.move_on_after(POLL_S):
                         await ended.wait()
             seen = gold_read()
-            if seen:
-                with trio.move_on_after(self.config.timeout_s):
-                    await ended.wait()
+            if seen and not ended.is_set():
+                starved = await self._answer_time(process.pid, ended)
             nursery.cancel_scope.cancel()  # a check still running is killed (run_process's cancellation)
-        return (finished[0] if finished else None), seen
+        return (finished[0] if finished else None), seen, starved
+
+    async def _answer_time(self, pid: int, ended: trio.Event) -> str:
+        """Wait while the check reads the answer: until it ends, uses ``timeout_s`` of CPU, or reaches the wall-clock
+        backstop. Returns why the host is to blame when the backstop ended it while it waited for a CPU, else ""."""
+        cpu0, delay0 = _cpu_s(pid), _run_delay_s(pid)
+        backstop = self.config.backstop_factor * self.config.timeout_s
+        start = trio.current_time()
+        while not ended.is_set():
+            with trio.move_on_after(POLL_S):
+                await ended.wait()
+            if ended.is_set() or _cpu_s(pid) - cpu0 > self.config.timeout_s:
+                return ""
+            if (wall := trio.current_time() - start) > backstop:
+                waited = _run_delay_s(pid) - delay0
+                used = _cpu_s(pid) - cpu0
+                return (
+                    f"waited {waited:.1f} s for a CPU in {wall:.1f} s, {used:.1f} s of CPU used"
+                    if waited > wall / 2
+                    else ""
+                )
+        return ""
+
+
+_TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU time (user + system) of process ``pid``, every thread; 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime (fields 14 and 15 of stat)
+
+
+def _run_delay_s(pid: int) -> float:
+    """Time ``pid``'s threads spent runnable, waiting for a CPU (schedstat's second field); 0 when unreadable."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            total += int((task / "schedstat").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        pass
+    return total / 1e9
 
 
 def _reply(stdout: bytes) -> dict:

@@ -239,3 +239,36 @@ def test_a_check_that_hangs_after_the_gold_is_the_answers_time_limit(tmp_path, m
     monkeypatch.setattr(math_grader, "CHECK", _fake_check(tmp_path, body))
     result = grade_sync(MathGrader(MathGraderConfig(timeout_s=1)), TASK, "42")
     assert result.tests[0].verdict == Verdict.TIME_LIMIT and not result.infra_error
+
+
+def test_the_answers_limit_is_cpu_time_and_a_busy_check_is_killed_at_it(tmp_path, monkeypatch):
+    """A check that computes after the gold is killed once it used timeout_s of CPU, long before the backstop."""
+    body = "print('gold read', file=sys.stderr, flush=True)\nwhile True:\n    pass"
+    monkeypatch.setattr(math_grader, "CHECK", _fake_check(tmp_path, body))
+    result = grade_sync(MathGrader(MathGraderConfig(timeout_s=1, backstop_factor=30)), TASK, "42")
+    assert result.tests[0].verdict == Verdict.TIME_LIMIT and not result.infra_error
+    assert result.wall_s < 25  # 1 s of CPU (beside other work), never the 30 s backstop
+
+
+STARVED = """
+print('gold read', file=sys.stderr, flush=True)
+os.sched_setaffinity(0, {0})
+for _ in range(2):  # two burners at nice 0 on the check's one CPU, ending on their own after the backstop
+    if os.fork() == 0:
+        import time
+        end = time.monotonic() + 6
+        while time.monotonic() < end:
+            pass
+        os._exit(0)
+os.nice(19)
+while True:
+    pass
+"""
+
+
+def test_a_check_the_host_keeps_from_a_cpu_is_masked_not_the_answers_time_limit(tmp_path, monkeypatch):
+    """At the wall-clock backstop a check that waited for a CPU most of the time was starved by the host (here two
+    burners at nice 0 beside it at nice 19 on one CPU: it gets ~1% of it): infra_error, never the answer's 0."""
+    monkeypatch.setattr(math_grader, "CHECK", _fake_check(tmp_path, STARVED))
+    result = grade_sync(MathGrader(MathGraderConfig(timeout_s=1, backstop_factor=2)), TASK, "42")
+    assert result.infra_error and "the host starved the check" in result.detail, result.detail

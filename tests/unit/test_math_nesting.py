@@ -80,13 +80,14 @@ def test_a_correct_answer_nested_deep_passes_through_the_real_check(shape, depth
 
 
 def test_a_sum_nested_60_deep_is_read_in_seconds_after_its_first_parse():
-    """In this process (the deadline's clock starts once the gold is read): a depth's first parse pays for its
-    parser states, each one after is fast; before, 40 levels ran past the 20 s deadline."""
+    """In this process (the limit counts CPU time once the gold is read): a depth's first parse pays for its parser
+    states, each one after is fast; before, 40 levels ran past the 20 s limit. CPU time, as the check is limited:
+    a loaded host stretches the wall clock (this test once took 14 s of wall at load average 7), not this."""
     gold, answer = nested("sums", 60)
     assert judge(gold, answer) == ("passed", "")
-    started = time.monotonic()
+    started = time.process_time()
     assert judge(gold, answer.replace("1)", "2)", 1))[0] == "wrong_answer"
-    assert time.monotonic() - started < 10
+    assert time.process_time() - started < 10  # about 2 s of CPU here
 
 
 @pytest.mark.parametrize(
