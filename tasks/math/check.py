@@ -91,6 +91,7 @@ from tasks.math.reply import (  # noqa: E402
     top_level_commas,
     unqualified,
     unread_number,
+    unread_numeral,
     value_sides,
 )
 
@@ -193,6 +194,8 @@ def judge_read(gold: Gold, answer: str, max_chars: int, max_answers: int) -> tup
         return "wrong_answer", "empty answer"
     if len(text) > max_chars:
         return "wrong_answer", f"answer of {len(text)} characters (at most {max_chars} are read)"
+    if (numeral := unread_numeral(text)) is not None:
+        return "wrong_answer", f"a number written as {numeral!r} is not read (write it with digits)"
     if (deep := nesting(text)) > MAX_DEPTH:
         return "wrong_answer", f"brackets nested {deep} deep (at most {MAX_DEPTH} are read)"
     if gold.form == "text":
@@ -240,8 +243,14 @@ def judge_read(gold: Gold, answer: str, max_chars: int, max_answers: int) -> tup
     if same(gold.value, stated) or (gold.modulus and _same_class(gold.value, stated, gold.modulus)):
         return "passed", ""
     if "%" in text or gold.percent:  # 25% for a GSM8K gold of 25, 50 for a gold of 50\%: the sign is optional
-        bare = [parsed(_PERCENT.sub("", piece)) for piece in pieces]  # the probed pieces again, never the whole text
-        if all(bare) and all(same(gold.percent or gold.value, reading) for reading in bare):
+        # the probed pieces again, read as above, never the whole text (`= {6} 5%` states 11, not 5)
+        unsigned = [_PERCENT.sub("", piece) for piece in pieces]
+        bare = (
+            [parsed(piece) for piece in unsigned]
+            if relation
+            else [value for piece in unsigned for value in piece_values(piece, _sides(gold))]
+        )
+        if bare and all(bare) and all(same(gold.percent or gold.value, reading) for reading in bare):
             return "passed", ""
     return "wrong_answer", f"{str(stated[-1])[:80]} is not {str(gold.value[-1])[:80]}"
 

@@ -30,6 +30,8 @@ _SPACE = re.compile(
 _LATEX_THOUSANDS = re.compile(r"(?<=\d)(?:\\,|\{,\}|,\s*\\!\s*)(?=\d{3}(?!\d))")  # 1\,000, 1{,}000, 1,\!000: 1,000
 # 1 000 000, 12 345 (SI thousands; \ and ~ are spaces by then); 5 6 7 stays three numbers, x_1 000 is no number
 _SPACED_THOUSANDS = re.compile(r"(?<![\d.,_^])\d{1,3}(?:[ \u00a0\u2009\u202f]\d{3})+(?!\d)")
+# a run of superscript (or of subscript) digits, signs and parentheses: ⁶, ⁻¹, ₁₂
+_SCRIPT_RUN = re.compile("[\u2070\u00b9\u00b2\u00b3\u2074-\u207e]+|[\u2080-\u208e]+")
 _BOX = re.compile(r"\\(?:boxed|fbox|framebox)\s*\{")
 _TEXT = re.compile(r"\\(?:text|textbf|textit|textrm|textnormal|mathrm|mathbf|mathit|mbox|operatorname)\s*\{([^{}]*)\}")
 RELATION = re.compile(
@@ -50,6 +52,7 @@ _MODULUS = re.compile(
 _SIZED = r"\\(?:left|right|[bB]igg?[lr]?)(?![a-zA-Z])"  # \left( \bigr): a bracket's size, never an operand
 SIZED_BRACKET = re.compile(_SIZED)
 _GLUE = re.compile(r"\\(?!(?:[dt]?frac|sqrt|[dt]?binom)(?![a-zA-Z]))[a-zA-Z]+\s*\{([^{}]*)\}")  # `_bare`
+_LEADING_WORDS = re.compile(r"^(?:\s*[A-Za-z]{2,}(?=\s))+")  # "So y", "Thus the line y": prose before a side
 _SHORT_WORD = re.compile(
     r"(?<!\S)[a-zA-Z]{2}(?!\S)"
 )  # "So", "is": words too short to be cut as prose (x is a variable)
@@ -85,7 +88,7 @@ def normal(answer: str) -> str:
     when X is a list: math-verify would otherwise grade the last box alone; a box right after another is on its
     own line (``\\boxed{0} \\boxed{\\frac{5}{9}}`` is two answers, not the mixed number 0 5/9).
     """
-    text = _LATEX_THOUSANDS.sub(",", "".join(map(_plain, answer)).replace("\u3001", ","))
+    text = _LATEX_THOUSANDS.sub(",", _digits("".join(map(_plain, answer))).replace("\u3001", ","))
     kept = [match.span() for match in _ENVIRONMENT.finditer(text)]  # a matrix's rows are one answer
     edges = [0, *(i for span in kept for i in span), len(text)]
     text = "".join(
@@ -162,6 +165,32 @@ def closing_paren(text: str, start: int) -> int:
     return -1
 
 
+def _digits(text: str) -> str:
+    """``text`` with every number written in other digits as LaTeX reads it: decimal digits of any script as
+    ASCII (``٦`` is 6), a run of superscript digits as a power (``5⁶`` is ``5^{6}``), of subscript digits as a
+    subscript, a vulgar fraction as a quotient (``½`` is ``(1/2)``). Any other character with a numeric value
+    (``Ⅵ``, ``⑥``) is left, and `unread_numeral` finds it: a value the checker does not read is never skipped."""
+    text = "".join(str(unicodedata.decimal(c)) if c > "\x7f" and unicodedata.category(c) == "Nd" else c for c in text)
+    text = _SCRIPT_RUN.sub(_scripted, text)
+    return "".join(_fraction(c) if unicodedata.decomposition(c).startswith("<fraction>") else c for c in text)
+
+
+def _scripted(match: re.Match) -> str:
+    run = match[0]
+    digits = "".join(unicodedata.normalize("NFKC", c) for c in run)
+    return f"^{{{digits}}}" if unicodedata.decomposition(run[0]).startswith("<super>") else f"_{{{digits}}}"
+
+
+def _fraction(char: str) -> str:
+    numerator, _, denominator = unicodedata.normalize("NFKC", char).partition("\u2044")
+    return f"({numerator}/{denominator or 1})"
+
+
+def unread_numeral(text: str) -> str | None:
+    """A character of ``text`` with a numeric value that is no ASCII digit once `normal` has run, or None."""
+    return next((c for c in text if c > "\x7f" and unicodedata.numeric(c, None) is not None), None)
+
+
 def _plain(char: str) -> str:
     """``char``'s compatibility form when it is only another width or font of it (``５``, ``𝟓``, ``，``); never
     a superscript or a fraction, whose compatibility form changes the value (``5²`` is not ``52``)."""
@@ -225,9 +254,18 @@ def piece_values(piece: str, sides: Sides = "constants") -> list[object]:
 
 
 def value_sides(piece: str) -> int:
-    """How many sides of ``piece``'s chain of relations are values, not names (``y = x+3 = y = 2x``: 2)."""
+    """How many sides of ``piece``'s chain of relations are values, not names (``y = x+3 = y = 2x``: 2). A side with
+    glue inside it (``x \\mathrel{\\text{is}} y``, ``x is y``: words or wrapped text between its symbols, which sympy
+    reads as one more symbol) is a value, never a name; leading words (``So y``) are prose, not glue."""
     parts = RELATION.split(piece)
-    return sum(1 for value in map(_side, parts) if value and not is_name(value)) if len(parts) > 1 else 0
+    if len(parts) == 1:
+        return 0
+    return sum(1 for part in parts if (value := _side(part)) and (_glued(part) or not is_name(value)))
+
+
+def _glued(side: str) -> bool:
+    core = _LEADING_WORDS.sub("", side)
+    return _bare(core).split() != core.split()
 
 
 def is_name(value: list[object]) -> bool:

@@ -153,3 +153,38 @@ def test_an_honest_spelling_earns_one(gold, answer):
 )
 def test_the_honest_spellings_open_no_hedge(gold, answer):
     assert judge(gold, answer)[0] == "wrong_answer"
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer"),
+    [
+        ("5", "5⁶"),  # 5 to the sixth, not 5
+        ("5", "5²"),
+        ("5", "5, ٦"),  # an Arabic-Indic 6 is a second answer, never skipped
+        ("5", "٦ 5"),
+        ("5", "Ⅴ"),  # a numeral the check does not read is refused, never guessed
+        ("5", "⑤ 5"),
+        ("5", "= {6} 5%"),  # the percent rule reads the pieces as the verdict does
+        ("5", "= {6} 5\\%"),
+        ("y = 2x", "y = x \\mathrel{\\text{is}} y = 2x"),  # glue inside a relation's side makes it a value
+        ("y=2x", "y = x \\text{ is } y = 2x"),
+    ],
+)
+def test_numbers_in_other_scripts_and_glue_in_relations_are_read_not_skipped(gold, answer):
+    assert judge(gold, answer)[0] == "wrong_answer"
+
+
+@pytest.mark.parametrize(
+    ("gold", "answer"),
+    [
+        ("15625", "5⁶"),
+        ("25", "5²"),
+        ("6", "٦"),
+        ("0.5", "½"),
+        ("x^{-1}", "x⁻¹"),
+        ("25", "25%"),
+        ("x^2+y^2=25", "Thus x^2+y^2=25"),
+    ],
+)
+def test_numbers_in_other_scripts_read_as_their_values(gold, answer):
+    assert judge(gold, answer) == ("passed", "")
