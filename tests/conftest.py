@@ -44,7 +44,7 @@ LONGEST_FIRST = (
     "tests/integration/test_train_ray.py",  # 120 s
     "tests/integration/test_swe_episodes.py",  # 110 s
     "tests/integration/test_fleet.py",  # 100 s
-    "tests/integration/test_attacks_heldout.py",  # 105 s (40 s of it building the shipped SWE instances)
+    "tests/integration/test_attacks_candidate_failures.py",  # 105 s (40 s of it building the shipped SWE instances)
     "tests/integration/test_cp_timing.py",  # 100 s
     "tests/integration/test_trainer_eval_summary.py",  # 95 s
     "tests/integration/test_trainer_distributed.py",  # 77 s

@@ -2,7 +2,7 @@
 
 `SweGrader.grade` with a pool that hands out nothing and `_run` replaced by canned test logs (the real `_judge`
 reads them): the grading of the reference run itself is tested in the real sandbox
-(tests/integration/test_attacks_heldout.py); here, what each reference outcome does to a candidate's result.
+(tests/integration/test_attacks_candidate_failures.py); here, what each reference outcome does to a candidate's result.
 """
 
 from __future__ import annotations

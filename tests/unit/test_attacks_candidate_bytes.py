@@ -1,4 +1,4 @@
-"""Held-out attacks on pure grading logic: what a candidate's bytes and skips do to SWE grading, and a CP deadline kill."""
+"""Attacks on pure grading logic: what a candidate's bytes and skips do to SWE grading, and a CP deadline kill."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Held-out attacks by an outside red team, each a real submission graded in the real sandbox, beside an honest
+"""Attacks by an outside red team, each a real submission graded in the real sandbox, beside an honest
 control that passes (so the check can fail). A candidate's failure must be scored (0 reward), never masked as
 ``infra_error``: only the engine, the daemon or the host may mask a sample.
 
