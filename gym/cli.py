@@ -67,6 +67,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "draw a training run's curves (reward, pass rate, held-out pass@k, entropy, KL, time) as a PNG",
     ),
     "serve": ("policies.serve_cli", "serve a policy: OpenAI-compatible token-in/token-out server with weight updates"),
+    "sandbox-serve": (
+        "gym.commands.sandbox_serve",
+        "serve the sandbox over HTTP: SandboxFusion's /run_code in fresh workspaces, /v1/grade for CP and math rows",
+    ),
     "train": (
         "trainer.train_cli",
         "train a policy with GRPO on an environment (async rollouts, checkpoints, --resume)",
@@ -112,6 +116,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "show": ("runs/smoke/bundles/BUNDLE.json --full",),
     "plot": ("runs/cp_grpo_tiny", "runs/cp_grpo_tiny --out curves.png"),
     "serve": ("configs/policy_tiny.yaml --port 8000",),
+    "sandbox-serve": ("", "configs/sandbox_serve.yaml --port 8080", "--port 0 -v"),
     "train": (
         "configs/cp_grpo_tiny.yaml",
         "configs/cp_grpo_tiny.yaml --resume",

@@ -81,6 +81,12 @@ KNOWN: tuple[tuple[str, str, ExitCode, str | None], ...] = (
     ),
     ("sandbox.killtest.catalog", "UnknownAttack", ExitCode.USAGE, None),  # names `killtest --list`
     (
+        "gym.sandbox_service",
+        "SandboxServeConfigError",
+        ExitCode.USAGE,
+        "fix the file or the field named (every key: gym/sandbox_service.py, sandbox/config.py)",
+    ),
+    (
         "policies.serve_config",
         "ServeConfigError",
         ExitCode.USAGE,

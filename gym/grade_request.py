@@ -1,0 +1,82 @@
+"""``POST /v1/grade`` of the sandbox service: one dataset row and one answer in, its grade out.
+
+The row is in any format the loader reads (`tasks.loader.FORMATS`: CP rows with their hidden tests, TACO/APPS,
+CodeContests, LiveCodeBench, HumanEval, MBPP, Nemotron, verl rows, and math rows of GSM8K, MATH or plain
+problem/answer), recognised from its fields unless ``format`` names one. A CP answer is a program, or a reply
+whose last Python block is one; it is graded by `tasks.grader.Grader` in a fresh container, the hidden tests'
+expected outputs never entering it. A math answer is the reply, read by the math check on the host
+(`tasks.math.grader`). Grading is `gym.integrations.scorer.Scorer`'s: a sample the sandbox failed is graded
+again, then masked (``reward`` null, ``masked`` true), never a 0.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gym.integrations.scorer import Score
+from tasks.errors import MalformedRow
+from tasks.families import kind_of
+from tasks.loader import FORMATS, FormatChoice, detect_format
+from tasks.math.problem import MathTask
+from tasks.task import Task
+
+
+class GradeRequest(BaseModel):
+    """One row and one answer."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    row: dict[str, Any] = Field(description="a dataset row, with its hidden tests (CP) or its gold (math)")
+    format: FormatChoice = Field("auto", description="the row's format; auto: recognised from its fields")
+    answer: str = Field(description="the model's response: a program or a reply holding one, or a math reply")
+
+
+class GradeResponse(BaseModel):
+    """The grade, as every adapter of the gym reports it (`gym.integrations.scorer.Score`)."""
+
+    task_id: str
+    format: str = Field(description="the format the row was read in")
+    family: str = Field(description="the task family that graded it: cp or math")
+    reward: float | None = Field(description="1.0 when every test passes (math: the answer is the gold), else 0.0; "
+                                 "null: masked, the sandbox or the host failed")  # fmt: skip
+    masked: bool
+    passed: bool
+    fraction: float = Field(description="fraction of the tests passed")
+    verdict: str = Field(description="passed, the first failing test's verdict, refused, infra_error")
+    reason: str = ""
+
+
+class BadRow(ValueError):
+    """A row no format reads, or that its format refuses; the message names why."""
+
+
+def task_of(request: GradeRequest) -> tuple[Task | MathTask, str]:
+    """The task ``request.row`` holds and the format it was read in; `BadRow` when it holds none."""
+    name = detect_format(request.row) if request.format == "auto" else request.format
+    if name is None:
+        raise BadRow(f"the row matches no known format (fields: {sorted(request.row)[:12]}); name one in `format`")
+    try:
+        task = importlib.import_module(FORMATS[name]).parse(0, request.row, name)
+        task.model_dump_json()  # a lone surrogate loads, then fails every later write of the task
+    except MalformedRow as exc:
+        raise BadRow(f"{name} row: {exc}") from None
+    except (ValueError, TypeError, RecursionError) as exc:  # pydantic validation, nesting
+        raise BadRow(f"{name} row: {type(exc).__name__}: {str(exc).splitlines()[0][:500]}") from None
+    return task, name
+
+
+def response_of(task: Task | MathTask, name: str, score: Score) -> GradeResponse:
+    return GradeResponse(
+        task_id=task.task_id,
+        format=name,
+        family=kind_of(task).name,
+        reward=score.reward,
+        masked=score.masked,
+        passed=score.passed,
+        fraction=score.fraction,
+        verdict=score.verdict,
+        reason=score.reason,
+    )
