@@ -58,6 +58,7 @@ RUNNERS: dict[str, Runner] = {
 CODE_STEM = "__run_code__"  # the code's file in the workspace root, beside the request's files
 KILLED = -9  # the return code of a run the sandbox ended without an exit status of its own (SIGKILL)
 PATH_CHARS = 1024
+OUTSIDE = "a path relative to the workspace root: no absolute path, no '..', no NUL, at most 1024 characters"
 
 
 class RunCodeLimits(BaseModel):
@@ -203,7 +204,7 @@ def plan(request: RunCodeRequest, limits: RunCodeLimits, memory_mb: int) -> Plan
     for index, name in enumerate(request.fetch_files):
         path = workspace_path(name)
         if path is None:
-            faults.append(problem("path_outside", ("fetch_files", index), "a path relative to the workspace, no '..'"))
+            faults.append(problem("path_outside", ("fetch_files", index), OUTSIDE))
         fetch.append((name, path or ""))
     if faults:
         raise RunCodeRefused(422, faults)
@@ -228,7 +229,7 @@ def _decoded_files(files: dict[str, str | None], bound: int, reserved: str) -> d
         path = workspace_path(name)
         if path is None or path == reserved or path in decoded:
             why = "the code's own file" if path == reserved else "named twice" if path else "outside the workspace"
-            faults.append(problem("path_outside", ("files", name[:200]), f"a path relative to the workspace: {why}"))
+            faults.append(problem("path_outside", ("files", name[:200]), f"{OUTSIDE} ({why})"))
             continue
         if content is None:  # SandboxFusion skips a file without content
             continue

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 from tests.policy_support import SMALL
@@ -17,11 +18,12 @@ REPO = Path(__file__).resolve().parents[1]
 MODEL = {**SMALL, "vocab_size": 512, "max_position_embeddings": 256}
 
 
-def start_server(config: Path, seen: list[str] | None = None) -> tuple[subprocess.Popen, str]:
-    """The server and its URL; ``seen`` collects its log lines up to "listening"."""
+def start_server(config: Path, seen: list[str] | None = None, command: str = "serve") -> tuple[subprocess.Popen, str]:
+    """The server of ``command`` (`gym serve`, `gym sandbox-serve`) and its URL; ``seen`` collects its log lines up
+    to "listening"."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "2"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gym", "serve", str(config), "--port", "0"],
+        [sys.executable, "-m", "gym", command, str(config), "--port", "0"],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -34,12 +36,17 @@ def start_server(config: Path, seen: list[str] | None = None) -> tuple[subproces
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
     seen = [] if seen is None else seen
+    deadline = time.monotonic() + 120
     while True:
         try:
-            line = lines.get(timeout=120)
+            line = lines.get(timeout=1)
         except queue.Empty:
-            proc.kill()
-            raise RuntimeError("server did not start in 120s:\n" + "".join(seen)) from None
+            if proc.poll() is not None:  # exited without another line (a config error said in one)
+                raise RuntimeError("server exited:\n" + "".join(seen)) from None
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise RuntimeError("server did not start in 120s:\n" + "".join(seen)) from None
+            continue
         seen.append(line)
         match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
         if match:

@@ -31,12 +31,13 @@ SAMPLES = [  # data_source, response, ground truth
 ]
 
 
-def batch(tokenizer):
-    """The samples as a DataProto: left-padded prompts, right-padded responses, their attention mask."""
+def batch(tokenizer, samples=SAMPLES):
+    """The samples (data_source, response, ground truth) as a DataProto: left-padded prompts, right-padded
+    responses, their attention mask."""
     from verl import DataProto
 
-    prompts = [tokenizer(f"question {i}")["input_ids"] for i in range(len(SAMPLES))]
-    responses = [tokenizer(response)["input_ids"] for _, response, _ in SAMPLES]
+    prompts = [tokenizer(f"question {i}")["input_ids"] for i in range(len(samples))]
+    responses = [tokenizer(response)["input_ids"] for _, response, _ in samples]
     width_p, width_r = max(map(len, prompts)), max(map(len, responses))
     pad = tokenizer.pad_token_id
     prompt_ids = torch.tensor([[pad] * (width_p - len(p)) + p for p in prompts])
@@ -54,9 +55,9 @@ def batch(tokenizer):
             "attention_mask": mask,
         },
         non_tensors={
-            "data_source": np.array([s for s, _, _ in SAMPLES], dtype=object),
-            "reward_model": np.array([{"style": "rule", "ground_truth": t} for _, _, t in SAMPLES], dtype=object),
-            "extra_info": np.array([{"split": "test", "index": i} for i in range(len(SAMPLES))], dtype=object),
+            "data_source": np.array([s for s, _, _ in samples], dtype=object),
+            "reward_model": np.array([{"style": "rule", "ground_truth": t} for _, _, t in samples], dtype=object),
+            "extra_info": np.array([{"split": "test", "index": i} for i in range(len(samples))], dtype=object),
         },
     )
 
