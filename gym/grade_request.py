@@ -4,8 +4,9 @@ The row is in any format the loader reads (`tasks.loader.FORMATS`: CP rows with 
 CodeContests, LiveCodeBench, HumanEval, MBPP, Nemotron, verl rows, and math rows of GSM8K, MATH or plain
 problem/answer), recognised from its fields unless ``format`` names one. A CP answer is a program, or a reply
 whose last Python block is one; it is graded by `tasks.grader.Grader` in a fresh container, the hidden tests'
-expected outputs never entering it. A math answer is the reply, read by the math check on the host
-(`tasks.math.grader`). Grading is `gym.integrations.scorer.Scorer`'s: a sample the sandbox failed is graded
+expected outputs never entering it. A math answer is read from the reply as every adapter of the gym reads it
+(`gym.integrations.ground_truth.final_answer`: what it boxes, two different boxes a hedge; else what follows
+``####``; else the whole reply) and checked against the gold on the host (`tasks.math.grader`). Grading is `gym.integrations.scorer.Scorer`'s: a sample the sandbox failed is graded
 again, then masked (``reward`` null, ``masked`` true), never a 0.
 """
 
@@ -16,10 +17,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gym.integrations.ground_truth import final_answer
 from gym.integrations.scorer import Score
 from tasks.errors import MalformedRow
 from tasks.families import kind_of
 from tasks.loader import FORMATS, FormatChoice, detect_format
+from tasks.math.family import MATH
 from tasks.math.problem import MathTask
 from tasks.task import Task
 
@@ -66,6 +69,12 @@ def task_of(request: GradeRequest) -> tuple[Task | MathTask, str]:
     except (ValueError, TypeError, RecursionError) as exc:  # pydantic validation, nesting
         raise BadRow(f"{name} row: {type(exc).__name__}: {str(exc).splitlines()[0][:500]}") from None
     return task, name
+
+
+def answer_of(task: Task | MathTask, answer: str) -> str:
+    """What is graded of ``answer``: a CP answer whole (the grader takes its last Python block), a math reply's
+    final answer."""
+    return final_answer(answer) if kind_of(task) is MATH else answer
 
 
 def response_of(task: Task | MathTask, name: str, score: Score) -> GradeResponse:

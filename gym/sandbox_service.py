@@ -31,7 +31,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gym.grade_request import BadRow, GradeRequest, response_of, task_of
+from gym.grade_request import BadRow, GradeRequest, answer_of, response_of, task_of
 from gym.http_admission import BODY_COPIES, VALUE_BYTES, Admission, Refused, check_shape, declared_size, read_body
 from gym.integrations.scorer import Scorer, ScorerConfig
 from sandbox.config import SandboxConfig
@@ -223,7 +223,7 @@ class SandboxService:
             task, name = task_of(request)
         except BadRow as exc:
             raise RunCodeRefused(422, [{"type": "row_invalid", "loc": ["body", "row"], "msg": str(exc)}]) from None
-        return task, request.answer, name
+        return task, answer_of(task, request.answer), name
 
     async def ping(self, _request: web.Request) -> web.Response:
         return web.json_response("pong")
