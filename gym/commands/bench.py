@@ -29,6 +29,11 @@ BENCHES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "tool-call round trip (runner vs docker exec vs host) and workspace acquire",
         ("", "--calls 100 --acquires 5 --json sandbox.json", "--calls 200 --engine tcp://127.0.0.1:2376"),
     ),
+    "sandbox-serve": (
+        "gym.sandbox_service_bench",
+        "a /run_code call over HTTP (a real sandbox-serve) vs the same call on the pool directly: p50 and calls/s",
+        ("", "--calls 100 --concurrency 4 --json sandbox_serve.json"),
+    ),
     "kernels": (
         "kernels.bench",
         "reference vs Triton kernel times (GPU) for logprob/entropy, MoE permute/unpermute, grouped SwiGLU",
