@@ -86,6 +86,16 @@ class ServiceOptions(BaseModel):
     max_json_depth: int = Field(32, ge=4)
     """Nesting of arrays and objects in one body at most (400 above); a /run_code request nests 2 deep."""
 
+    @model_validator(mode="after")
+    def _a_largest_body_fits(self) -> ServiceOptions:
+        largest = BODY_COPIES * self.max_body_bytes + VALUE_BYTES * min(self.max_body_bytes, self.max_json_values)
+        if largest > self.max_inflight_memory_bytes:
+            raise ValueError(
+                f"max_inflight_memory_bytes ({self.max_inflight_memory_bytes}) is below what one body of "
+                f"max_body_bytes may cost ({largest}): such a request could never be admitted"
+            )
+        return self
+
 
 class SandboxServeConfig(BaseModel):
     """Top level of a sandbox-serve YAML (configs/sandbox_serve.yaml)."""

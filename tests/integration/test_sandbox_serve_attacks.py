@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import subprocess
 import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -215,7 +216,7 @@ def test_unknown_routes_and_methods_answer_in_fastapis_shape(service):
 
 HOSTILE = {
     "fork bomb": ({"code": "import os\nwhile True:\n    os.fork()"}, "pids_limit"),
-    "bash fork bomb": ({"code": ":(){ :|:& };:", "language": "bash"}, "pids_limit"),
+    "bash fork bomb": ({"code": ":(){ :|:& };:\nwait", "language": "bash", "run_timeout": 1.5}, "pids_limit"),
     "memory hog": ({"code": "x = []\nwhile True:\n    x.append(bytearray(10 << 20))"}, "oom"),
     "infinite loop": ({"code": "while True:\n    pass", "run_timeout": 1.5}, "timeout"),
     "output flood": ({"code": "while True:\n    print('x' * 10000)"}, "output_truncated"),
@@ -240,7 +241,7 @@ def test_hostile_code_is_the_candidates_outcome_and_the_service_keeps_serving(se
     flood = runs["output flood"].result()["run_result"]
     assert flood["truncated"] and len(flood["stdout"]) <= CONFIG["sandbox"]["calls"]["output_limit_bytes"]
     assert runs["signal"].result()["run_result"]["return_code"] == -11
-    assert runs["bash fork bomb"].result()["message"] == "run: pids_limit"
+    assert runs["bash fork bomb"].result()["message"] == "run: pids_limit"  # its script waits for the bomb
     settled(service)
 
 
@@ -287,6 +288,23 @@ def test_a_client_that_goes_away_frees_its_workspace(service):
     assert service.call("GET", "/health")[1]["run_code"]["running"] == 0
     settled(service)
     honest(service)
+
+
+def test_only_the_sandboxs_own_failure_is_a_sandbox_error(service):
+    """Every container of the service killed from outside (the engine's doing, never the code's: sandboxed code
+    cannot signal its runner) while a run is in flight: that run is SandboxError; the warm ones that died are not
+    handed out, and the next run succeeds."""
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(service.run, code="import time\ntime.sleep(1.8)\nprint('done')")
+        deadline = time.monotonic() + 5
+        while service.call("GET", "/health")[1]["run_code"]["running"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        subprocess.run(["docker", "kill", *service.containers()], capture_output=True, check=False)
+        answer = running.result()
+    assert answer["status"] == "SandboxError" and answer["run_result"]["status"] == "Error", answer
+    assert "killed from outside" in answer["message"]
+    honest(service)
+    settled(service)
 
 
 def grade(service, row: dict, answer: str, status: int = 200) -> dict:

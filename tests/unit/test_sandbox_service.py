@@ -52,6 +52,7 @@ def test_admission_refuses_past_either_total_and_gives_back_on_exit():
         ({"run_code": {"max_fetch_files": 63}}, "max_calls"),
         ({"run_code": {"max_run_timeout_s": 600}}, "wall_s"),
         ({"server": {"max_running": 0}}, "max_running"),
+        ({"server": {"max_body_bytes": 1 << 30, "max_inflight_memory_bytes": 1 << 30}}, "could never be admitted"),
         ({"server": {"unknown": 1}}, "unknown"),
     ],
 )
