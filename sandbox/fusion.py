@@ -168,12 +168,10 @@ def workspace_path(name: str) -> str | None:
     ``..``, empty, NUL, overlong)."""
     if not name or len(name) > PATH_CHARS or "\x00" in name or name.startswith("/"):
         return None
-    if ".." in name.split("/"):
+    if ".." in name.split("/"):  # no component climbs, so the normal form cannot either
         return None
     normal = posixpath.normpath(name)
-    if normal in (".", "") or normal.startswith("../") or normal == "..":
-        return None
-    return normal
+    return None if normal == "." else normal
 
 
 def plan(request: RunCodeRequest, limits: RunCodeLimits, memory_mb: int) -> Plan:
