@@ -62,6 +62,7 @@ from tasks.submission import read_submissions
 from tasks.swe.family import SweFamilyConfig
 from tasks.swe.instance import load_instances
 from tasks.task import Task
+from tasks.task_ids import prefixed
 
 DEFAULT_INSTRUCTIONS = (
     "Solve the programming task with a Python 3 program. Use the tools to write your program into the "
@@ -282,15 +283,13 @@ def load_pool(
     tasks: list[AnyTask] = list(report.tasks[: pool.limit])
     tasks, found = usable(tasks, lambda kind: kind.settings_of(config), str(pool.path))
     if unread is not None:
-        unread += [finding.model_copy(update={"task_id": pool.id_prefix + finding.task_id}) for finding in found]
+        unread += prefixed(found, pool.id_prefix)
     if not tasks:
         unreadable = f", {len(found)} golds the math check cannot read" if found else ""
         raise EnvironmentConfigError(
             f"task pool {pool.path}: no usable task ({len(report.errors)} rows skipped{unreadable})"
         )
-    if pool.id_prefix:
-        tasks = [task.model_copy(update={"task_id": pool.id_prefix + task.task_id}) for task in tasks]
-    return tasks
+    return prefixed(tasks, pool.id_prefix)
 
 
 def generated_tasks(pool: GeneratedPool) -> list[Task]:
@@ -305,11 +304,7 @@ def generated_tasks(pool: GeneratedPool) -> list[Task]:
     tasks = [
         codecontests.parse(i, generator.render(spec, pool.seed, pool.params_in).row) for i, spec in enumerate(specs)
     ]
-    return (
-        [task.model_copy(update={"task_id": pool.id_prefix + task.task_id}) for task in tasks]
-        if pool.id_prefix
-        else tasks
-    )
+    return prefixed(tasks, pool.id_prefix)
 
 
 class TaskStream:

@@ -8,16 +8,20 @@ Pure string work on the ids (`prefixed`, `unknown_ids_hint`); the loaders keep a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
-from tasks.task import Task
+from pydantic import BaseModel
+
+Named = TypeVar("Named", bound=BaseModel)  # a task of any family, or a finding about one: it has a task_id
 
 SHOWN = 5  # valid ids listed in a message
 SAMPLED = 100  # unknown ids a prefix is looked for in
 MAX_ID_CHARS = 256  # of each
 
 
-def prefixed(tasks: Sequence[Task], prefix: str) -> list[Task]:
-    """``tasks`` with ``prefix`` before each id, as a task pool's ``id_prefix`` names them."""
+def prefixed(tasks: Sequence[Named], prefix: str) -> list[Named]:
+    """``tasks`` (or anything naming one by ``task_id``) with ``prefix`` before each id, as a task pool's
+    ``id_prefix`` names them."""
     return [task.model_copy(update={"task_id": prefix + task.task_id}) for task in tasks] if prefix else list(tasks)
 
 

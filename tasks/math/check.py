@@ -228,15 +228,13 @@ def judge_read(gold: Gold, answer: str, max_chars: int, max_answers: int) -> tup
     values = [value for piece in pieces for value in piece_values(piece, _sides(gold))]
     if gold.form == "values":
         return _judge_values(gold, values)
-    for first, other in zip(values, values[1:]):
-        if not same(first, other):
-            return "wrong_answer", f"several different answers: {', '.join(str(v[-1])[:40] for v in values[:4])}"
+    if (several := _several(values)) is not None:
+        return several
     # What is compared is a reading of the pieces probed above, never of the text around them: math-verify reads
     # `6 \mathrel{\text{is}} 5` whole as its last value, 5, while the piece states 6*is*5.
     whole = [reading for piece in pieces if (reading := parsed(piece))] if relation else values
-    for first, other in zip(whole, whole[1:]):
-        if not same(first, other):
-            return "wrong_answer", f"several different answers: {', '.join(str(v[-1])[:40] for v in whole[:4])}"
+    if relation and (several := _several(whole)) is not None:  # values were compared just above
+        return several
     if not whole:
         return "wrong_answer", f"no mathematical answer found in {text[:80]!r}"
     stated = whole[0]
@@ -253,6 +251,14 @@ def judge_read(gold: Gold, answer: str, max_chars: int, max_answers: int) -> tup
         if bare and all(bare) and all(same(gold.percent or gold.value, reading) for reading in bare):
             return "passed", ""
     return "wrong_answer", f"{str(stated[-1])[:80]} is not {str(gold.value[-1])[:80]}"
+
+
+def _several(readings: list[list]) -> tuple[str, str] | None:
+    """The verdict on readings that are not all one value (a hedge), or None when they are."""
+    for first, other in zip(readings, readings[1:]):
+        if not same(first, other):
+            return "wrong_answer", f"several different answers: {', '.join(str(v[-1])[:40] for v in readings[:4])}"
+    return None
 
 
 def _judge_values(gold: Gold, values: list[list]) -> tuple[str, str]:
