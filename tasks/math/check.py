@@ -39,9 +39,9 @@ without a percent sign (``25``), as GSM8K asks, and the sign may be left off for
   forms (``，；５𝟓``, never ``²``), LaTeX line breaks and spacing (``\\\\``, ``~``, ``\\quad``), ``\\text{...}``
   around separators and nested ``\\boxed{}`` (each box becomes brackets, so ``\\boxed{\\boxed{5}, 6}`` is the
   pair it states; two boxes side by side are two candidates);
-* a number math-verify did not read (`unread_number`: deleting it leaves the parse unchanged, as in
+* a number math-verify did not read (`unread_operand`: deleting it leaves the parse unchanged, as in
   ``6 \\hskip1em 5`` or ``\\cancel{6} 5``, read as 5): a second answer the checker skipped, whatever
-  LaTeX sits between the two; more than ``MAX_NUMBERS`` numbers are refused rather than left unprobed;
+  LaTeX sits between the two; more than ``MAX_OPERANDS`` numbers are refused rather than left unprobed;
 * an answer ``math_verify`` cannot parse.
 
 What is compared is always the reading of the candidates probed above (`reply.read_side`: a candidate's text once its
@@ -76,8 +76,8 @@ if __package__ in (None, ""):  # run as a script (python -I tasks/math/check.py)
 from tasks.math import forms  # noqa: E402
 from tasks.math.reading import MAX_DEPTH, nesting, parsed, same  # noqa: E402
 from tasks.math.reply import (  # noqa: E402
-    MAX_NUMBERS,
-    NUMBER,
+    MAX_OPERANDS,
+    OPERAND,
     SIZED_BRACKET,
     Sides,
     candidates,
@@ -90,8 +90,9 @@ from tasks.math.reply import (  # noqa: E402
     piece_values,
     top_level_commas,
     unqualified,
-    unread_number,
     unread_numeral,
+    unread_operand,
+    unread_word,
     value_sides,
 )
 
@@ -147,8 +148,8 @@ def _read_value(gold: str, residue: str, moduli: list[str]) -> tuple[Gold | None
     same(value, parsed("0"))  # a probe: a gold sympy cannot compare hangs here
     if not value:
         return None, f"the gold {gold[:80]!r} does not parse"
-    if (skipped := unread_number(residue)) is not None:  # the last entry alone would pass for it
-        return None, f"the checker does not read the number {skipped} of the gold {gold[:80]!r}"
+    if (skipped := unread_operand(residue)) is not None:  # the last entry alone would pass for it
+        return None, f"the checker does not read the operand {skipped} of the gold {gold[:80]!r}"
     if not itself:
         return None, f"the gold {gold[:80]!r} is not equal to itself"
     percent = parsed(_PERCENT.sub("", residue)) if "%" in residue else []
@@ -160,8 +161,8 @@ def _read_values(gold: str, pieces: list[str]) -> tuple[Gold | None, str]:
     """A gold that lists several values (``1,-2``, ``3, 5, 7``, ``12\\text{ and }13``): each piece read like a reply's."""
     values: list[list] = []
     for piece in pieces:
-        if (skipped := unread_number(piece)) is not None:
-            return None, f"the checker does not read the number {skipped} of the gold {gold[:80]!r}"
+        if (skipped := unread_operand(piece)) is not None:
+            return None, f"the checker does not read the operand {skipped} of the gold {gold[:80]!r}"
         if not (read := piece_values(piece, "expressions")):
             return None, f"the value {piece[:40]!r} of the gold {gold[:80]!r} does not parse"
         values += read
@@ -205,6 +206,8 @@ def judge_read(gold: Gold, answer: str, max_chars: int, max_answers: int) -> tup
             if items == gold.words
             else ("wrong_answer", f"{', '.join(items)[:80]} is not {gold.written}")
         )
+    if (word := unread_word(text)) is not None:  # 5 or six, 5 \text{or three}: a value the check does not read
+        return "wrong_answer", f"a number written as the word {word!r} is not read (write it with digits)"
     text = forms.plain(text).strip()
     if gold.form == "base":
         return _judge_numeral(gold, text)
@@ -214,11 +217,14 @@ def judge_read(gold: Gold, answer: str, max_chars: int, max_answers: int) -> tup
     pieces = candidates(_unbracketed(text) if gold.form == "values" else text)
     if len(pieces) > max(max_answers, len(gold.values)):
         return "wrong_answer", f"{len(pieces)} separate answers (one answer is graded)"
-    if len(NUMBER.findall(text)) > MAX_NUMBERS:
-        return "wrong_answer", f"more than {MAX_NUMBERS} numbers in one answer"
+    if len(OPERAND.findall(text)) > MAX_OPERANDS:
+        return "wrong_answer", f"more than {MAX_OPERANDS} operands (numbers, letters, commands) in one answer"
     for piece in pieces:
-        if (skipped := unread_number(piece)) is not None:
-            return "wrong_answer", f"the checker does not read the number {skipped} in {piece[:60]!r} (several answers)"
+        if (skipped := unread_operand(piece)) is not None:
+            return (
+                "wrong_answer",
+                f"the checker does not read the operand {skipped} in {piece[:60]!r} (several answers)",
+            )
     relation = gold.form == "value" and is_relation(gold.value)
     for piece in pieces if relation else ():  # y = x+3 = y = 2x chains two equations where the gold states one
         if (count := value_sides(piece)) > gold.sides:
@@ -336,8 +342,8 @@ def _other_modulus(moduli: list[str], gold_modulus: str) -> str | None:
     gold_value = parsed(gold_modulus)
     for modulus in moduli:
         value = parsed(modulus)
-        if not (value and gold_value and same(gold_value, value)):
-            return modulus
+        if not (value and gold_value and same(gold_value, value)) or unread_operand(modulus) is not None:
+            return modulus  # 5 \mid 7 reads as 7: a modulus is probed like an answer
     return None
 
 

@@ -14,7 +14,8 @@ the gold's form with these and compares an answer in that form.
 * **Money, units** (`plain`): ``\\$`` goes, and a unit in text that ends a value (``15\\mbox{ cm}^2``,
   ``\\text{ square inches}``, ``\\text{ dollars}``) is not read, on either side: the value is compared, never the
   unit; so is a common unit written bare after a number at the end of a value (``12 km/h``, ``5 cm^2``,
-  ``3 hours``; two letters at least, so a variable such as ``5 m`` or ``5 x`` is never taken for one). A ratio of two numbers (``3:1``) is the pair ``(3, 1)``. (LaTeX thousands separators, ``10,\\!080``, are
+  ``3 hours``, ``25 m^2``; two letters at least but for the metre with its power, so a variable such as ``5 m`` or
+  ``5 x`` is never taken for one; the scale after degrees, ``25°C``, goes too). A ratio of two numbers (``3:1``) is the pair ``(3, 1)``. (LaTeX thousands separators, ``10,\\!080``, are
   `tasks.math.check.normal`'s.)
 """
 
@@ -58,7 +59,11 @@ _UNIT_WORDS = (
     "yards?|pounds?|ounces?|grams?|kilograms?|liters?|litres?|gallons?|degrees?|units?|"
     "apples?|people|students?|pages?|books?|marbles?|cookies?|eggs?|pieces?"
 )
-_UNIT_TERM = rf"(?:{_UNIT_WORDS})(?:\s*\^\s*(?:\{{\s*[23]\s*\}}|[23]))?"
+_POWER = r"\s*\^\s*(?:\{\s*[23]\s*\}|[23])"  # a square or a cube: cm^2, m^{3}
+# a unit word, or the metre with its power (25 m^2: a bare 5 m is a variable, never a unit)
+_UNIT_TERM = rf"(?:(?:{_UNIT_WORDS})(?:{_POWER})?|m{_POWER})"
+# the scale after a degree sign (25°C, 25^\circ F): the degrees are read, the scale is a unit
+_SCALE = re.compile(r"(?<=\d)(\s*(?:°|\^\s*\{?\s*\\circ\s*\}?))\s*[CFK](?![A-Za-z])")
 # a bare unit ending a value: 12 km/h, 5 cm^2, 3 hours; the number before it and the end of the value after it
 _BARE_UNIT = re.compile(
     rf"(?<=\d)[ \t]+(?:sq\.?[ \t]+|square[ \t]+|cubic[ \t]+)?{_UNIT_TERM}(?:\s*/\s*(?:{_UNIT_TERM}|[hsm]))?"
@@ -130,7 +135,7 @@ def numeral(text: str, base: int | None = None) -> tuple[Fraction, int] | None:
 def plain(text: str) -> str:
     """``text`` with its money sign, LaTeX thousands separators and units dropped, and a ratio as a pair (see the
     module docstring). A text argument that holds a separator word (``\\text{ or }``) is not a unit and stays."""
-    text = _BARE_UNIT.sub(" ", _UNIT.sub(_unit, _DOLLAR.sub(" ", text)))
+    text = _BARE_UNIT.sub(" ", _UNIT.sub(_unit, _SCALE.sub(r"\1", _DOLLAR.sub(" ", text))))
     return _RATIO.sub(r"(\1, \2)", text)
 
 

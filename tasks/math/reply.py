@@ -2,12 +2,13 @@
 
 `normal` folds every spelling that could hide a separator; `unqualified` cuts moduli and relation labels, which
 are never read; `candidates` cuts the reply into the answers it states; `piece_values` reads what one candidate
-states (a relation: its value sides); `unread_number` finds a number math-verify read past. The module docstring
+states (a relation: its value sides); `unread_operand` finds an operand math-verify read past. The module docstring
 of `tasks.math.check` states the rules these implement.
 """
 
 from __future__ import annotations
 
+import collections
 import re
 import unicodedata
 from typing import Literal
@@ -49,6 +50,7 @@ _MODULUS = re.compile(
     rf"(?P<open>{_OPENING})?"
     rf"(?:\\[pb]?mod|\\pod|(?<![a-zA-Z\\])(?i:mod(?:ulo)?))(?![a-zA-Z]){_GAP}"
 )
+_COMMAND = re.compile(r"\\[a-zA-Z]+")
 _SIZED = r"\\(?:left|right|[bB]igg?[lr]?)(?![a-zA-Z])"  # \left( \bigr): a bracket's size, never an operand
 SIZED_BRACKET = re.compile(_SIZED)
 _GLUE = re.compile(r"\\(?!(?:[dt]?frac|sqrt|[dt]?binom)(?![a-zA-Z]))[a-zA-Z]+\s*\{([^{}]*)\}")  # `_bare`
@@ -68,12 +70,26 @@ _ARROW = re.compile(r"\\x[a-zA-Z]*arrow\s*(?:\[[^\[\]]*\])?\s*(?:\{[^{}]*\})?")
 
 
 _ENVIRONMENT = re.compile(r"\\begin\{([a-zA-Z]+\*?)\}.*?\\end\{\1\}", re.DOTALL)
-# a word of prose: {pmatrix} names an environment and ABC points, not prose (unread_number backs this up)
+# a word of prose: {pmatrix} names an environment and ABC points, not prose (unread_operand backs this up)
 _PROSE = re.compile(r"(?<![\\a-zA-Z{])(?=[A-Z]?[a-z])[a-zA-Z]{3,}")
 _SAME_VALUE = ("<wide>", "<narrow>", "<font>", "<noBreak>")  # compatibility forms that only restyle a character
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 _ANOTHER_DIGIT = str.maketrans("0123456789", "1234567890")
-MAX_NUMBERS = 64  # numbers probed per answer (one parse each); more is refused, not skipped
+# An operand `unread_operand` probes: a number, a letter standing alone (x, e; never one of a word or a command's
+# name), a command (\pi, \infty, \color; never a bracket's size, which holds no value)
+# a function or an operator (\frac, \sqrt, \sin, \cdot) only combines the operands around it, which are probed
+_COMBINING = "|".join(sorted(_FUNCTIONS | {"sqrt", "cfrac", "binom", "dbinom", "tbinom", "pm", "mp", "div", "ln"}))
+OPERAND = re.compile(
+    rf"\d+(?:\.\d+)?|(?!{_SIZED}|\\(?:{_COMBINING})(?![a-zA-Z]))\\[a-zA-Z]+|(?<![\\a-zA-Z])[a-zA-Z](?![a-zA-Z])"
+)
+_SPARE_LETTERS = "qkQKwWzZuUvV"  # a replacement letter: the first of these a side does not hold
+MAX_OPERANDS = 64  # operands probed per answer (a parse or two each); more is refused, not skipped
+_NUMBER_WORD = re.compile(
+    r"(?<![a-zA-Z\\])(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen"
+    r"|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|thousand"
+    r"|million|billion|trillion|half)(?![a-zA-Z])",
+    re.IGNORECASE,
+)
 _INVISIBLE = ("Cc", "Cf", "Cs")  # controls, zero-width and format characters, lone surrogates: "42\u200b43" is two
 
 
@@ -176,9 +192,14 @@ def _digits(text: str) -> str:
 
 
 def _scripted(match: re.Match) -> str:
+    """A script run as LaTeX: after a value (``5⁶``) its power or subscript; after a space or at the start
+    (``5 = ⁶``) the script of nothing, ``{}^{6}``, so it is never taken for a relation's label (``=^{6}``)."""
     run = match[0]
     digits = "".join(unicodedata.normalize("NFKC", c) for c in run)
-    return f"^{{{digits}}}" if unicodedata.decomposition(run[0]).startswith("<super>") else f"_{{{digits}}}"
+    alone = "{}" if not match.string[: match.start()][-1:].strip() else ""
+    return (
+        f"{alone}^{{{digits}}}" if unicodedata.decomposition(run[0]).startswith("<super>") else f"{alone}_{{{digits}}}"
+    )
 
 
 def _fraction(char: str) -> str:
@@ -189,6 +210,13 @@ def _fraction(char: str) -> str:
 def unread_numeral(text: str) -> str | None:
     """A character of ``text`` with a numeric value that is no ASCII digit once `normal` has run, or None."""
     return next((c for c in text if c > "\x7f" and unicodedata.numeric(c, None) is not None), None)
+
+
+def unread_word(text: str) -> str | None:
+    """A number written as a word in ``text`` (``six``, ``Twenty``, ``hundred``, ``half``), or None: the check reads
+    digits, so a word is a value it would skip (``5 or six``)."""
+    match = _NUMBER_WORD.search(text)
+    return match[0] if match else None
 
 
 def _plain(char: str) -> str:
@@ -298,7 +326,7 @@ def read_side(side: str) -> tuple[str, list[object]]:
     """``(the text read, its reading)`` of one side of a relation, or of a candidate that is none. A side that does not
     parse is read again without the math delimiters and the brackets it leaves open (``\\(6`` and ``5\\)`` of
     ``\\(6 = 5\\)``, ``\\left(6`` of ``(6 = 5)``); one that is no constant, without its short words (``So 6 = 5``,
-    ``is 72``: prose, not the product of S, o and 6). `unread_number` probes the text returned, never the text given:
+    ``is 72``: prose, not the product of S, o and 6). `unread_operand` probes the text returned, never the text given:
     what is compared is what was probed."""
     value = parsed(side) if side.strip() else []
     if value and isinstance(value[0], str):
@@ -308,11 +336,18 @@ def read_side(side: str) -> tuple[str, list[object]]:
         while side[-1:] in (")", "]", "}") and open_brackets(side) < 0:
             side = side[:-1].strip()
         value = parsed(side) if side else []
-    if value and not is_constant(value) and (bare := _bare(side)) != side and bare.strip():
+    if value and not is_constant(value) and (bare := _bare(side)) != side and bare.strip() and not _dropped(side, bare):
         again = parsed(bare)
         if again and is_constant(again):
             return bare, again
     return side, value
+
+
+def _dropped(side: str, bare: str) -> str | None:
+    """A command `_bare` dropped from ``side`` that is a value on its own (``\\pi`` of ``\\pi {} \\frac{1}{2}``: a
+    glue command's braces, but π itself), or None: the bare text is read only when it lost nothing but glue."""
+    lost = collections.Counter(_COMMAND.findall(side)) - collections.Counter(_COMMAND.findall(bare))
+    return next((name for name in lost if (alone := parsed(name)) and not isinstance(alone[0], str)), None)
 
 
 def _bare(side: str) -> str:
@@ -355,27 +390,57 @@ def top_level_commas(text: str) -> list[str]:
     return parts
 
 
-def unread_number(text: str) -> str | None:
-    """A number of ``text`` whose deletion leaves what math-verify reads unchanged, or None.
+def unread_operand(text: str) -> str | None:
+    """An operand of ``text`` that math-verify read past, or None.
 
     math-verify reads the last value of what it cannot parse whole (``6 \\hskip1em 5``, ``\\cancel{6} 5``,
-    ``6 | 5`` read as 5): whatever LaTeX sits between two values, a number the checker skipped is a second
-    answer it did not see. Each side of a relation is tested on its own (``x_1 = 13``). Checks what was
-    read, not how it was spelled, so it needs no list of separators.
+    ``\\pi \\mid 5``, ``x {} 5`` read as 5): whatever LaTeX sits between two values, an operand the checker
+    skipped is a second answer it did not see. Each side of a relation is tested on its own (``x_1 = 13``), and so
+    is every operand (`OPERAND`: a number, a letter standing alone, a command such as ``\\pi``, ``\\infty`` or
+    ``\\color``). Checks what was read, not how it was spelled, so it needs no list of separators:
 
-    A number whose value changes the reading when replaced (same digits' shape, another value: it still parses,
-    where a deletion can leave LL parsing an invalid text for seconds) was read and needs no deletion; a 0 is always
-    deleted, as ``0 \\frac{5}{9}`` (the mixed number) reads it yet states 5/9.
+    * a side that reads as nothing (or only as its own text) was skipped whole when it states a value
+      (`_skipped_whole`: ``\\color{red}{6}``, ``^{6}`` of ``5 = ⁶``, ``x \\mid y`` of ``y = x \\mid y = 2x``); a name
+      that reads as nothing (``\\angle ABC`` of ``\\angle ABC = 30^\\circ``) states none;
+    * an operand whose replacement (a number: another of the same shape; anything else: a letter the side does not
+      hold) changes the reading was read; one whose replacement does not is deleted, and when the deletion leaves
+      the reading unchanged too, it was not read. The replacement goes first because it still parses, where a
+      deletion can leave LL parsing an invalid text for seconds; a 0 is always deleted, as ``0 \\frac{5}{9}`` (the
+      mixed number) reads it yet states 5/9.
     """
     for side, value in (read_side(side) for side in RELATION.split(text)):
-        if not value:
+        if not value or isinstance(value[0], str):  # read as nothing, or as its own text: nothing parsed
+            if skipped := _skipped_whole(side, value):
+                return skipped
             continue
-        for match in NUMBER.finditer(side):
-            if float(match[0]) != 0:  # 0 changes no sum (0 \\frac{5}{9} reads 5/9 as a mixed number): deleted
-                other = match[0].translate(_ANOTHER_DIGIT)  # same shape, another value: it still parses, and fast
-                if str(parsed(f"{side[: match.start()]}{other}{side[match.end() :]}")[:1]) != str(value[:1]):
-                    continue  # its value changes what is read: it was read
+        spare = next((letter for letter in _SPARE_LETTERS if letter not in side), "")  # none: deleted alone
+        for match in OPERAND.finditer(side):
+            token = match[0]
+            if not NUMBER.fullmatch(token):
+                other = spare
+            elif float(token) != 0:
+                other = token.translate(_ANOTHER_DIGIT)  # same shape, another value: it still parses, and fast
+            else:
+                other = ""  # 0 changes no sum (0 \\frac{5}{9} reads 5/9 as a mixed number): deleted
+            if other and str(parsed(f"{side[: match.start()]}{other}{side[match.end() :]}")[:1]) != str(value[:1]):
+                continue  # its value changes what is read: it was read
             again = parsed(f"{side[: match.start()]} {side[match.end() :]}")
             if again and str(again[0]) == str(value[0]):
-                return match[0]
+                return token
     return None
+
+
+def _skipped_whole(side: str, value: list[object]) -> str | None:
+    """The operand by which a side read as nothing (``[]``) or only as its own text states a value, or None: a
+    number (``\\color{red}{6}``); any operand of a side read as text (``x \\mid y``: math-verify found mathematics
+    there and could not parse it); the first operand of a side that, without its glue and prose (`_bare`), reads as
+    a constant (``\\color{red}{\\pi}``). A name such as ``\\angle ABC`` (read as nothing, no constant) states none."""
+    if number := NUMBER.search(side):
+        return number[0]
+    token = OPERAND.search(side)
+    if token is None:
+        return None
+    if value:
+        return token[0]
+    bare = _bare(side)
+    return token[0] if bare.strip() and (again := parsed(bare)) and is_constant(again) else None

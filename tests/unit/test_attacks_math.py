@@ -159,7 +159,7 @@ def test_an_honest_answer_still_passes(gold, answer):
 
 def test_an_answer_with_more_numbers_than_are_probed_is_refused_not_skipped():
     verdict, detail = judge("65", "+".join(["1"] * 65))
-    assert verdict == "wrong_answer" and "more than 64 numbers" in detail
+    assert verdict == "wrong_answer" and "more than 64 operands" in detail
     assert judge("10", "+".join(["1"] * 10)) == ("passed", "")
 
 

@@ -168,7 +168,7 @@ def test_a_text_gold_is_graded_by_the_real_check_never_masked():
 # Golds no answer can be graded against, each with the reason the load-time report gives.
 UNREADABLE = {
     "\\begin{foo}": "does not parse",
-    "6 | 5": "does not read the number 6",
+    "6 | 5": "does not read the operand 6",
     "\\text{ }": "does not parse",  # no letter: not text, and no value either
     "\\text{A,,B}": "lists an empty item",
 }
@@ -203,7 +203,7 @@ def test_a_gold_that_hangs_the_check_is_reported_and_the_reading_goes_on():
     unread = unread_golds(tasks, MathGraderConfig(timeout_s=2, concurrency=1))
     assert [(finding.task_id, finding.reason.split(" reading")[0]) for finding in unread] == [
         ("1", "the check ran past 2 s"),
-        ("3", f"the checker does not read the number 6 of the gold {golds[3]!r}"),
+        ("3", f"the checker does not read the operand 6 of the gold {golds[3]!r}"),
     ]
 
 
@@ -213,7 +213,7 @@ def test_gym_tasks_check_reports_skipped_rows_and_unreadable_golds(tmp_path):
     path.write_text("".join(json.dumps(row) + "\n" for row in [*rows, {"id": "c", "statement": "?"}]))
     done = gym("tasks", "check", str(path), "--format", "math")
     assert done.returncode == 1, done.stderr
-    assert "task b: skipped: the checker does not read the number 6" in done.stdout
+    assert "task b: skipped: the checker does not read the operand 6" in done.stdout
     assert "row 2: skipped:" in done.stdout
     assert "1 usable tasks, 1 rows skipped, 1 math golds the check cannot grade against" in done.stdout
     clean = gym("tasks", "check", "tasks/samples/math_competition.jsonl")
