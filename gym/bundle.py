@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import to_json
 
 from gym.episode import EpisodeConfig, EpisodeResult
-from gym.message import Message, ToolCall
+from gym.format.message import Message, ToolCall
 from gym.rubric import RubricConfig
 from gym.run_dir import write_atomic
 from gym.tools import ToolCallRecord, ToolsConfig

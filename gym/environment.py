@@ -42,12 +42,12 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gym.episode import EpisodeConfig
-from gym.harmony import Harmony
-from gym.message import Message
+from gym.format.harmony import Harmony
+from gym.format.message import Message
+from gym.format.prompt import SystemPrompt, developer_message, system_message
+from gym.format.tokenizer import Tokenizer, load_tokenizer
 from gym.overrides import Override, apply_overrides
-from gym.prompt import SystemPrompt, developer_message, system_message
 from gym.rubric import RubricConfig
-from gym.tokenizer import Tokenizer, load_tokenizer
 from gym.tools import Toolbox, ToolsConfig
 from policies.sampling import SamplingParams
 from sandbox.config import SandboxConfig
@@ -222,7 +222,7 @@ class EnvironmentConfig(_Config):
     """Everything that defines an environment."""
 
     name: str = Field(description="Environment name (recorded in bundles).")
-    tokenizer: str = Field("bpe", description="Tokenizer spec (gym.tokenizer.load_tokenizer).")
+    tokenizer: str = Field("bpe", description="Tokenizer spec (gym.format.tokenizer.load_tokenizer).")
     task_pool: TaskPoolConfig = Field(description="Where tasks come from.")
     tools: ToolsConfig = Field(default_factory=ToolsConfig, description="Tools offered to the policy.")
     prompt: PromptConfig = Field(default_factory=PromptConfig, description="System and developer messages.")

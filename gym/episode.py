@@ -41,8 +41,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gym.harmony import ParsedTurn, ParseError
-from gym.message import Message
+from gym.format.harmony import ParsedTurn, ParseError
+from gym.format.message import Message
 from gym.rubric import RubricConfig, score, total
 from gym.tools import Toolbox, ToolCallRecord, ToolWorkspace, printable
 from gym.trajectory import Seeds, Trajectory, TrajectoryBuilder

@@ -81,10 +81,10 @@ KNOWN: tuple[tuple[str, str, ExitCode, str | None], ...] = (
     ),
     ("sandbox.killtest.catalog", "UnknownAttack", ExitCode.USAGE, None),  # names `killtest --list`
     (
-        "gym.sandbox_service",
+        "gym.service.app",
         "SandboxServeConfigError",
         ExitCode.USAGE,
-        "fix the file or the field named (every key: gym/sandbox_service.py, sandbox/config.py)",
+        "fix the file or the field named (every key: gym/service/app.py, sandbox/config.py)",
     ),
     (
         "policies.serve_config",
@@ -107,7 +107,7 @@ KNOWN: tuple[tuple[str, str, ExitCode, str | None], ...] = (
         "fix the --set item: KEY=VALUE, KEY a dotted path of the config",
     ),
     (
-        "gym.tokenizer",
+        "gym.format.tokenizer",
         "TokenizerError",
         ExitCode.USAGE,
         "a spec is bpe, bpe:PATH, hf:DIR or o200k_harmony; `python -m gym tokenizer train` builds the default bpe",

@@ -35,9 +35,9 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field
 
 from gym.bundle import Bundle, BundleError, image_digest, read_bundle, recorded_call
+from gym.format.tokenizer import TokenizerError, load_tokenizer
 from gym.replay_limits import vet
 from gym.rubric import score, total
-from gym.tokenizer import TokenizerError, load_tokenizer
 from gym.tools import Toolbox, printable
 from gym.trajectory import TrajectoryError, assert_token_exact
 from sandbox.errors import InfraError, SandboxError

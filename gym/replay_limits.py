@@ -1,5 +1,5 @@
 """What a bundle may ask of the machine that replays it: one list of fields, one check, for episode bundles
-(gym/replay.py) and self-play chain bundles (gym/chain_bundle.py) alike.
+(gym/replay.py) and self-play chain bundles (gym/selfplay/chain_bundle.py) alike.
 
 A bundle is a file someone handed you. Every field of it that reaches the host (which engine is dialed, which
 image runs, which host path is written, how long and how large a check on the host may run) or loosens the

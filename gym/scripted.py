@@ -37,8 +37,8 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
-from gym.harmony import Harmony, ParseError
-from gym.message import Message
+from gym.format.harmony import Harmony, ParseError
+from gym.format.message import Message
 from policies.sampling import Completion, SamplingParams
 from tasks.families import AnyTask, kind_of
 from tasks.swe.instance import SweInstance

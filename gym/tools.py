@@ -4,7 +4,7 @@ Nine tools, each a pydantic arguments model plus one async handler:
 ``python``, ``bash``, ``read_file``, ``write_file``, ``apply_patch``, ``list_dir``
 and ``submit`` (the default set), and the opt-in ``search`` and ``view`` of
 repository work. Their JSON schemas (derived from the arguments models) are
-rendered into the developer message by ``gym.prompt``. Every call runs in the
+rendered into the developer message by ``gym.format.prompt``. Every call runs in the
 episode's workspace: the runner resolves each cwd and path inside the
 sandbox's allowlist, and the workspace enforces the call and episode budgets.
 
@@ -46,8 +46,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gym.message import ToolCall
-from gym.prompt import ToolSpec
+from gym.format.message import ToolCall
+from gym.format.prompt import ToolSpec
 from sandbox.errors import InfraError
 from sandbox.failure import FailureKind
 from sandbox.protocol import MAX_DATA, ExecRequest, ExecResult, FileResult, ListDirResult, ReadFileResult

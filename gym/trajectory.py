@@ -25,9 +25,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gym.harmony import Harmony, ParsedTurn, ParseError
-from gym.message import Message
-from gym.tokenizer import Tokenizer
+from gym.format.harmony import Harmony, ParsedTurn, ParseError
+from gym.format.message import Message
+from gym.format.tokenizer import Tokenizer
 from sandbox.failure import FailureKind
 
 

@@ -388,7 +388,7 @@ class ReplicatedEngine:
 def _serve(conn, spec: dict) -> None:
     """A spawned replica: build the engine on ``spec``'s weights, then answer the parent until it says close or
     its end of the pipe closes (the parent exited)."""
-    from policies import allocator
+    from policies import memory_tuning
     from policies.hf_adapter import CausalLMPolicy
     from policies.modeling import RdepMoeConfig, RdepMoeForCausalLM
 
@@ -397,7 +397,7 @@ def _serve(conn, spec: dict) -> None:
         if kind != "state":
             raise EngineError(f"expected the weights first, got {kind!r}")
         torch.set_num_threads(spec["threads"])
-        allocator.keep_freed_memory()
+        memory_tuning.keep_freed_memory()
         model = RdepMoeForCausalLM(RdepMoeConfig(**spec["config"])).to(getattr(torch, spec["dtype"]))
         model.requires_grad_(False)
         policy = CausalLMPolicy(model, name=spec["name"])
@@ -415,7 +415,7 @@ def _serve(conn, spec: dict) -> None:
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))
         return
     del spec, state
-    allocator.freeze_startup_objects()
+    memory_tuning.freeze_startup_objects()
     sending = threading.Lock()
 
     def send(message: tuple) -> None:

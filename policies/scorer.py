@@ -11,7 +11,7 @@ Only the slots go through the LM head: the decoder's hidden states are gathered 
 (a (B, K, V) head instead of (B, T, V)), in training and serving alike, so both compute the same
 function; serving keeps only the head's two label rows (`label_rows_logits`: a (B, K, 2) head).
 Explicit positions must be distinct and inside their sequence. Without explicit positions, the slots of a sequence are the ``<|end|>`` of every message
-that opens with ``<|start|>assistant`` (gym/verifier_format.py renders rows that way).
+that opens with ``<|start|>assistant`` (gym/format/verifier.py renders rows that way).
 """
 
 from __future__ import annotations

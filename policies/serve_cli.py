@@ -35,7 +35,7 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def run(args: argparse.Namespace) -> int:
-    from policies.allocator import freeze_startup_objects, keep_freed_memory
+    from policies.memory_tuning import freeze_startup_objects, keep_freed_memory
     from policies.serve_config import ServeConfig, ServeConfigError, build_engine
 
     config = ServeConfig.load(args.config)
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if config.engine.threads is not None:
         torch.set_num_threads(config.engine.threads)
     log.info("torch threads: %d", torch.get_num_threads())
-    keep_freed_memory()  # a step's big tensors reuse freed heap instead of fresh pages (policies/allocator.py)
+    keep_freed_memory()  # a step's big tensors reuse freed heap instead of fresh pages (policies/memory_tuning.py)
     engine = build_engine(config)
     if tokenizer is not None and tokenizer.vocab_size > engine.vocab_size:
         raise ServeConfigError(
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
             f"vocabulary is {engine.vocab_size}: ids past it could not be embedded"
         )
     server = PolicyServer(engine, config.server, tokenizer, scorer=scorer)
-    freeze_startup_objects()  # full collections skip what lives as long as the server (policies/allocator.py)
+    freeze_startup_objects()  # full collections skip what lives as long as the server (policies/memory_tuning.py)
     interrupted = False
     try:
         asyncio.run(serve(server, sock))

@@ -17,10 +17,10 @@ from pathlib import Path
 import trio
 
 from gym.environment import Environment, EnvironmentConfig
-from gym.message import Message, ToolCall
+from gym.format.message import Message, ToolCall
+from gym.format.tokenizer import load_tokenizer
 from gym.policy_client import EngineError
 from gym.rollout import collect_async
-from gym.tokenizer import load_tokenizer
 from gym.tools import Toolbox
 from policies.sampling import Completion, SamplingParams
 from sandbox.failure import FailureKind, Verdict

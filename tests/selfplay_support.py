@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import trio
 
-from gym.chain import verifier_row
-from gym.chain_bundle import ChainBundle
 from gym.environment import Environment
 from gym.registry import environment_config
-from gym.selfplay import ChainRunner, SelfplayConfig
-from gym.selfplay_scripted import answers_wrong, load_selfplay_scripted
+from gym.selfplay.chain import verifier_row
+from gym.selfplay.chain_bundle import ChainBundle
+from gym.selfplay.run import ChainRunner, SelfplayConfig
+from gym.selfplay.scripted import answers_wrong, load_selfplay_scripted
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = "configs/math_smoke.yaml"

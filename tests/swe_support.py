@@ -9,7 +9,7 @@ from functools import cache
 from pathlib import Path
 
 from gym.environment import Environment, task_text
-from gym.message import Message
+from gym.format.message import Message
 from gym.scripted import ReferencePolicy
 from tasks.swe.instance import SweInstance, load_instances
 from tasks.swe.shipped import DEFAULT_OUT, DEFAULT_REPOS_DIR, ROOT

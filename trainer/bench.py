@@ -16,7 +16,7 @@ Figures (``--json``): tokens_per_s_ours, tokens_per_s_trl (null when TRL cannot 
 ``trl_error`` saying why), ratio, step_s_ours, sample_s_ours (the sampling part of our step, median),
 sample_s_ours_steps (each timed step's), sample_gc_full and sample_gc_full_s (full garbage collections during the
 timed steps' sampling, how many and their seconds: the slow steps of a GPU run held one before
-`policies.allocator.freeze_startup_objects`), step_s_trl, tokens_per_step, trl_version.
+`policies.memory_tuning.freeze_startup_objects`), step_s_trl, tokens_per_step, trl_version.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ class _Setup:
         self.full_collections = FullCollections()  # during the timed steps' sampling
 
     def reward(self, completion: list[int]) -> float:
-        from gym.harmony import ParseError
+        from gym.format.harmony import ParseError
 
         valid = not isinstance(self.env.harmony.parse_completion(completion), ParseError)
         repeated = 1.0 - len(set(completion)) / max(1, len(completion))
@@ -121,7 +121,7 @@ class _Setup:
         import torch
 
         from gym.trajectory import Trajectory
-        from policies.allocator import freeze_startup_objects
+        from policies.memory_tuning import freeze_startup_objects
         from policies.sampling import SamplingParams
         from trainer.advantage import group_advantages
         from trainer.config import AlgorithmConfig, OptimizerConfig
@@ -145,7 +145,7 @@ class _Setup:
             micro_batch_size=args.prompts * args.group_size,
             norm_length=args.max_tokens,
         )
-        freeze_startup_objects()  # everything is built, as in the trainer's loop (policies/allocator.py)
+        freeze_startup_objects()  # everything is built, as in the trainer's loop (policies/memory_tuning.py)
         times, sampling = [], []
         for step in range(args.steps + 1):
             started = time.perf_counter()

@@ -265,7 +265,7 @@ class Loop:
 
     async def start_engine(self) -> None:
         """The rollout engine at the learner's current weights and version."""
-        from trainer.batching import BatchingEngine
+        from trainer.generation_engine import BatchingEngine
         from trainer.policy import HttpSync, InProcessSync, build_engine, build_model
 
         engine_config = self.config.engine
@@ -299,7 +299,7 @@ class Loop:
 
     async def loop(self, env, pool) -> None:
         from gym.rollout import RolloutWorkers
-        from policies.allocator import freeze_startup_objects
+        from policies.memory_tuning import freeze_startup_objects
         from trainer.producer import ConsumedStream, Producer
         from trainer.routes import RouteRecorder
 

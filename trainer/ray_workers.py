@@ -43,9 +43,9 @@ from gym.environment import Environment
 from gym.rollout import episode_seed, group_id
 from gym.trajectory import Seeds, Trajectory, TrajectoryBuilder
 from sandbox.failure import FailureKind
-from trainer.batching import wait_future
 from trainer.config import TrainConfig
 from trainer.errors import RayRolloutError
+from trainer.generation_engine import wait_future
 from trainer.producer import ConsumedStream
 from trainer.rollout_node import remote_node
 from trainer.routes import sequence_key

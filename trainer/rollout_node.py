@@ -97,7 +97,7 @@ class RolloutNode:
 
             engine = HttpEngine(self.config.engine.url)
         else:
-            from trainer.batching import BatchingEngine
+            from trainer.generation_engine import BatchingEngine
 
             engine = BatchingEngine(self.generation, self.config.engine.max_batch_size)
         if self.record_routes:

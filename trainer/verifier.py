@@ -1,7 +1,7 @@
 """The step-level verifier's loss and metrics as pure functions: the label cross-entropy, accuracy and AUC.
 
 A causal LM becomes a process verifier by reading its next-token logits at each step's label slot
-(gym/verifier_format.py) restricted to two label tokens, (correct, wrong)::
+(gym/format/verifier.py) restricted to two label tokens, (correct, wrong)::
 
     z_{b,k}   = logits[b, pos_{b,k}, (correct_id, wrong_id)]              (B, K, 2)
     p_{b,k}   = softmax(z_{b,k})[0] = sigmoid(z_correct - z_wrong)           p(correct), the score

@@ -1,7 +1,7 @@
 """Training a process verifier: its config, the data it reads, the loop, the held-out report, the checkpoint.
 
 `train_verifier` is the whole run, in named steps: read and split the rows, render them
-(gym/verifier_format.py), build the model (`trainer.policy.build_model`: our RDEP MoE or a local
+(gym/format/verifier.py), build the model (`trainer.policy.build_model`: our RDEP MoE or a local
 ``hf`` causal LM), take ``steps`` AdamW steps of the two-way label cross-entropy
 (trainer/verifier.py) on random batches of training rows, evaluate on the held-out rows every
 ``eval_every`` steps and at the end, and write into ``out``:
@@ -32,9 +32,9 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 from safetensors.torch import save_file
 
+from gym.format.tokenizer import load_tokenizer
+from gym.format.verifier import DEFAULT_CORRECT, DEFAULT_WRONG, RenderedRow, VerifierFormat
 from gym.progress import progress
-from gym.tokenizer import load_tokenizer
-from gym.verifier_format import DEFAULT_CORRECT, DEFAULT_WRONG, RenderedRow, VerifierFormat
 from policies.scorer import correct_probability, label_pair_logits
 from policies.serve_config import HFPolicySource, MoEPolicySource
 from sandbox.config_file import load_config
@@ -108,7 +108,7 @@ class VerifierConfig(BaseModel):
     label_texts: LabelTexts = LabelTexts()
     """The label tokens."""
     tokenizer: str = "bpe"
-    """Tokenizer spec (gym/tokenizer.py): bpe, bpe:PATH, hf:DIR."""
+    """Tokenizer spec (gym/format/tokenizer.py): bpe, bpe:PATH, hf:DIR."""
     policy: Annotated[MoEPolicySource | HFPolicySource, Field(discriminator="type")]
     """The LM to train as the verifier: rdep_moe (fresh or a checkpoint) or a local hf directory."""
     max_tokens: int = Field(1024, ge=8)

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from gym.environment import Environment
-from gym.message import Message
+from gym.format.message import Message
 from gym.progress import progress as bar_of
 from gym.rollout import collect_async
 from gym.scripted import load_scripted

@@ -4,7 +4,7 @@ Each target module exposes ``configure(parser)`` and ``run(args) -> dict``;
 the figures are printed as a table on stdout and, with ``--json FILE``,
 written as JSON with the keys the target documents; with ``--record DIR``,
 written as ``DIR/TARGET.json`` with the command, machine, load and date
-(`gym.bench_report`). ``bench report DIR`` renders a folder of records as the
+(`gym.bench.report`). ``bench report DIR`` renders a folder of records as the
 generated section of ``docs/benchmarks.md`` (``--update FILE`` writes it there,
 ``--check FILE`` exits 1 when the file's section is not what the records say).
 """
@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from gym import bench_report
+from gym.bench import report as bench_report
 from gym.cli import HELP_FORMATTER, epilog
 from gym.fault import CommandError, ExitCode
 
@@ -30,7 +30,7 @@ BENCHES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("", "--calls 100 --acquires 5 --json sandbox.json", "--calls 200 --engine tcp://127.0.0.1:2376"),
     ),
     "sandbox-serve": (
-        "gym.sandbox_service_bench",
+        "gym.bench.sandbox_serve",
         "a /run_code call over HTTP (a real sandbox-serve) vs the same call on the pool directly: p50 and calls/s",
         ("", "--calls 100 --concurrency 4 --json sandbox_serve.json"),
     ),
@@ -51,17 +51,17 @@ BENCHES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("", "--problems 8 --load 2 --seed 1 --json timing.json"),
     ),
     "rollout": (
-        "gym.bench",
+        "gym.bench.rollout",
         "episodes/s of scripted:reference rollouts and the share of time in policy, tools, grading",
         ("", "--episodes 8 --config configs/cp_smoke.yaml --json rollout.json"),
     ),
     "swe": (
-        "gym.swe_bench",
+        "gym.bench.swe",
         "SWE episodes/min of scripted:reference on the shipped instances, workspace-ready and grading p50",
         ("", "--episodes 3 --prepares 2 --json swe.json"),
     ),
     "generate": (
-        "policies.bench",
+        "trainer.bench_generate",
         "tiny policy generation tokens/s: KV cache vs full recompute",
         ("", "--batch 4 --new-tokens 64 --json generate.json"),
     ),

@@ -4,7 +4,7 @@ Each bundle's tool calls run again, in order, in a fresh workspace; its answer
 is graded again in another fresh container; the bundle is also checked
 against its own trajectory (see gym/replay.py). A self-play chain bundle
 (``gym selfplay``) is re-checked offline instead: prompts, parsing, the math
-check and the acceptance decision (gym/chain_bundle.py). A folder argument
+check and the acceptance decision (gym/selfplay/chain_bundle.py). A folder argument
 means every ``*.json`` bundle in it. Prints one line per bundle (and each difference);
 exits 0 when every bundle replayed identically, 1 otherwise (5 for a file that
 is not a bundle, docs/cli.md); a bundle whose fields were cut to its byte bound
@@ -43,9 +43,9 @@ def bundle_paths(arguments: list[Path]) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gym.chain_bundle import is_chain_bundle, replay_chain_files
     from gym.fault import CommandError, ExitCode
     from gym.replay import replay_files
+    from gym.selfplay.chain_bundle import is_chain_bundle, replay_chain_files
 
     paths = bundle_paths(args.bundles)
     if not paths:
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             "pass bundle files, or a folder of them (RUN/bundles/)",
             ExitCode.INPUT,
         )
-    # self-play chain bundles (gym/chain_bundle.py) are re-checked offline; episode bundles re-execute
+    # self-play chain bundles (gym/selfplay/chain_bundle.py) are re-checked offline; episode bundles re-execute
     chains = [path for path in paths if is_chain_bundle(path)]
     episodes = [path for path in paths if path not in chains]
     replayed = replay_files(episodes, concurrency=args.concurrency, trust_sandbox=args.trust_bundle_sandbox)

@@ -1,6 +1,6 @@
 """`python -m gym sandbox-serve [CONFIG]`: the sandbox service (SandboxFusion's /run_code, our /v1/grade).
 
-CONFIG is a YAML `gym.sandbox_service.SandboxServeConfig` (default: configs/sandbox_serve.yaml); `--host` and
+CONFIG is a YAML `gym.service.app.SandboxServeConfig` (default: configs/sandbox_serve.yaml); `--host` and
 `--port` override its `server:` section. The port is bound and the workspace pool opened (its image checked, its
 warm containers started) before the service answers; a port in use fails at once (exit 6), a missing image with
 the command that builds it (exit 4). SIGTERM or Ctrl-C stops it and removes every container it started.
@@ -29,7 +29,7 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gym.integrations.scorer import Scorer
-    from gym.sandbox_service import SandboxServeConfig, SandboxService, listen, serve
+    from gym.service.app import SandboxServeConfig, SandboxService, listen, serve
     from sandbox.pool_thread import PoolThread
 
     config = SandboxServeConfig.load(args.config)

@@ -4,10 +4,10 @@
     python -m gym selfplay configs/selfplay_tiny.yaml --max-problems 36 --policy scripted:selfplay --out runs/sp
     python -m gym replay runs/sp/bundles
 
-CONFIG is a self-play YAML (`gym.selfplay.SelfplayConfig`, configs/selfplay_tiny.yaml) naming a math
+CONFIG is a self-play YAML (`gym.selfplay.run.SelfplayConfig`, configs/selfplay_tiny.yaml) naming a math
 environment; the loop, the roles, the acceptance rule and the files written under ``--out``
 (``config.json``, ``chains.jsonl``, ``accepted.jsonl``, ``verifier_rows.jsonl``, ``bundles/``,
-``summary.json``) are in gym/selfplay.py and docs/selfplay.md. An existing non-empty ``--out`` is
+``summary.json``) are in gym/selfplay/run.py and docs/selfplay.md. An existing non-empty ``--out`` is
 refused (exit 2): self-play output is training data, never mixed with an earlier run's.
 
 Exit codes: 0 when the run finished (whatever was accepted); 2 for a bad argument, config or policy
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from gym.policy_client import PolicySpecError
     from gym.registry import environment_config
     from gym.run_dir import writable
-    from gym.selfplay import ChainRunner, SelfplayConfigError, load_config, load_selfplay_engine
+    from gym.selfplay.run import ChainRunner, SelfplayConfigError, load_config, load_selfplay_engine
 
     if args.max_problems < 1:
         raise CommandError(
@@ -74,7 +74,9 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config, options)
     except SelfplayConfigError as exc:
         problem = "; ".join(str(exc).splitlines())
-        raise CommandError(problem, "fix the file or the option (every key: gym/selfplay.py)", ExitCode.USAGE) from None
+        raise CommandError(
+            problem, "fix the file or the option (every key: gym/selfplay/run.py)", ExitCode.USAGE
+        ) from None
     env = Environment(environment_config(config.environment))
     try:
         engine, context_length = load_selfplay_engine(config.policy, env, config.prompts)
@@ -89,7 +91,7 @@ class _Run:
     """One self-play run into ``--out``: chains streamed to disk, the summary written however it ends."""
 
     def __init__(self, args: argparse.Namespace, config, env, runner) -> None:
-        from gym.selfplay import SelfplayOutput
+        from gym.selfplay.run import SelfplayOutput
 
         self.args, self.config, self.runner = args, config, runner
         self.output = SelfplayOutput(args.out, config, env)
@@ -121,7 +123,7 @@ class _Run:
     async def _main(self) -> None:
         import trio
 
-        from gym.selfplay import run_selfplay
+        from gym.selfplay.run import run_selfplay
 
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
@@ -137,7 +139,7 @@ class _Run:
             return
 
     def _summary(self) -> dict:
-        from gym.selfplay import write_summary
+        from gym.selfplay.run import write_summary
 
         summary = {
             **self.output.tally.summary(time.monotonic() - self.started, self.runner.check_seconds),

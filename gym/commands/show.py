@@ -44,7 +44,7 @@ def _body(message) -> str:
 
 
 def _parse_error_text(bundle, event) -> str:
-    from gym.tokenizer import TokenizerError, load_tokenizer
+    from gym.format.tokenizer import TokenizerError, load_tokenizer
 
     ids = bundle.trajectory.ids[event.start : event.end]
     try:

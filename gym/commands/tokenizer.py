@@ -18,7 +18,7 @@ from gym.cli import HELP_FORMATTER, epilog
 
 
 def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
-    from gym.bpe import DEFAULT_PATH, BpeConfig
+    from gym.format.bpe import DEFAULT_PATH, BpeConfig
 
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     train = actions.add_parser(
@@ -43,12 +43,12 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "train":
-        from gym.bpe import BpeConfig, write_bpe
+        from gym.format.bpe import BpeConfig, write_bpe
 
         path = write_bpe(args.out, BpeConfig(vocab_size=args.vocab_size))
         print(f"{path}  sha256={hashlib.sha256(path.read_bytes()).hexdigest()}")
         return 0
-    from gym.tokenizer import TokenizerUnavailable, describe, load_tokenizer
+    from gym.format.tokenizer import TokenizerUnavailable, describe, load_tokenizer
 
     try:
         tokenizer = load_tokenizer(args.spec)

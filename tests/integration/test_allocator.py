@@ -1,4 +1,4 @@
-"""`policies.allocator.keep_freed_memory`: a decode step's big tensors fault in fewer fresh pages.
+"""`policies.memory_tuning.keep_freed_memory`: a decode step's big tensors fault in fewer fresh pages.
 
 The effect is counted, not timed: minor page faults (`getrusage`) per step of the continuous engine running 128
 requests of the tiny policy at once (prompts of 20-83 tokens, 24 new tokens each), each in a fresh interpreter,
@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import policies.allocator as allocator
+import policies.memory_tuning as allocator
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,7 +24,7 @@ FAULTS = """
 import json, resource, sys, torch
 torch.set_num_threads(1)
 if sys.argv[1] == "on":
-    from policies.allocator import keep_freed_memory
+    from policies.memory_tuning import keep_freed_memory
     assert keep_freed_memory()
 from policies.generation import GenerationEngine
 from policies.sampling import SamplingParams
@@ -49,7 +49,9 @@ def faults_per_step(mode: str) -> float:
 
 def test_decode_steps_fault_in_fewer_fresh_pages() -> None:
     off, on = faults_per_step("off"), faults_per_step("on")
-    assert off > 200, f"glibc's default thresholds no longer fault here ({off} a step): revisit policies/allocator.py"
+    assert off > 200, (
+        f"glibc's default thresholds no longer fault here ({off} a step): revisit policies/memory_tuning.py"
+    )
     assert on * 2 < off, f"{on} page faults a step with the thresholds raised, {off} without"
 
 
@@ -73,7 +75,7 @@ def test_a_c_library_without_mallopt_is_left_alone(monkeypatch, caplog) -> None:
         pass
 
     monkeypatch.setattr(ctypes, "CDLL", lambda name: Other())
-    with caplog.at_level("INFO", logger="policies.allocator"):
+    with caplog.at_level("INFO", logger="policies.memory_tuning"):
         assert allocator.keep_freed_memory() is False
     assert "no glibc mallopt" in caplog.text
 
@@ -130,7 +132,7 @@ def test_the_trainers_engine_leaves_the_c_library_as_it_is(monkeypatch) -> None:
 FREEZE = """
 import gc, json
 import torch, transformers
-from policies.allocator import freeze_startup_objects
+from policies.memory_tuning import freeze_startup_objects
 from policies.serve_config import ServeConfig, build_engine
 engine = build_engine(ServeConfig.load("configs/policy_tiny.yaml"))
 before = len(gc.get_objects())

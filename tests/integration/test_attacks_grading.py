@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gym.message import ToolCall
+from gym.format.message import ToolCall
 from gym.tools import ALL_TOOLS, Toolbox, ToolsConfig
 from sandbox.config import SandboxConfig
 from sandbox.failure import FailureKind, Verdict

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from policies import bench
 from policies.serve_config import ServeConfig, build_engine
+from trainer import bench_generate as bench
 
 REPO = Path(__file__).resolve().parents[2]
 

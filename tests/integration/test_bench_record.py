@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from gym import bench_report
+from gym.bench import report as bench_report
 from tests.cli_support import gym
 
 

@@ -17,7 +17,7 @@ import trio
 
 from gym.bundle import read_bundle
 from gym.environment import Environment
-from gym.message import Message
+from gym.format.message import Message
 from gym.rollout import collect_async
 from gym.scripted import load_scripted
 from sandbox.pool import WorkspacePool

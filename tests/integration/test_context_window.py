@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from gym.environment import Environment, EnvironmentConfig, task_text
-from gym.message import Message
+from gym.format.message import Message
 from gym.policy_client import HttpEngine
 from gym.rollout import collect_async
 from gym.scripted import ReferencePolicy

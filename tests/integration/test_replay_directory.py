@@ -14,7 +14,7 @@ import trio
 from gym.bundle import bundle_of, write_bundle
 from gym.environment import Environment, task_text
 from gym.episode import run_episode
-from gym.message import Message
+from gym.format.message import Message
 from gym.scripted import ReferencePolicy
 from sandbox.pool import WorkspacePool
 from tasks.family import CodeFamily

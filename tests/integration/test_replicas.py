@@ -21,7 +21,6 @@ import torch
 import yaml
 from safetensors.torch import save
 
-from policies import bench
 from policies.generation import GenerationEngine
 from policies.hf_adapter import CausalLMPolicy
 from policies.replicas import ReplicatedEngine
@@ -29,6 +28,7 @@ from policies.sampling import EngineError, SamplingParams
 from policies.serve_config import ServeConfig, ServeConfigError, build_engine
 from tests.policy_support import same_completion, small_model
 from tests.serve_support import MODEL, REPO, start_server, stop_server
+from trainer import bench_generate as bench
 
 # three GRPO-like groups of four (each request sent on its own, as episodes do) and rows that process their logits
 GROUPS = [[3, 4, 5, 6, 7], [9, 10, 11], [20, 21, 22, 23, 24, 25, 26]]

@@ -25,7 +25,7 @@ import pytest
 import trio
 
 from gym.environment import Environment, EnvironmentConfig
-from gym.message import Message
+from gym.format.message import Message
 from gym.rollout import collect_async
 from gym.scripted import ReferencePolicy
 from sandbox.config import SandboxConfig

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from gym.environment import Environment, EnvironmentConfig
-from gym.message import Message
+from gym.format.message import Message
 from gym.rollout import collect_async
 from gym.trajectory import read_jsonl
 from sandbox.pool import WorkspacePool

@@ -28,7 +28,7 @@ import pytest
 import trio
 
 from gym.environment import Environment, EnvironmentConfig
-from gym.message import Message
+from gym.format.message import Message
 from gym.rollout import collect_async, summarize
 from sandbox.failure import FailureKind, Verdict
 from sandbox.pool import WorkspacePool

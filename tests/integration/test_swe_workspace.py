@@ -7,7 +7,7 @@ import json
 import pytest
 import trio
 
-from gym.message import ToolCall
+from gym.format.message import ToolCall
 from gym.tools import Toolbox
 from sandbox.failure import FailureKind
 from sandbox.pool import WorkspacePool

@@ -44,7 +44,7 @@ def test_a_tokenizer_file_that_cannot_be_loaded_is_one_line_exit_2(tmp_path, spe
 
 def test_a_valid_tokenizer_file_still_loads():
     """The check above can pass only because bad files fail: the default tokenizer file itself loads."""
-    from gym.bpe import DEFAULT_PATH, load_bpe
+    from gym.format.bpe import DEFAULT_PATH, load_bpe
 
     load_bpe()  # trains the default once when missing (a checkout)
     done = info(f"bpe:{DEFAULT_PATH}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gym.message import ToolCall
+from gym.format.message import ToolCall
 from gym.tools import DEFAULT_TOOLS, Toolbox, ToolsConfig
 from sandbox.failure import FailureKind
 from tests.sandbox_support import in_workspace, sh

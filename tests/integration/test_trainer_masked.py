@@ -15,7 +15,7 @@ import json
 import pytest
 import yaml
 
-import trainer.batching
+import trainer.generation_engine
 import trainer.loop
 from gym.cli import main
 from gym.policy_client import EngineError
@@ -30,13 +30,13 @@ def failing_engine(monkeypatch):
     setting = {"fail_every": 1}
     calls = itertools.count(1)
 
-    class FlakyEngine(trainer.batching.BatchingEngine):
+    class FlakyEngine(trainer.generation_engine.BatchingEngine):
         async def generate(self, prompts, params):
             if next(calls) % setting["fail_every"] == 0:
                 raise EngineError("http://policy:8000: connection refused (test)")
             return await super().generate(prompts, params)
 
-    monkeypatch.setattr(trainer.batching, "BatchingEngine", FlakyEngine)
+    monkeypatch.setattr(trainer.generation_engine, "BatchingEngine", FlakyEngine)
     return setting
 
 

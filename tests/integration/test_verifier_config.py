@@ -9,8 +9,8 @@ import json
 import pytest
 import yaml
 
-from gym.tokenizer import load_tokenizer
-from gym.verifier_format import VerifierFormat
+from gym.format.tokenizer import load_tokenizer
+from gym.format.verifier import VerifierFormat
 from tasks.step_labels import LabelScheme, read_step_rows
 from tasks.step_samples import generate_rows, write_rows
 from tests.cli_support import ROOT, gym, one_line

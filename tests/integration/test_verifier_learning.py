@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from gym.tokenizer import load_tokenizer
-from gym.verifier_format import VerifierFormat
+from gym.format.tokenizer import load_tokenizer
+from gym.format.verifier import VerifierFormat
 from policies.scorer import StepScorer
 from tasks.step_labels import StepRow
 from trainer.verifier_train import VerifierConfig, train_verifier

@@ -3,8 +3,8 @@ verifier's reader takes every one, and each renders with one label slot per step
 
 from __future__ import annotations
 
-from gym.tokenizer import load_tokenizer
-from gym.verifier_format import VerifierFormat
+from gym.format.tokenizer import load_tokenizer
+from gym.format.verifier import VerifierFormat
 from tasks.step_labels import load_step_rows
 from tests.cli_support import gym
 

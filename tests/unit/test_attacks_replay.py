@@ -17,9 +17,9 @@ import pytest
 import gym.bundle
 import gym.replay
 from gym.bundle import Bundle, BundleError, bundle_of, read_bundle, write_bundle
-from gym.chain_bundle import is_chain_bundle, read_chain_bundle, replay_chain_files, write_chain_bundle
 from gym.replay import replay_files
 from gym.scripted import load_scripted
+from gym.selfplay.chain_bundle import is_chain_bundle, read_chain_bundle, replay_chain_files, write_chain_bundle
 from tests import selfplay_support
 from tests.fakes import codecontests_env, run_workers
 

@@ -10,9 +10,9 @@ import functools
 import pytest
 import trio
 
-from gym.chain import Decision
-from gym.chain_bundle import ChainBundle, replay_chain
-from gym.roles import MetaVerdict, Verdict
+from gym.selfplay.chain import Decision
+from gym.selfplay.chain_bundle import ChainBundle, replay_chain
+from gym.selfplay.roles import MetaVerdict, Verdict
 from sandbox import failure
 from tasks.math.grader import MathGraderConfig
 from tests import selfplay_support

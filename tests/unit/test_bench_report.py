@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gym import bench_report
+from gym.bench import report as bench_report
 from gym.commands.bench import _without_record
 from tests.cli_support import gym, one_line
 

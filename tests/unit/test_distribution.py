@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import gym.bpe
+import gym.format.bpe
 from gym.fault import ExitCode, describe
-from gym.tokenizer import TokenizerError
+from gym.format.tokenizer import TokenizerError
 from sandbox import distribution
 from sandbox.config_file import read_config
 from sandbox.distribution import ROOT, built_dir, resolve
@@ -39,17 +39,17 @@ def test_configs_and_task_files_are_read_from_another_directory(tmp_path, monkey
 
 def test_built_files_go_to_the_checkout_or_else_the_users_cache(tmp_path, monkeypatch):
     assert distribution.checkout() == ROOT  # the tests run from a checkout
-    assert built_dir("build", "tokenizer") == ROOT / "build" / "tokenizer" == gym.bpe.DEFAULT_PATH.parent
+    assert built_dir("build", "tokenizer") == ROOT / "build" / "tokenizer" == gym.format.bpe.DEFAULT_PATH.parent
     monkeypatch.setattr(distribution, "checkout", lambda: None)  # as in an installed wheel
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert built_dir("build", "tokenizer") == tmp_path / "code-rl-gym" / "tokenizer"
 
 
 def test_a_wheel_without_the_default_tokenizer_names_the_command_that_builds_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(gym.bpe, "DEFAULT_PATH", tmp_path / "tokenizer.json")
-    monkeypatch.setattr(gym.bpe, "checkout", lambda: None)
+    monkeypatch.setattr(gym.format.bpe, "DEFAULT_PATH", tmp_path / "tokenizer.json")
+    monkeypatch.setattr(gym.format.bpe, "checkout", lambda: None)
     with pytest.raises(TokenizerError, match=r"is not built: run `code-rl-gym tokenizer train` once") as caught:
-        gym.bpe.load_bpe()
+        gym.format.bpe.load_bpe()
     fault = describe(caught.value)
     assert fault is not None and fault.code == ExitCode.USAGE and "\n" not in fault.line()
     assert not (tmp_path / "tokenizer.json").exists()  # nothing trained or written unasked

@@ -11,7 +11,7 @@ import sys
 import pytest
 import trio
 
-from gym.harmony import ParsedTurn
+from gym.format.harmony import ParsedTurn
 from gym.policy_client import HttpEngine, InProcessEngine, load_engine
 from gym.scripted import ReferencePolicy, load_scripted
 from policies.fake_engine import ScriptedEngine
@@ -99,7 +99,7 @@ def test_gym_imports_no_torch():
         "gym.commands.rollout",
         "gym.commands.replay",
         "gym.commands.show",
-        "gym.bench",
+        "gym.bench.rollout",
     ]
     code = f"import sys\nfor m in {modules!r}: __import__(m)\nassert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)

@@ -15,7 +15,7 @@ import trio
 
 from gym.environment import Environment
 from gym.episode import EpisodeResult, run_episode
-from gym.message import Message
+from gym.format.message import Message
 from gym.scripted import load_scripted
 from gym.trajectory import Seeds, assert_token_exact
 from sandbox.errors import InfraError

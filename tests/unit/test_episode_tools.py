@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from gym.prompt import developer_message
+from gym.format.prompt import developer_message
 from gym.tools import DEFAULT_TOOLS, SubmitArgs, Toolbox, ToolsConfig, patch_paths, schema_of
 from sandbox.failure import FailureKind
 from sandbox.protocol import ExecRequest, ExecResult

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gym.harmony import Harmony, ParsedTurn, ParseError
-from gym.message import Message, ToolCall
-from gym.prompt import SystemPrompt, ToolSpec, developer_message, render_tools, system_message, typescript_type
-from gym.tokenizer import Tokenizer, load_tokenizer
+from gym.format.harmony import Harmony, ParsedTurn, ParseError
+from gym.format.message import Message, ToolCall
+from gym.format.prompt import SystemPrompt, ToolSpec, developer_message, render_tools, system_message, typescript_type
+from gym.format.tokenizer import Tokenizer, load_tokenizer
 from sandbox.failure import FailureKind
 
 

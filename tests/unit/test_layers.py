@@ -48,11 +48,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("gym.policy_client", "policies.generation"): "same `checkpoint:DIR` loader: the generation engine in process",
     ("policies.serve_config", "sandbox.config_file"): "the project's one YAML/TOML config loader and error "
     "formatter (issue 18 item 5); dependency-free, it has no home below both stacks",
-    ("policies.bench", "trainer.batching"): "`bench generate` measures generation as the trainer drives it "
-    "(BatchingEngine); a benchmark script, imported only by `python -m gym bench generate`",
-    ("policies.bench_against", "trainer.batching"): "a script `bench generate --against REV` runs in a subprocess "
-    "with revision REV's files as its import root: the BatchingEngine it imports is that revision's",
-    ("policies.bench_against", "trainer.engine"): "the same script, for revisions before trainer.batching existed",
 }
 # packages that never import torch, at any level (STYLE.md rule 1)
 TORCH_FREE = ("sandbox", "images", "tasks", "gym")
@@ -278,6 +273,41 @@ def test_the_cli_registries_name_modules_that_exist():
         and not (ROOT / (name.rsplit(".", 1)[0].replace(".", "/") + ".py")).exists()
     ]
     assert missing == []
+
+
+def bench_imports(root: Path) -> list[str]:
+    """Every import of a benchmark module (one `gym.commands.bench.BENCHES` names, or one under ``gym/bench/``) by
+    library code, as ``file:line: a -> b``: only the CLI (`gym.commands.bench`) and other benchmarks import them."""
+    from gym.commands.bench import BENCHES
+
+    benches = {module for module, _, _ in BENCHES.values()}
+
+    def is_bench(name: str) -> bool:
+        return name in benches or name == "gym.bench" or name.startswith("gym.bench.")
+
+    found = []
+    for package in PACKAGES:
+        for path in modules(root, package):
+            importer = module_name(root, path)
+            if is_bench(importer) or importer == "gym.commands.bench":
+                continue
+            found += [
+                f"{path.relative_to(root)}:{line}: {importer} -> {name}"
+                for line, name in imports(path)
+                if is_bench(name)
+            ]
+    return found
+
+
+def test_no_library_code_imports_a_benchmark():
+    assert bench_imports(ROOT) == []
+
+
+def test_a_benchmark_imported_by_library_code_is_caught(tmp_path):
+    (tmp_path / "gym").mkdir()
+    (tmp_path / "gym" / "__init__.py").write_text("")
+    (tmp_path / "gym" / "episode.py").write_text("from gym.bench.report import record\n")
+    assert bench_imports(tmp_path) == ["gym/episode.py:1: gym.episode -> gym.bench.report"]
 
 
 @pytest.mark.parametrize(

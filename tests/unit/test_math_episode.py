@@ -11,7 +11,7 @@ import trio
 
 from gym.environment import Environment, EnvironmentConfig
 from gym.episode import run_episode
-from gym.message import Message
+from gym.format.message import Message
 from gym.scripted import load_scripted
 from sandbox.failure import Verdict
 from tasks.math.family import MathFamily

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from gym.grade_request import BadRow, GradeRequest, task_of
-from gym.http_admission import Admission, Refused, check_shape
-from gym.sandbox_service import SandboxServeConfig, SandboxServeConfigError
+from gym.service.admission import Admission, Refused, check_shape
+from gym.service.app import SandboxServeConfig, SandboxServeConfigError
+from gym.service.grade_request import BadRow, GradeRequest, task_of
 from tasks.math.problem import MathTask
 from tasks.task import Task
 

@@ -1,4 +1,4 @@
-"""Self-play chains (gym/chain.py, gym/selfplay.py, gym/chain_bundle.py): the acceptance rule, the step
+"""Self-play chains (gym/selfplay/chain.py, gym/selfplay/run.py, gym/selfplay/chain_bundle.py): the acceptance rule, the step
 labels and the verifier-row writer, the streamed output files, and the offline re-check of a chain
 bundle, which reports identical for an untouched bundle and a difference for each kind of tampering."""
 
@@ -12,13 +12,13 @@ import pytest
 import trio
 
 from gym.bundle import BundleError
-from gym.chain import check_row, decide, step_labels, verifier_row
-from gym.chain_bundle import ChainBundle, is_chain_bundle, read_chain_bundle, replay_chain, write_chain_bundle
 from gym.environment import Environment
 from gym.registry import environment_config
-from gym.roles import MetaVerdict, Solution, Verdict
-from gym.selfplay import ChainRunner, JsonlFile, SelfplayConfig, SelfplayOutput, role_seed, sampled_for_replay
-from gym.selfplay_scripted import answers_wrong, load_selfplay_scripted
+from gym.selfplay.chain import check_row, decide, step_labels, verifier_row
+from gym.selfplay.chain_bundle import ChainBundle, is_chain_bundle, read_chain_bundle, replay_chain, write_chain_bundle
+from gym.selfplay.roles import MetaVerdict, Solution, Verdict
+from gym.selfplay.run import ChainRunner, JsonlFile, SelfplayConfig, SelfplayOutput, role_seed, sampled_for_replay
+from gym.selfplay.scripted import answers_wrong, load_selfplay_scripted
 from gym.trajectory import Event
 from sandbox import failure
 from tasks.math.grader import MathGrader

@@ -1,4 +1,4 @@
-"""The self-play roles' prompts and strict parsers (gym/roles.py): what parses, and every hostile turn a
+"""The self-play roles' prompts and strict parsers (gym/selfplay/roles.py): what parses, and every hostile turn a
 policy can sample (empty, huge, several verdicts, wrong or out-of-vocabulary tokens, tool calls) is a
 classified failure, never an exception."""
 
@@ -8,9 +8,10 @@ import random
 
 import pytest
 
-from gym.harmony import Harmony
-from gym.message import Message
-from gym.roles import (
+from gym.format.harmony import Harmony
+from gym.format.message import Message
+from gym.format.tokenizer import load_tokenizer
+from gym.selfplay.roles import (
     FAILURE_KINDS,
     MetaVerdict,
     RoleFailure,
@@ -25,7 +26,6 @@ from gym.roles import (
     role_user_text,
     verdict_text,
 )
-from gym.tokenizer import load_tokenizer
 
 PROMPTS = RolePrompts()
 SOLUTION = Solution(steps=("2 + 3 = 5", "5 * 4 = 20"), answer="20")

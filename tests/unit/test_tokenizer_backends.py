@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from gym import bpe
 from gym.cli import main
-from gym.tokenizer import HARMONY_SPECIALS, TokenizerError, TokenizerUnavailable, load_tokenizer
+from gym.format import bpe
+from gym.format.tokenizer import HARMONY_SPECIALS, TokenizerError, TokenizerUnavailable, load_tokenizer
 from tests.tokenizer_support import build_hf_dir
 
 SMALL = bpe.BpeConfig(vocab_size=1024, corpus_documents=1500)
@@ -50,16 +50,16 @@ def test_default_bpe_is_trained_on_first_use(
 ) -> None:
     target = tmp_path / "build" / "tokenizer" / "tokenizer.json"
     monkeypatch.setattr(bpe, "DEFAULT_PATH", target)
-    with caplog.at_level(logging.INFO, logger="gym.bpe"):
+    with caplog.at_level(logging.INFO, logger="gym.format.bpe"):
         tokenizer = load_tokenizer("bpe")
     assert target.is_file() and "missing: training it now" in caplog.text
     assert tokenizer.fingerprint == sha(target)[:16]
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="gym.bpe"):
+    with caplog.at_level(logging.INFO, logger="gym.format.bpe"):
         assert load_tokenizer("bpe").fingerprint == tokenizer.fingerprint
     assert "training" not in caplog.text  # up to date: loaded, not retrained
     (target.parent / "tokenizer.json.stamp").write_text('{"corpus_version": 0}\n')
-    with caplog.at_level(logging.INFO, logger="gym.bpe"):
+    with caplog.at_level(logging.INFO, logger="gym.format.bpe"):
         assert load_tokenizer("bpe").fingerprint == tokenizer.fingerprint  # same inputs, same ids
     assert "stale: training it now" in caplog.text
     with pytest.raises(TokenizerError, match="no such tokenizer file"):
@@ -86,7 +86,7 @@ def test_o200k_is_never_downloaded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("TIKTOKEN_ENCODINGS_BASE", str(tmp_path / "nowhere"))
-    monkeypatch.setattr("gym.o200k.LOCAL_DIR", tmp_path / "cache")
+    monkeypatch.setattr("gym.format.o200k.LOCAL_DIR", tmp_path / "cache")
     with pytest.raises(TokenizerUnavailable, match="never downloads"):
         load_tokenizer("o200k_harmony")
     assert main(["tokenizer", "info", "o200k_harmony"]) == 1
@@ -122,8 +122,8 @@ def test_gym_modules_never_import_torch() -> None:
     import sys
 
     code = (
-        "import sys, gym.harmony, gym.trajectory, gym.prompt, gym.o200k, gym.commands.tokenizer\n"
-        "from gym.tokenizer import load_tokenizer\n"
+        "import sys, gym.format.harmony, gym.trajectory, gym.format.prompt, gym.format.o200k, gym.commands.tokenizer\n"
+        "from gym.format.tokenizer import load_tokenizer\n"
         "load_tokenizer('bpe').encode('x')\n"
         "import openai_harmony\n"
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'torch imported'\n"

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gym.harmony import Harmony, ParsedTurn, ParseError
-from gym.message import Message
-from gym.tokenizer import HARMONY_SPECIALS, Tokenizer, TokenizerUnavailable, load_tokenizer
+from gym.format.harmony import Harmony, ParsedTurn, ParseError
+from gym.format.message import Message
+from gym.format.tokenizer import HARMONY_SPECIALS, Tokenizer, TokenizerUnavailable, load_tokenizer
 from tests.tokenizer_support import build_hf_dir
 
 SPECIAL_TEXTS = list(HARMONY_SPECIALS.values())

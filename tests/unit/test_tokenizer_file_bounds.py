@@ -8,7 +8,7 @@ import resource
 
 import pytest
 
-from gym.tokenizer import MAX_TOKENIZER_BYTES, TokenizerError, load_tokenizer, tokenizer_bytes
+from gym.format.tokenizer import MAX_TOKENIZER_BYTES, TokenizerError, load_tokenizer, tokenizer_bytes
 from tests.tokenizer_support import train_tokenizer
 
 

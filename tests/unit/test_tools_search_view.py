@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from gym.prompt import developer_message
+from gym.format.prompt import developer_message
 from gym.tools import ALL_TOOLS, DEFAULT_TOOLS, Toolbox, ToolsConfig
 from sandbox.failure import FailureKind
 from sandbox.protocol import ExecRequest, ExecResult, ReadFileRequest, ReadFileResult

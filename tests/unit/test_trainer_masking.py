@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gym.message import Message
+from gym.format.message import Message
 from gym.trajectory import Event, Trajectory
 from sandbox.failure import FailureKind
 from trainer.config import ConfigError, LoopConfig, TrainConfig

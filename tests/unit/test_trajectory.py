@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gym.harmony import Harmony, ParsedTurn, ParseError
-from gym.message import Message
-from gym.prompt import ToolSpec, developer_message, system_message
-from gym.tokenizer import Tokenizer, load_tokenizer
+from gym.format.harmony import Harmony, ParsedTurn, ParseError
+from gym.format.message import Message
+from gym.format.prompt import ToolSpec, developer_message, system_message
+from gym.format.tokenizer import Tokenizer, load_tokenizer
 from gym.trajectory import (
     Seeds,
     TokenMismatch,

@@ -1,13 +1,13 @@
-"""The process verifier's token layout (gym/verifier_format.py): single-token labels, one slot per step at
+"""The process verifier's token layout (gym/format/verifier.py): single-token labels, one slot per step at
 the step's <|end|>, a canonical Harmony conversation, and the server's slot rule finding the same slots."""
 
 from __future__ import annotations
 
 import pytest
 
-from gym.harmony import Harmony
-from gym.tokenizer import load_tokenizer
-from gym.verifier_format import VerifierFormat, VerifierFormatError, single_token
+from gym.format.harmony import Harmony
+from gym.format.tokenizer import load_tokenizer
+from gym.format.verifier import VerifierFormat, VerifierFormatError, single_token
 from policies.scorer import slot_positions
 from tasks.step_labels import StepRow
 

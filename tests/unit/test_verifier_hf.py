@@ -9,8 +9,8 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from gym.tokenizer import load_tokenizer
-from gym.verifier_format import VerifierFormat
+from gym.format.tokenizer import load_tokenizer
+from gym.format.verifier import VerifierFormat
 from policies.scorer import StepScorer
 from tasks.step_labels import read_step_rows
 from tasks.step_samples import generate_rows

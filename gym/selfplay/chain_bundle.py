@@ -21,7 +21,7 @@ parsing or output can be re-derived, so an edited decision or row would otherwis
 3. **tool returns**: roles are offered no tools, so every trajectory has no tool call and no tool result;
 4. **grading**: the generator's answer is checked again with math-verify (the recorded math config) and
    gives the recorded verdict;
-5. **acceptance**: the rule (`gym.chain.decide`) over the replayed outputs and check gives the recorded
+5. **acceptance**: the rule (`gym.selfplay.chain.decide`) over the replayed outputs and check gives the recorded
    decision, and the verifier row is the recorded one.
 
 The report's reward is the check's fraction (1.0 right, 0.0 wrong), recorded and replayed.
@@ -38,14 +38,23 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gym.bundle import BundleError, read_bundle_text
-from gym.chain import Chain, decide, verifier_row
-from gym.harmony import Harmony
+from gym.format.harmony import Harmony
+from gym.format.tokenizer import TokenizerError, load_tokenizer
 from gym.replay import Difference, ReplayReport, _short
 from gym.replay import _diff as _compare  # the episode replay's difference recorder, shared
 from gym.replay_limits import vet
-from gym.roles import ROLES, MetaVerdict, RolePrompts, Solution, Verdict, parse_role, role_messages, role_user_text
 from gym.run_dir import write_atomic
-from gym.tokenizer import TokenizerError, load_tokenizer
+from gym.selfplay.chain import Chain, decide, verifier_row
+from gym.selfplay.roles import (
+    ROLES,
+    MetaVerdict,
+    RolePrompts,
+    Solution,
+    Verdict,
+    parse_role,
+    role_messages,
+    role_user_text,
+)
 from gym.trajectory import TrajectoryBuilder, TrajectoryError, assert_token_exact
 from tasks.math.grader import MathGrader, MathGraderConfig
 from tasks.result import TaskResult
@@ -65,7 +74,7 @@ class ChainBundle(BaseModel):
     prompts: RolePrompts = Field(description="Role prompts and parser bounds the chain ran with.")
     math: MathGraderConfig = Field(description="Bounds of the math check.")
     chain: Chain = Field(description="The roles, the check and the decision.")
-    row: dict | None = Field(description="The verifier row the chain gave (gym.chain.verifier_row), or None.")
+    row: dict | None = Field(description="The verifier row the chain gave (gym.selfplay.chain.verifier_row), or None.")
 
 
 def write_chain_bundle(path: Path, bundle: ChainBundle) -> Path:

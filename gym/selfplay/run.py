@@ -4,9 +4,9 @@ become verifier training rows and (a sampled share) replay bundles.
 The loop, per problem drawn from a math environment's task stream (`gym.environment.TaskStream`)::
 
     generator turn ──Solution──▶ math check (math-verify on the host) ──▶ verifier turn ──Verdict──▶
-    meta-verifier turn ──MetaVerdict──▶ decide (gym.chain) ──▶ chains / accepted / verifier_rows / bundle
+    meta-verifier turn ──MetaVerdict──▶ decide (gym.selfplay.chain) ──▶ chains / accepted / verifier_rows / bundle
 
-Each role is one sampled turn of the same engine (`gym.roles`: prompts and strict parsers); a role whose
+Each role is one sampled turn of the same engine (`gym.selfplay.roles`: prompts and strict parsers); a role whose
 turn does not parse stops the chain there (a classified failure, counted). An engine that fails
 (`EngineError`: an unreachable server) drops the chain as ``engine_error``, never as a role failure.
 Problems run one at a time: the default policy runs on the CPU, where chains in parallel only share
@@ -14,15 +14,15 @@ the cores.
 
 Output directory (`SelfplayOutput`), every line appended, flushed and fsynced as its chain ends, so an
 interrupted run leaves whole lines: ``chains.jsonl`` (every chain: stages, failures, decision),
-``accepted.jsonl`` (accepted chains), ``verifier_rows.jsonl`` (`gym.chain.verifier_row`),
-``bundles/*.json`` (`gym.chain_bundle`, for the ``replay_rate`` share of accepted chains) and
+``accepted.jsonl`` (accepted chains), ``verifier_rows.jsonl`` (`gym.selfplay.chain.verifier_row`),
+``bundles/*.json`` (`gym.selfplay.chain_bundle`, for the ``replay_rate`` share of accepted chains) and
 ``summary.json`` (`Tally`; rewritten atomically after every chain and at the end).
 
 Policy specs (``policy`` in the config, or ``--policy``): ``local:SERVE_YAML`` builds that serve config's
 policy in this process (default ``local:configs/policy_tiny.yaml``, the tiny RDEP MoE policy, random
 init, CPU); ``http://HOST:PORT`` and ``checkpoint:DIR`` as `gym rollout --policy` takes them;
 ``scripted:selfplay``, ``scripted:selfplay-gullible`` and ``scripted:selfplay-contrarian``
-(`gym.selfplay_scripted`) for tests.
+(`gym.selfplay.scripted`) for tests.
 """
 
 from __future__ import annotations
@@ -39,11 +39,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym.chain import Chain, RoleRecord, accepted_record, chain_summary, decide, verifier_row
-from gym.chain_bundle import ChainBundle, write_chain_bundle
 from gym.environment import Environment, SamplingConfig
 from gym.policy_client import InProcessEngine, PolicySpecError, load_engine
-from gym.roles import (
+from gym.run_dir import write_atomic
+from gym.selfplay.chain import Chain, RoleRecord, accepted_record, chain_summary, decide, verifier_row
+from gym.selfplay.chain_bundle import ChainBundle, write_chain_bundle
+from gym.selfplay.roles import (
     ROLES,
     MetaVerdict,
     Role,
@@ -55,7 +56,6 @@ from gym.roles import (
     role_messages,
     role_user_text,
 )
-from gym.run_dir import write_atomic
 from gym.trajectory import Seeds, TrajectoryBuilder
 from policies.sampling import EngineError, RolloutEngine, SamplingParams
 from tasks.families import kind_of
@@ -134,7 +134,7 @@ def load_selfplay_engine(spec: str, env: Environment, prompts: RolePrompts) -> t
     """The engine a spec names (module docstring) and its context length when it tells one."""
     scheme, _, argument = spec.partition(":")
     if scheme == "scripted":
-        from gym.selfplay_scripted import load_selfplay_scripted
+        from gym.selfplay.scripted import load_selfplay_scripted
 
         try:
             return load_selfplay_scripted(argument, env, prompts), None

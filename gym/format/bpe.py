@@ -1,7 +1,7 @@
 """The project's default tokenizer: a byte-level BPE trained offline, deterministically.
 
 Trained with the ``tokenizers`` library from the generated corpus of
-gym/corpus.py; the Harmony special tokens are its first ids (0..8, in the order
+gym/format/corpus.py; the Harmony special tokens are its first ids (0..8, in the order
 of HARMONY_SPECIALS). No normalizer and a byte-level pre-tokenizer without a
 prefix space, so ``decode(encode(s)) == s`` for every string.
 
@@ -24,8 +24,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym.corpus import CORPUS_VERSION, corpus
-from gym.tokenizer import HARMONY_SPECIALS, TokenizerError, TokenizersTokenizer, read_tokenizer_file
+from gym.format.corpus import CORPUS_VERSION, corpus
+from gym.format.tokenizer import HARMONY_SPECIALS, TokenizerError, TokenizersTokenizer, read_tokenizer_file
 from sandbox.distribution import built_dir, checkout
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class BpeConfig(BaseModel):
 
     vocab_size: int = Field(8192, ge=512, le=65536, description="Total ids, specials and the 256 byte tokens included.")
     min_frequency: int = Field(2, ge=1, description="A pair must occur this often to be merged.")
-    corpus_seed: int = Field(0, ge=0, description="Seed of the generated corpus (gym/corpus.py).")
+    corpus_seed: int = Field(0, ge=0, description="Seed of the generated corpus (gym/format/corpus.py).")
     corpus_documents: int = Field(20_000, ge=100, description="Documents drawn from the generated corpus.")
 
 

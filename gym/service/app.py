@@ -2,11 +2,11 @@
 
 Routes (aiohttp, as the policy server):
   POST /run_code   SandboxFusion's API (sandbox/fusion.py): code in a fresh workspace, its outcome as data
-  POST /v1/grade   one dataset row and one answer -> its grade (gym/grade_request.py)
+  POST /v1/grade   one dataset row and one answer -> its grade (gym/service/grade_request.py)
   GET  /v1/ping    "pong", as SandboxFusion answers it
   GET  /health     admission counts, runs waiting and running, languages, the owner label of its containers
 
-Every request that reads a body passes `gym.http_admission` first: a slot of ``max_requests`` and a reservation of
+Every request that reads a body passes `gym.service.admission` first: a slot of ``max_requests`` and a reservation of
 the memory its body can cost (503 past either: retry later), a Content-Length past ``max_body_bytes`` refused
 (413) before a byte is read, the body read within ``read_timeout_s`` (408), its JSON values and nesting counted in
 its bytes before it is parsed (413/400). Parsing and checking run in a worker thread, so the event loop keeps
@@ -31,9 +31,9 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gym.grade_request import BadRow, GradeRequest, answer_of, response_of, task_of
-from gym.http_admission import BODY_COPIES, VALUE_BYTES, Admission, Refused, check_shape, declared_size, read_body
 from gym.integrations.scorer import Scorer, ScorerConfig
+from gym.service.admission import BODY_COPIES, VALUE_BYTES, Admission, Refused, check_shape, declared_size, read_body
+from gym.service.grade_request import BadRow, GradeRequest, answer_of, response_of, task_of
 from sandbox.config import SandboxConfig
 from sandbox.config_file import load_config
 from sandbox.fusion import (
@@ -77,7 +77,7 @@ class ServiceOptions(BaseModel):
     """Largest request body (413 above, before it is read)."""
     max_inflight_memory_bytes: int = Field(2 << 30, ge=64 << 20)
     """Memory the bodies of every request in flight may cost together, each counted at its most before it is read
-    (`gym.http_admission`: 8 copies of its bytes and 160 bytes a JSON value; 503 above: retry later)."""
+    (`gym.service.admission`: 8 copies of its bytes and 160 bytes a JSON value; 503 above: retry later)."""
     read_timeout_s: float = Field(30.0, gt=0)
     """Longest wait for a request's body (408 past it) and for a connection's next request line and headers."""
     max_json_values: int = Field(1 << 18, ge=1 << 10)

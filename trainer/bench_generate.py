@@ -29,8 +29,8 @@ engine out; ``--fixed`` makes every prompt P and every budget O tokens; ``--warm
 
 ``--against REV`` also runs the stream through the engine of git revision REV of this repository, as it
 was: its tree (`git archive`, ~4 MB) in a temporary directory, its `build_engine` on its own copy of the config
-and its trainer's `BatchingEngine`, in a subprocess (`policies.bench_against`), on the same threads, model,
-requests and seeds, and the same allocator thresholds as this process (`policies.allocator`, through
+and its trainer's `BatchingEngine`, in a subprocess (`trainer.bench_against`), on the same threads, model,
+requests and seeds, and the same allocator thresholds as this process (`policies.memory_tuning`, through
 glibc's environment variables). It must build the same model (a weights fingerprint is compared). Figures:
 `tokens_per_s_against`, `speedup_vs_against`, `against` (the revision as given). Issue 16's "today's
 engine" is the revision before continuous batching: ``--against 5cdbac1^``.
@@ -188,7 +188,7 @@ def _through_batching_engine(engine, requests: list[_Request], concurrency: int)
     import trio
 
     from policies.sampling import SamplingParams
-    from trainer.batching import BatchingEngine
+    from trainer.generation_engine import BatchingEngine
 
     batching = BatchingEngine(engine, engine.max_batch_size)
     queue = list(reversed(requests))
@@ -246,7 +246,7 @@ def _against(args: argparse.Namespace, requests: list[_Request], threads: int, o
     import tarfile
     import tempfile
 
-    from policies import allocator
+    from policies import memory_tuning
 
     if args.against.startswith("-"):
         raise SystemExit(f"bench generate --against {args.against}: a revision, not an option")
@@ -278,11 +278,11 @@ def _against(args: argparse.Namespace, requests: list[_Request], threads: int, o
         command = [sys.executable, str(Path(__file__).with_name("bench_against.py")), tmp, str(config), str(listed)]
         command += ["--concurrency", str(args.concurrency), "--threads", str(threads)]
         log.info("revision %s: running the stream through its engine", args.against)
-        # the same allocator thresholds as this process's engines (`policies.allocator`), which REV may predate
+        # the same allocator thresholds as this process's engines (`policies.memory_tuning`), which REV may predate
         env = {
             **os.environ,
-            "MALLOC_MMAP_THRESHOLD_": str(allocator.MMAP_THRESHOLD_MAX),
-            "MALLOC_TRIM_THRESHOLD_": str(allocator.TRIM_BYTES),
+            "MALLOC_MMAP_THRESHOLD_": str(memory_tuning.MMAP_THRESHOLD_MAX),
+            "MALLOC_TRIM_THRESHOLD_": str(memory_tuning.TRIM_BYTES),
         }
         done = subprocess.run(command, cwd=tmp, env=env, stdout=subprocess.PIPE, check=False)
     if done.returncode != 0:
@@ -309,7 +309,7 @@ def run_stream(args: argparse.Namespace) -> dict:
 
     import torch
 
-    from policies import allocator
+    from policies import memory_tuning
     from policies.generation import GenerationEngine
     from policies.serve_config import ServeConfig, build_engine, replicated
 
@@ -317,7 +317,7 @@ def run_stream(args: argparse.Namespace) -> dict:
     threads = args.threads or config.engine.threads
     if threads:
         torch.set_num_threads(threads)
-    allocator.keep_freed_memory()  # as `gym serve`; the --against process gets the same thresholds
+    memory_tuning.keep_freed_memory()  # as `gym serve`; the --against process gets the same thresholds
     served = build_engine(config.model_copy(update={"engine": config.engine.model_copy(update={"replicas": 1})}))
     policy = served.policy
     requests = _workload(args, served.vocab_size)
@@ -340,7 +340,7 @@ def run_stream(args: argparse.Namespace) -> dict:
     engines = [("continuous", ours)]
     if not args.skip_batch:
         engines.insert(0, ("batch", GenerationEngine(policy, max_batch_size=args.concurrency, mode="kv_cache")))
-    allocator.freeze_startup_objects()  # everything is built, as in `gym serve` and the trainer
+    memory_tuning.freeze_startup_objects()  # everything is built, as in `gym serve` and the trainer
     for name, engine in engines:
         _through_batching_engine(engine, warm, args.concurrency)  # warm-up
         before = ours.stats() if engine is ours else None

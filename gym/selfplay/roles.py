@@ -1,6 +1,6 @@
 """The three self-play roles as Harmony tasks: their prompts and their strict output parsers.
 
-One policy plays all three (`gym.selfplay`); each role is one sampled turn after a system, a developer
+One policy plays all three (`gym.selfplay.run`); each role is one sampled turn after a system, a developer
 (the role's instructions) and a user message, with no tools offered. What each role must write:
 
 * **generator** (user message: the problem as written): its solution steps on the ``analysis``
@@ -29,15 +29,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym.harmony import ParsedTurn, ParseError
-from gym.message import Message
-from gym.prompt import SystemPrompt, developer_message, system_message
+from gym.format.harmony import ParsedTurn, ParseError
+from gym.format.message import Message
+from gym.format.prompt import SystemPrompt, developer_message, system_message
 
 Role = Literal["generator", "verifier", "meta_verifier"]
 ROLES: tuple[Role, ...] = ("generator", "verifier", "meta_verifier")
 
 FailureKindName = Literal[
-    "parse_error",  # not a valid Harmony turn (gym.harmony), a truncated one included
+    "parse_error",  # not a valid Harmony turn (gym.format.harmony), a truncated one included
     "context_full",  # the role's prompt leaves no room to sample in the context
     "tool_call",  # the turn calls a tool: roles are offered none
     "no_final",  # the turn has no final-channel message

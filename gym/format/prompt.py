@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym.message import Message
+from gym.format.message import Message
 
 
 class ToolSpec(BaseModel):

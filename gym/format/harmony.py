@@ -35,8 +35,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gym.message import CHANNELS, Message, ToolCall
-from gym.tokenizer import HARMONY_SPECIALS, Tokenizer
+from gym.format.message import CHANNELS, Message, ToolCall
+from gym.format.tokenizer import HARMONY_SPECIALS, Tokenizer
 from sandbox.failure import FailureKind
 
 Stop = Literal["call", "return", "end"]

@@ -1,6 +1,6 @@
 """Run a request stream through the engine of another revision of this repository (`bench generate --against`).
 
-Executed as a script by `policies.bench` in a subprocess, with that revision's files (`git archive`) as the
+Executed as a script by `trainer.bench_generate` in a subprocess, with that revision's files (`git archive`) as the
 import root, so every module it imports (`policies.serve_config`, the trainer's `BatchingEngine`) is that
 revision's: the engine as it was, on the same model config, requests and seeds. It reads the requests from a
 JSON file and prints one JSON line: seconds for the timed stream and a fingerprint of the model's weights, so
@@ -32,9 +32,12 @@ def main() -> None:
     from policies.serve_config import ServeConfig, build_engine
 
     try:
-        from trainer.batching import BatchingEngine
-    except ImportError:  # before the trainer's engines were split
-        from trainer.engine import BatchingEngine
+        from trainer.generation_engine import BatchingEngine
+    except ImportError:  # a revision from before the engine's module had its name
+        try:
+            from trainer.batching import BatchingEngine
+        except ImportError:  # before the trainer's engines were split
+            from trainer.engine import BatchingEngine
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -2,7 +2,7 @@
 
 Acceptance (`decide`): a chain is accepted when, in order,
 
-1. the generator's turn parsed (`gym.roles.parse_generator`);
+1. the generator's turn parsed (`gym.selfplay.roles.parse_generator`);
 2. the ground-truth check of its final answer (math-verify on the host, `tasks.math.grader`) gave a
    verdict: ``passed`` (right) or any other candidate verdict (wrong); an ``infra_error`` check (a gold
    the checker cannot read, a checker that cannot start) rejects the chain as ``check_infra``;
@@ -30,7 +30,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym.roles import MetaVerdict, Role, RoleFailure, Solution, Verdict
+from gym.selfplay.roles import MetaVerdict, Role, RoleFailure, Solution, Verdict
 from gym.trajectory import Trajectory
 from tasks.math.problem import MathTask
 from tasks.result import TaskResult

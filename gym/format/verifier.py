@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gym.harmony import Harmony
-from gym.message import Message
-from gym.tokenizer import Tokenizer, TokenizerError
+from gym.format.harmony import Harmony
+from gym.format.message import Message
+from gym.format.tokenizer import Tokenizer, TokenizerError
 from tasks.step_labels import StepRow
 
 DEFAULT_CORRECT = " +"

@@ -2,10 +2,10 @@
 
 Three backends pass the same contract tests (tests/unit/test_tokenizer_contract.py):
 
-- ``bpe``: the project's own byte-level BPE (gym/bpe.py), trained offline from a
+- ``bpe``: the project's own byte-level BPE (gym/format/bpe.py), trained offline from a
   generated corpus; the default.
 - ``o200k_harmony``: OpenAI's gpt-oss vocabulary through ``openai-harmony``, only
-  when its vocabulary file is already on disk (gym/o200k.py; never downloaded).
+  when its vocabulary file is already on disk (gym/format/o200k.py; never downloaded).
 - ``hf``: any Hugging Face tokenizer directory holding a ``tokenizer.json``, with
   the Harmony special tokens added when missing.
 
@@ -47,9 +47,9 @@ HARMONY_SPECIALS: dict[str, str] = {
 
 # backend name -> "module:callable" taking the spec's argument (or None).
 TOKENIZERS: dict[str, str] = {
-    "bpe": "gym.bpe:load_bpe",
-    "hf": "gym.tokenizer:load_tokenizer_json",
-    "o200k_harmony": "gym.o200k:load_o200k_harmony",
+    "bpe": "gym.format.bpe:load_bpe",
+    "hf": "gym.format.tokenizer:load_tokenizer_json",
+    "o200k_harmony": "gym.format.o200k:load_o200k_harmony",
 }
 
 

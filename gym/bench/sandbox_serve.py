@@ -29,7 +29,7 @@ from pathlib import Path
 
 import trio
 
-from gym.sandbox_service import SandboxServeConfig
+from gym.service.app import SandboxServeConfig
 from sandbox.fleet import open_pool
 from sandbox.fusion import RunCodeRequest, plan, run_code
 

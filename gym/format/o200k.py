@@ -20,7 +20,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from gym.tokenizer import HARMONY_SPECIALS, Tokenizer, TokenizerError, TokenizerUnavailable
+from gym.format.tokenizer import HARMONY_SPECIALS, Tokenizer, TokenizerError, TokenizerUnavailable
 from sandbox.distribution import built_dir
 
 VOCAB_FILE = "o200k_base.tiktoken"

@@ -24,11 +24,11 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
-from gym.harmony import Harmony
-from gym.message import Message
-from gym.prompt import developer_message
-from gym.roles import ROLES, Role, RolePrompts, Verdict, verdict_text
+from gym.format.harmony import Harmony
+from gym.format.message import Message
+from gym.format.prompt import developer_message
 from gym.scripted import wrong_answer
+from gym.selfplay.roles import ROLES, Role, RolePrompts, Verdict, verdict_text
 from policies.sampling import Completion, SamplingParams
 from tasks.families import kind_of
 from tasks.math.family import MATH

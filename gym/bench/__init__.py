@@ -1,0 +1,1 @@
+"""The gym's benchmarks (`python -m gym bench`): never imported by library code."""

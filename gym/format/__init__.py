@@ -1,0 +1,1 @@
+"""The chat format at the token level: Harmony messages and prompts, tokenizers, the verifier's row layout."""

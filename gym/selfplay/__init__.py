@@ -1,0 +1,1 @@
+"""Self-play: generation, verification and meta-verification chains, their roles, bundles and scripted players."""
