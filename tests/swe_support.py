@@ -30,7 +30,7 @@ def shipped() -> dict[str, SweInstance]:
 @cache
 def images() -> dict[str, str]:
     """Image tag of every shipped instance (cached by input hash: a no-op after the first build)."""
-    from tasks.swe.family import build_images
+    from tasks.swe.images import build_images
 
     tags, errors = build_images(list(shipped().values()), DEFAULT_REPOS_DIR)
     assert not errors, errors

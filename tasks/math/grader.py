@@ -36,10 +36,10 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox.failure import Verdict
-from tasks.grader import TaskResult
 from tasks.judge import TestResult
 from tasks.math.check import GOLD_READ
 from tasks.math.problem import MathTask
+from tasks.result import TaskResult
 
 CHECK = Path(__file__).with_name("check.py")
 POLL_S = 0.02  # how often the check's stderr is read for GOLD_READ

@@ -27,8 +27,8 @@ from pydantic import BaseModel, ConfigDict
 
 from sandbox.config import SandboxConfig
 from tasks.source import RowError, read_rows
-from tasks.swe.family import build_images
 from tasks.swe.grader import SweGrader, SweGraderConfig, grade_predictions, grading_budgets
+from tasks.swe.images import build_images
 from tasks.swe.instance import SweInstance, load_instances
 from tasks.swe.resolution import SweReport
 

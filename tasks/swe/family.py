@@ -88,25 +88,6 @@ def task_result(result: InstanceResult, f2p: tuple[str, ...], p2p: tuple[str, ..
     )
 
 
-def build_images(
-    instances: list[SweInstance], repos_dir: Path | None, force: bool = False
-) -> tuple[dict[str, str], dict[str, str]]:
-    """``(image tag by instance id, build error by instance id)``: each instance's image, built unless cached by
-    its input hash (`tasks.swe.images`)."""
-    from images.build import ImageBuildError
-    from tasks.swe.images import build_swe_images, docker_client
-
-    try:
-        client = docker_client()
-    except ImageBuildError as err:
-        return {}, {i.instance_id: str(err) for i in instances}
-    try:
-        images, errors = build_swe_images(client, instances, repos_dir, force)
-    finally:
-        client.close()
-    return {key: image.tag for key, image in images.items()}, errors
-
-
 class SweKind(FamilyKind):
     """SWE instances: the repository's diff is the answer."""
 
@@ -186,6 +167,8 @@ class SweFamily(BaseFamily):
                 by_dir.setdefault(self.repos_dirs.get(instance_id), []).append(instance)
         for repos_dir, instances in by_dir.items():
             log.info("swe: images of %d instances (built on demand, cached by input hash)", len(instances))
+            from tasks.swe.images import build_images  # docker's client, imported when an image is wanted
+
             images, errors = await trio.to_thread.run_sync(build_images, instances, repos_dir)
             self.images.update(images)
             self.build_errors.update(errors)

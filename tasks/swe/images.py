@@ -406,3 +406,19 @@ def docker_client() -> docker.DockerClient:
             f"cannot reach the Docker engine (is dockerd running? `bin/setup` starts it): {exc}"
         ) from exc
     return client
+
+
+def build_images(
+    instances: list[SweInstance], repos_dir: Path | None, force: bool = False
+) -> tuple[dict[str, str], dict[str, str]]:
+    """``(image tag by instance id, build error by instance id)``: each instance's image, built unless cached by
+    its input hash (`tasks.swe.images`)."""
+    try:
+        client = docker_client()
+    except ImageBuildError as err:
+        return {}, {i.instance_id: str(err) for i in instances}
+    try:
+        images, errors = build_swe_images(client, instances, repos_dir, force)
+    finally:
+        client.close()
+    return {key: image.tag for key, image in images.items()}, errors
