@@ -99,8 +99,6 @@ COMMIT = re.compile(r"(?<![\w:/@+-])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]
 # Looks like one and is not: a container's short id after its name, as `gym gc` prints it.
 CONTAINER_ID = re.compile(r"\bgym-[\w.-]+ \([0-9a-f]{12}\)")
 DATED = {"docs/log.md", "docs/benchmarks.md"}
-# Hashes still on pages being rewritten by others (issue 43 item 3); an entry goes when its page loses the hash.
-PENDING = {"docs/math_tasks.md": {"26d55d0"}, "docs/policy.md": {"dc3c48d"}}
 
 
 def commit_hashes(text: str) -> set[str]:
@@ -114,17 +112,11 @@ def commit_hashes(text: str) -> set[str]:
 )
 def test_no_commit_hashes_outside_the_dated_pages(page: Path):
     name = str(page.relative_to(ROOT))
-    found = commit_hashes(page.read_text(encoding="utf-8")) - PENDING.get(name, set())
+    found = commit_hashes(page.read_text(encoding="utf-8"))
     assert not found, (
         f"{name} names commits {sorted(found)}: say how it works now; a dated figure goes to docs/benchmarks.md, "
         "a history to docs/log.md"
     )
-
-
-def test_pending_hashes_are_still_there():
-    for name, hashes in PENDING.items():
-        gone = hashes - commit_hashes((ROOT / name).read_text(encoding="utf-8"))
-        assert not gone, f"{name} no longer names {sorted(gone)}: remove them from PENDING in this test"
 
 
 def test_commit_hash_check_can_fail():
