@@ -33,16 +33,13 @@ import logging
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from policies.decode import LeanDecoder
 from policies.hf_adapter import StepOutput
 from policies.sampler import plain_sample
-
-if TYPE_CHECKING:  # the engine imports this module
-    from policies.continuous import SlotCache
+from policies.slot_cache import SlotCache
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,6 @@ logits within 1e-5 (measured ~2e-7), routes and written keys/values equal (tests
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -34,9 +33,7 @@ from policies.attention import rope_cos_sin
 from policies.experts import MoEBlock, all_experts_swiglu
 from policies.hf_adapter import StepOutput
 from policies.modeling import RdepMoeForCausalLM
-
-if TYPE_CHECKING:  # the engine imports this module
-    from policies.continuous import SlotCache
+from policies.slot_cache import SlotCache
 
 
 def _moe(block: MoEBlock, x: torch.Tensor, all_experts: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -19,7 +19,7 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 from sandbox.errors import SandboxConfigError
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     import docker
     import docker.tls
 
-    from sandbox.config import DockerEngineConfig
 
 DEFAULT_SOCKET = "unix:///var/run/docker.sock"
 Scheme = Literal["unix", "tcp", "ssh"]
@@ -172,7 +171,25 @@ def tls_from_env(environ: Mapping[str, str]) -> TLSFiles | None:
     )
 
 
-def tls_from_config(engine: DockerEngineConfig) -> TLSFiles | None:
+class TLSSettings(Protocol):
+    """The TLS fields of an engine's config (`sandbox.config.EngineTLS`)."""
+
+    ca: Path | None
+    cert: Path | None
+    key: Path | None
+    verify: bool
+
+
+class EngineSettings(Protocol):
+    """What resolving an engine reads of its config (`sandbox.config.DockerEngineConfig`): described here, so this
+    module, which the config's validators import, never imports the config."""
+
+    base_url: str | None
+    tls: TLSSettings | None
+    allow_insecure_tcp: bool
+
+
+def tls_from_config(engine: EngineSettings) -> TLSFiles | None:
     if engine.tls is None:
         return None
     for name in ("ca", "cert", "key"):
@@ -182,7 +199,7 @@ def tls_from_config(engine: DockerEngineConfig) -> TLSFiles | None:
     return TLSFiles(engine.tls.ca, engine.tls.cert, engine.tls.key, engine.tls.verify, "sandbox.engine.tls")
 
 
-def resolve_engine(engine: DockerEngineConfig, environ: Mapping[str, str] | None = None) -> EngineTarget:
+def resolve_engine(engine: EngineSettings, environ: Mapping[str, str] | None = None) -> EngineTarget:
     """The engine the config names (``base_url``, else ``DOCKER_HOST``, else the default socket), with its TLS.
 
     Raises SandboxConfigError naming the field at fault: an unusable URL, TLS files that are not there, TLS

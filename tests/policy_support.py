@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from policies.config import RdepMoeConfig
-from policies.continuous import SlotCache
 from policies.modeling import RdepMoeForCausalLM
+from policies.slot_cache import SlotCache
 
 SMALL = dict(
     vocab_size=64,

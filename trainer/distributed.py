@@ -26,7 +26,7 @@ from trainer.config import DistributedConfig
 from trainer.update import GradientSync
 
 if TYPE_CHECKING:
-    from trainer.learner import Command  # the learner imports this module
+    from trainer.commands import Command
 
 log = logging.getLogger(__name__)
 

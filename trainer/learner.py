@@ -10,15 +10,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from gym.trajectory import Trajectory
 from trainer.batch import collate, shard
 from trainer.checkpoint import Checkpointer, TrainerState
+from trainer.commands import FreezeReference, Gather, Save, Step, Stop, WarmStart
 from trainer.config import OptimizerConfig, TrainConfig
 from trainer.distributed import ProcessGroupSync, World, barrier, full_state_dict, receive_command, shard_experts
 from trainer.loss import kl_penalty
@@ -29,46 +28,6 @@ from trainer.update import GradientSync, PolicyUpdate, score
 from trainer.warmup import warm_start
 
 log = logging.getLogger(__name__)
-
-
-# What rank 0 tells the other ranks to do next (`trainer.distributed.broadcast_command`), in order.
-@dataclass(frozen=True)
-class Stop:
-    """Leave `follow`: the run is over."""
-
-
-@dataclass(frozen=True)
-class FreezeReference:
-    """Freeze a copy of the current weights as the KL reference."""
-
-
-@dataclass(frozen=True)
-class WarmStart:
-    """Run the supervised warm start on these demos."""
-
-    demos: list[Trajectory]
-
-
-@dataclass(frozen=True)
-class Gather:
-    """Gather the full weights for the rollout engine."""
-
-
-@dataclass(frozen=True)
-class Step:
-    """Train one GRPO step on this batch (each rank takes its shard)."""
-
-    scored: list[Scored]
-
-
-@dataclass(frozen=True)
-class Save:
-    """Save a checkpoint with rank 0's trainer state."""
-
-    state: TrainerState
-
-
-Command = Stop | FreezeReference | WarmStart | Gather | Step | Save
 
 
 def make_optimizer(model: nn.Module, config: OptimizerConfig, total_steps: int):

@@ -34,11 +34,12 @@ import trio
 
 from sandbox.failure import FailureKind
 from trainer.checkpoint import TrainerState
+from trainer.commands import Command, FreezeReference, Gather, Save, Step, Stop, WarmStart
 from trainer.config import TrainConfig
 from trainer.distributed import World, broadcast_command, init_world, shutdown
 from trainer.errors import MaskedShareError
 from trainer.evaluation import passed
-from trainer.learner import Command, FreezeReference, Gather, Learner, Save, Step, Stop, WarmStart, follow
+from trainer.learner import Learner, follow
 from trainer.masking import MaskedTally
 from trainer.sample import Group
 from trainer.selection import BatchFiller, Scored, select_group

@@ -275,6 +275,68 @@ def test_the_cli_registries_name_modules_that_exist():
     assert missing == []
 
 
+def module_cycles(root: Path) -> list[list[str]]:
+    """Cycles among the project's modules, counting every import (lazy ones and those under ``TYPE_CHECKING`` too):
+    two modules that need each other's types share a third that holds them. ``from pkg import name`` is an import
+    of the module ``pkg.name`` when there is one, else of ``pkg``; a module's own packages are not counted (Python
+    runs a package's ``__init__`` before any of its modules)."""
+    names = {module_name(root, path): path for package in PACKAGES for path in modules(root, package)}
+    edges: dict[str, set[str]] = {name: set() for name in names}
+    for name, path in names.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets = {
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in names else node.module for a in node.names
+                }
+            elif isinstance(node, ast.Import):
+                targets = {alias.name for alias in node.names}
+            else:
+                continue
+            edges[name] |= {t for t in targets if t in names and t != name and not name.startswith(t + ".")}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(edges[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for node in sorted(names):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_no_two_modules_import_each_other():
+    assert module_cycles(ROOT) == []
+
+
+def test_a_type_only_cycle_is_caught(tmp_path):
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "__init__.py").write_text("")
+    (tmp_path / "policies" / "engine.py").write_text("from policies.decode import step\n")
+    (tmp_path / "policies" / "decode.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from policies.engine import Cache\n"
+    )
+    assert module_cycles(tmp_path) == [["policies.decode", "policies.engine"]]
+
+
 def bench_imports(root: Path) -> list[str]:
     """Every import of a benchmark module (one `gym.commands.bench.BENCHES` names, or one under ``gym/bench/``) by
     library code, as ``file:line: a -> b``: only the CLI (`gym.commands.bench`) and other benchmarks import them."""

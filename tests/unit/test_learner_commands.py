@@ -9,7 +9,8 @@ import pytest
 
 import trainer.learner as learner_module
 from trainer.checkpoint import TrainerState
-from trainer.learner import FreezeReference, Gather, Save, Step, Stop, WarmStart, follow
+from trainer.commands import FreezeReference, Gather, Save, Step, Stop, WarmStart
+from trainer.learner import follow
 
 
 class RecordingLearner:
