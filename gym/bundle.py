@@ -48,7 +48,8 @@ from tasks.result import TaskResult
 from tasks.swe.family import SweFamilyConfig
 
 if TYPE_CHECKING:
-    from gym.environment import Environment, ReplayConfig
+    from gym.environment import Environment
+    from gym.environment_config import ReplayConfig
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ Two kinds of names (``python -m gym envs list`` shows both):
 - **installed**: entry points of the group ``code_rl_gym.environments`` (`GROUP`) declared by any
   installed distribution, found with `importlib.metadata.entry_points`. An entry point
   ``NAME = module:attribute`` names a callable that takes no argument and returns a
-  `gym.environment.EnvironmentConfig`; `packaged` builds one from a YAML shipped inside the package,
+  `gym.environment_config.EnvironmentConfig`; `packaged` builds one from a YAML shipped inside the package,
   its task files beside it. Nothing is imported until a name is loaded (or listed).
 
 A name must match `NAME` and is unique: one that two distributions register, or that a package
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gym.environment import EnvironmentConfig, EnvironmentConfigError
+from gym.environment_config import EnvironmentConfig, EnvironmentConfigError
 from gym.overrides import Override
 from sandbox.config_file import read_config
 from sandbox.distribution import DISTRIBUTION, ROOT, resolve
@@ -183,7 +183,7 @@ def _call(entry: Registered) -> EnvironmentConfig:
         raise RegistryError(f"{entry.where()}: failed: {_said(exc)} — {fix}") from exc
     if not isinstance(config, EnvironmentConfig):
         raise RegistryError(
-            f"{entry.where()}: returned a {type(config).__name__}, not a gym.environment.EnvironmentConfig — {fix}"
+            f"{entry.where()}: returned a {type(config).__name__}, not a gym.environment_config.EnvironmentConfig — {fix}"
         )
     return config
 

@@ -36,9 +36,10 @@ from pathlib import Path
 import trio
 
 from gym.bundle import BundleBudget, bundle_name, bundle_of, bundle_reason, image_digest
-from gym.environment import Environment, TaskStream
+from gym.environment import Environment
 from gym.episode import EpisodeResult, run_episode
 from gym.run_dir import write_atomic
+from gym.task_stream import TaskStream
 from gym.trajectory import Trajectory
 from policies.sampling import RolloutEngine
 from sandbox.errors import InfraError

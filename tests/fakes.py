@@ -16,7 +16,8 @@ from pathlib import Path
 
 import trio
 
-from gym.environment import Environment, EnvironmentConfig
+from gym.environment import Environment
+from gym.environment_config import EnvironmentConfig
 from gym.format.message import Message, ToolCall
 from gym.format.tokenizer import load_tokenizer
 from gym.policy_client import EngineError

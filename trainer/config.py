@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from gym.environment import EnvironmentConfig, EnvironmentConfigError
+from gym.environment_config import EnvironmentConfig, EnvironmentConfigError
 from gym.overrides import Override, apply_overrides
 from gym.registry import RegistryError, environment_config, environment_data
 from policies.serve_config import HFPolicySource, MoEPolicySource

@@ -19,8 +19,8 @@ from collections import defaultdict
 
 import trio
 
-from gym.environment import TaskStream
 from gym.rollout import RolloutWorkers
+from gym.task_stream import TaskStream
 from gym.trajectory import Trajectory
 from tasks.task import Task
 from trainer.routes import RouteRecorder

@@ -44,7 +44,8 @@ def _quantile(values: list[float], q: float) -> float:
 def run(args: argparse.Namespace) -> dict:
     import trio
 
-    from gym.environment import Environment, EnvironmentConfigError
+    from gym.environment import Environment
+    from gym.environment_config import EnvironmentConfigError
     from gym.registry import environment_config
     from gym.rollout import RolloutWorkers, summarize
     from gym.scripted import load_scripted

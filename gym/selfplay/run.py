@@ -1,7 +1,7 @@
 """Self-play: one policy generates a solution, verifies it and meta-verifies the verification; accepted chains
 become verifier training rows and (a sampled share) replay bundles.
 
-The loop, per problem drawn from a math environment's task stream (`gym.environment.TaskStream`)::
+The loop, per problem drawn from a math environment's task stream (`gym.task_stream.TaskStream`)::
 
     generator turn ──Solution──▶ math check (math-verify on the host) ──▶ verifier turn ──Verdict──▶
     meta-verifier turn ──MetaVerdict──▶ decide (gym.selfplay.chain) ──▶ chains / accepted / verifier_rows / bundle
@@ -39,7 +39,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gym.environment import Environment, SamplingConfig
+from gym.environment import Environment
+from gym.environment_config import SamplingConfig
 from gym.policy_client import InProcessEngine, PolicySpecError, load_engine
 from gym.run_dir import write_atomic
 from gym.selfplay.chain import Chain, RoleRecord, accepted_record, chain_summary, decide, verifier_row

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from gym.environment import Environment, EnvironmentConfig, task_text
+from gym.environment import Environment, task_text
+from gym.environment_config import EnvironmentConfig
 from gym.format.message import Message
 from gym.policy_client import HttpEngine
 from gym.rollout import collect_async

@@ -27,7 +27,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from gym.environment import Environment, EnvironmentConfig
+from gym.environment import Environment
+from gym.environment_config import EnvironmentConfig
 from gym.format.message import Message
 from gym.rollout import collect_async, summarize
 from sandbox.failure import FailureKind, Verdict

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from gym import bundle as bundles
 from gym.bundle import bundle_of, read_bundle, write_bundle
-from gym.environment import ReplayConfig
+from gym.environment_config import ReplayConfig
 from gym.format.message import Message
 from gym.replay import consistency, replay
 from gym.rollout import collect_async

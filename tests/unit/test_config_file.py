@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from gym.environment import EnvironmentConfig, EnvironmentConfigError
+from gym.environment_config import EnvironmentConfig, EnvironmentConfigError
 from policies.serve_config import ServeConfig, ServeConfigError
 from sandbox.config import SandboxConfig
 from sandbox.errors import SandboxConfigError

@@ -6,7 +6,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from gym.environment import Environment, EnvironmentConfig
+from gym.environment import Environment
+from gym.environment_config import EnvironmentConfig
 from sandbox.config_file import read_config
 
 ROOT = Path(__file__).resolve().parents[2]

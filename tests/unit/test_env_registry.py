@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gym import registry
-from gym.environment import EnvironmentConfig
+from gym.environment_config import EnvironmentConfig
 from gym.overrides import parse_override
 from gym.registry import GROUP, RegistryError, environment_config
 from tests.cli_support import ROOT, gym, one_line

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gym.environment import Environment, EnvironmentConfig, EnvironmentConfigError, TaskStream, task_text
+from gym.environment import Environment, task_text
+from gym.environment_config import EnvironmentConfig, EnvironmentConfigError
+from gym.task_stream import TaskStream
 from images.inputs import runner_image
 from tasks.task import StdinTest, Task
 

@@ -16,7 +16,8 @@ import logging
 
 import pytest
 
-from gym.environment import JsonlPool, load_pool
+from gym.environment_config import JsonlPool
+from gym.task_stream import load_pool
 from sandbox.failure import Verdict
 from tasks.math import forms
 from tasks.math.check import gold_finding, judge

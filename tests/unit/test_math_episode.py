@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from gym.environment import Environment, EnvironmentConfig
+from gym.environment import Environment
+from gym.environment_config import EnvironmentConfig
 from gym.episode import run_episode
 from gym.format.message import Message
 from gym.scripted import load_scripted

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gym.cli import build_parser
-from gym.environment import EnvironmentConfig, EnvironmentConfigError
+from gym.environment_config import EnvironmentConfig, EnvironmentConfigError
 from gym.overrides import OverrideError, apply_overrides, parse_override
 from trainer.config import ConfigError, TrainConfig
 

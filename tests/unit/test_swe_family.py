@@ -58,7 +58,8 @@ def test_swe_pools_load_jsonl_and_parquet_and_mix_with_cp(tmp_path):
 
     import datasets
 
-    from gym.environment import Environment, EnvironmentConfig, EnvironmentConfigError
+    from gym.environment import Environment
+    from gym.environment_config import EnvironmentConfig, EnvironmentConfigError
     from tasks.swe.instance import SweInstance
     from tests.swe_support import row
 

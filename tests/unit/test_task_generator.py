@@ -254,7 +254,8 @@ def test_templates_narrow_the_draw_and_unknown_ones_are_refused():
 
 
 def test_a_generated_task_pool_is_the_generators_rows_with_their_references():
-    from gym.environment import Environment, EnvironmentConfig, EnvironmentConfigError
+    from gym.environment import Environment
+    from gym.environment_config import EnvironmentConfig, EnvironmentConfigError
 
     pool = {"type": "generated", "split": "heldout", "count": 20, "seed": 4, "levels": [1, 3], "id_prefix": "gen/"}
     env = Environment(EnvironmentConfig.model_validate({"name": "g", "task_pool": pool}))

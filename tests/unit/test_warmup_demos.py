@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gym.environment import Environment, EnvironmentConfig
+from gym.environment import Environment
+from gym.environment_config import EnvironmentConfig
 from trainer.warmup import demo_draw, demo_tasks
 
 

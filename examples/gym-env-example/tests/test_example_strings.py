@@ -15,8 +15,9 @@ from pathlib import Path
 import gym_env_example
 import pytest
 
-from gym.environment import EnvironmentConfig, load_pool
+from gym.environment_config import EnvironmentConfig
 from gym.registry import GROUP, environment_config
+from gym.task_stream import load_pool
 from tasks.task import StdinTest, Task
 
 PACKAGE = Path(gym_env_example.__file__).resolve().parent
