@@ -78,6 +78,7 @@ from tasks.math.reading import MAX_DEPTH, nesting, parsed, same  # noqa: E402
 from tasks.math.reply import (  # noqa: E402
     MAX_OPERANDS,
     OPERAND,
+    RELATION,
     SIZED_BRACKET,
     Sides,
     candidates,
@@ -101,6 +102,10 @@ RECURSION_LIMIT = 10_000  # frames: latex2sympy and sympy recurse ~7 per nesting
 
 GOLD_READ = "gold read"  # written to stderr once the gold parsed: from then on a death is the answer's doing
 _PERCENT = re.compile(r"\\?%")
+# a word of prose left before a relation once longer words were cut (The line is $y = 2x$: is y = 2x)
+_LEADING_PROSE = re.compile(r"^\s*(?:(?:is|so|as|be|by|if|of|on|to|at|it|we|us)\s+)+", re.IGNORECASE)
+_PERCENT_SIGN = re.compile(r"\s*\\?%\s*$")  # the sign that ends a percentage: 25%, 25 \%
+_PLAIN_NUMBER = re.compile(r"^\s*(?:[a-zA-Z]\s*=\s*)?[-+]?\d+(?:\.\d+)?\s*$")  # 25, -2.5, x = 25
 
 
 @dataclass(frozen=True)
@@ -212,6 +217,9 @@ def judge_read(gold: Gold, answer: str, max_chars: int, max_answers: int) -> tup
     if gold.form == "base":
         return _judge_numeral(gold, text)
     text, moduli = unqualified(text)
+    for modulus in moduli:  # cut, never compared (but with a class gold): one value, with nothing else in it
+        if len(candidates(modulus)) > 1 or RELATION.search(modulus) or unread_operand(modulus) is not None:
+            return "wrong_answer", f"the modulus {modulus[:40]!r} is not one value"
     if gold.modulus and (other := _other_modulus(moduli, gold.modulus)) is not None:
         return "wrong_answer", f"modulus {other[:40]} is not the gold's {gold.modulus[:40]}"
     pieces = candidates(_unbracketed(text) if gold.form == "values" else text)
@@ -238,7 +246,7 @@ def judge_read(gold: Gold, answer: str, max_chars: int, max_answers: int) -> tup
         return several
     # What is compared is a reading of the pieces probed above, never of the text around them: math-verify reads
     # `6 \mathrel{\text{is}} 5` whole as its last value, 5, while the piece states 6*is*5.
-    whole = [reading for piece in pieces if (reading := parsed(piece))] if relation else values
+    whole = [reading for piece in pieces if (reading := parsed(_LEADING_PROSE.sub("", piece)))] if relation else values
     if relation and (several := _several(whole)) is not None:  # values were compared just above
         return several
     if not whole:
@@ -247,8 +255,14 @@ def judge_read(gold: Gold, answer: str, max_chars: int, max_answers: int) -> tup
     if same(gold.value, stated) or (gold.modulus and _same_class(gold.value, stated, gold.modulus)):
         return "passed", ""
     if "%" in text or gold.percent:  # 25% for a GSM8K gold of 25, 50 for a gold of 50\%: the sign is optional
-        # the probed pieces again, read as above, never the whole text (`= {6} 5%` states 11, not 5)
-        unsigned = [_PERCENT.sub("", piece) for piece in pieces]
+        # the probed pieces again, read as above, never the whole text (`= {6} 5%` states 11, not 5); a sign is
+        # only left off a number it ends (`25%`), never deleted inside an expression (`5 + \log_{100}100\%`)
+        unsigned = [_PERCENT_SIGN.sub("", piece) for piece in pieces]
+        if any(
+            "%" in piece or (piece != signed and not _PLAIN_NUMBER.match(piece))
+            for piece, signed in zip(unsigned, pieces)
+        ):
+            return "wrong_answer", f"{str(stated[-1])[:80]} is not {str(gold.value[-1])[:80]}"
         bare = (
             [parsed(piece) for piece in unsigned]
             if relation

@@ -25,7 +25,7 @@ _MATRIX = re.compile(r"\\begin\{([pbB]?matrix|smallmatrix)\}(.*?)\\end\{\1\}", r
 # \frac's arguments left unbraced are one token each (\frac\pi4 is \frac{\pi}{4}); latex2sympy splits a command there
 _FRAC_FIRST = re.compile(r"(\\[dt]?frac)\s*(\\[a-zA-Z]+|[0-9a-zA-Z])")
 _FRAC_SECOND = re.compile(r"(\\[dt]?frac\{[^{}]*\})\s*(\\[a-zA-Z]+|[0-9a-zA-Z])")
-_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # 5,525 is 5525 wherever it stands, \frac{12}{5,525} too
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")  # 5,525 is 5525 outside brackets; \frac{12}{5,525} too
 MAX_DEPTH = 100  # nested brackets read; deeper answers are refused unread
 SHALLOW = 8  # a reading nested deeper than this is compared with its arithmetic evaluated
 
@@ -58,10 +58,31 @@ def parsed(text: str) -> list[object]:
 
     _two_stage_parsing()
     text = _ungrouped(_MATRIX.sub(_tuple_of, text))
-    text = _FRAC_SECOND.sub(r"\1{\2}", _FRAC_FIRST.sub(r"\1{\2}", _THOUSANDS.sub("", text)))
+    text = _FRAC_SECOND.sub(r"\1{\2}", _FRAC_FIRST.sub(r"\1{\2}", thousands_joined(text)))
     if "$" in text or _WORD.search(text):
         return parse(text, parsing_timeout=None)
     return parse(f"${text}$", parsing_timeout=None) or parse(text, parsing_timeout=None)
+
+
+def thousands_joined(text: str) -> str:
+    """``text`` with each thousands comma (``5,525``) dropped, but inside parentheses, square brackets and a set's
+    braces (``\\{``), where a comma separates elements: ``(3,125)`` is a pair and ``[-36,104]`` an interval, never
+    one number (``\\frac{12}{5,525}``'s braces are a group: 5525)."""
+    kept = set()
+    depth = 0  # of brackets whose commas separate elements
+    stack: list[bool] = []
+    for i, char in enumerate(text):
+        if char in "([{":
+            element = char != "{" or text[i - 1 : i] == "\\"
+            stack.append(element)
+            depth += element
+        elif char in ")]}" and stack:
+            depth -= stack.pop()
+        elif char == "," and depth:
+            kept.add(i)
+    return "".join(
+        char for i, char in enumerate(text) if not (char == "," and i not in kept and _THOUSANDS.match(text, i))
+    )
 
 
 def same(gold: list[object], answer: list[object]) -> bool:

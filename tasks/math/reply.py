@@ -20,6 +20,8 @@ _WORDS = re.compile(r"(?<![\\a-zA-Z])(?:or|and)(?![a-zA-Z])", re.IGNORECASE)
 _LEADING_DOT = re.compile(r"^\.+(?!\d)")  # ". So 5": a sentence's end, never the point of .5
 _THOUSANDS = re.compile(r"\d,\d{3}(?!\d)")
 _NUMBERS_APART = re.compile(r"(?<=\d)(?<![_^]\d)\s+(?=[-+]?\d)")  # "5 6 7": three answers; \log_2 4 is one
+# "x = 5 x = 6", "x = \frac{1}{2} so x = 6": a value, then a name assigned anew (a two-letter word may sit between)
+_ASSIGNED_APART = re.compile(r"(?:(?<=\d)(?<![_^]\d)|(?<=[})]))\s+(?:[a-zA-Z]{2}\s+)?(?=[a-zA-Z](?:_\{?\w+\}?)?\s*:?=)")
 
 
 _FUNCTIONS = {"sin", "cos", "tan", "cot", "sec", "csc", "log", "exp", "sqrt", "arcsin", "arccos", "arctan", "sinh"}
@@ -66,6 +68,11 @@ _WRAPPER = re.compile(r"\\(?:mathbin|mathrel|mathop|mathsf|mathtt|texttt|textsf|
 _STACKED = re.compile(r"\\(?:stackrel|overset|underset)\s*\{(?:[^{}]|\{[^{}]*\})*\}\s*\{([^{}]*)\}")
 _SUBSCRIPTED = re.compile(rf"({RELATION.pattern})\s*[_^]\s*(?:\{{[^{{}}]*\}}|\\[a-zA-Z]+|[^\s{{}}\\])")
 _DELIMITER = re.compile(r"\\[()\[\]]")  # \(6 = 5\): math delimiters, read on a side as part of its number
+# a run of math delimiters with only spaces between (`_delimited`); an escaped dollar (\$, money) is none
+_MATH_DELIMITER = re.compile(r"((?:(?<!\\)\$|\\[()\[\]])(?:\s*(?:(?<!\\)\$|\\[()\[\]]))*)")
+_ONE_DELIMITER = re.compile(r"\$\$?|\\[()\[\]]")  # $$ opens or closes one display formula
+# Markdown emphasis around an answer (**5**, **Answer:** 5); never a power, 2**3
+_MARKDOWN = re.compile(r"(?<![\w*])\*\*(?=\S)(.+?)(?<=\S)\*\*(?![\w*])")
 _ARROW = re.compile(r"\\x[a-zA-Z]*arrow\s*(?:\[[^\[\]]*\])?\s*(?:\{[^{}]*\})?")
 
 
@@ -104,7 +111,8 @@ def normal(answer: str) -> str:
     when X is a list: math-verify would otherwise grade the last box alone; a box right after another is on its
     own line (``\\boxed{0} \\boxed{\\frac{5}{9}}`` is two answers, not the mixed number 0 5/9).
     """
-    text = _LATEX_THOUSANDS.sub(",", _digits("".join(map(_plain, answer))).replace("\u3001", ","))
+    text = _LATEX_THOUSANDS.sub("", _digits("".join(map(_plain, answer))).replace("\u3001", ","))
+    text = _MARKDOWN.sub(r"\1", text).replace("`", " ")
     kept = [match.span() for match in _ENVIRONMENT.finditer(text)]  # a matrix's rows are one answer
     edges = [0, *(i for span in kept for i in span), len(text)]
     text = "".join(
@@ -112,6 +120,7 @@ def normal(answer: str) -> str:
         for k, (a, b) in enumerate(zip(edges, edges[1:]))
     )
     text = "".join(" " if char not in "\n\t" and unicodedata.category(char) in _INVISIBLE else char for char in text)
+    text = _delimited(text)  # after the spacing: $x = 5$\quad $x = 6$ is two formulas
     while match := _BOX.search(text):
         close = _closing_brace(text, match.end() - 1)
         if close < 0:
@@ -122,6 +131,19 @@ def normal(answer: str) -> str:
         apart = "\n" if _BOX.match(rest.lstrip()) else ""  # two boxes side by side are two answers, never 0 \frac{5}{9}
         text = f"{text[: match.start()]}{inside}{apart}{rest}"
     return text
+
+
+def _delimited(text: str) -> str:
+    """``text`` without its math delimiters (``$``, ``$$``, ``\\(``, ``\\)``, ``\\[``, ``\\]``; never an escaped
+    ``\\$``): one between two stretches of text is a space (``The answer is $5$.``, ``$AB = 3$``), two or more (a
+    formula's end and the next one's start: ``$6$ $5$``, ``$6$$5$``) a new line, so two formulas stay two answers."""
+    parts = _MATH_DELIMITER.split(text)
+    out = [parts[0]]
+    for gap, following in zip(parts[1::2], parts[2::2]):
+        delimiters = len(_ONE_DELIMITER.findall(gap))
+        out.append("\n" if delimiters > 1 and out[-1].strip() and following.strip() else " ")
+        out.append(following)
+    return "".join(out)
 
 
 def _grouped(text: str) -> str:
@@ -245,7 +267,9 @@ def candidates(answer: str) -> list[str]:
             for part in _WORDS.split(sentence):
                 for words in _prose_split(part):
                     for piece in top_level_commas(words):
-                        pieces += _NUMBERS_APART.split(piece)
+                        pieces += [
+                            part for apart in _NUMBERS_APART.split(piece) for part in _ASSIGNED_APART.split(apart)
+                        ]
     return [bare for piece in pieces if (bare := _LEADING_DOT.sub("", piece.strip().rstrip(".")).strip())]
 
 
@@ -336,7 +360,14 @@ def read_side(side: str) -> tuple[str, list[object]]:
         while side[-1:] in (")", "]", "}") and open_brackets(side) < 0:
             side = side[:-1].strip()
         value = parsed(side) if side else []
-    if value and not is_constant(value) and (bare := _bare(side)) != side and bare.strip() and not _dropped(side, bare):
+    if (
+        value
+        and not is_constant(value)
+        and (bare := _bare(side)) != side
+        and bare.strip()
+        and not _dropped(side, bare)
+        and not _NUMBERS_APART.search(bare)  # 5 is 6: glue between two numbers, never their sum (5 6 reads 11)
+    ):
         again = parsed(bare)
         if again and is_constant(again):
             return bare, again
@@ -408,7 +439,10 @@ def unread_operand(text: str) -> str | None:
       deletion can leave LL parsing an invalid text for seconds; a 0 is always deleted, as ``0 \\frac{5}{9}`` (the
       mixed number) reads it yet states 5/9.
     """
-    for side, value in (read_side(side) for side in RELATION.split(text)):
+    for raw in RELATION.split(text):
+        if (apart := _glued_numbers(raw)) is not None:
+            return apart
+        side, value = read_side(raw)
         if not value or isinstance(value[0], str):  # read as nothing, or as its own text: nothing parsed
             if skipped := _skipped_whole(side, value):
                 return skipped
@@ -428,6 +462,15 @@ def unread_operand(text: str) -> str | None:
             if again and str(again[0]) == str(value[0]):
                 return token
     return None
+
+
+def _glued_numbers(side: str) -> str | None:
+    """The second of two numbers that only glue separates in ``side`` (``5 is 6``, ``6 \\mathrel{\\text{is}} 5``:
+    without the glue, two numbers apart, two answers), or None."""
+    bare = _bare(side)
+    if bare == side or (apart := _NUMBERS_APART.search(bare)) is None:
+        return None
+    return NUMBER.match(bare, apart.end() + (bare[apart.end()] in "+-"))[0]
 
 
 def _skipped_whole(side: str, value: list[object]) -> str | None:
