@@ -59,7 +59,7 @@ class Environment:
         """System, developer (the task family's instructions and tool schemas) and user (the task) messages."""
         prompt = self.config.prompt
         system = system_message(SystemPrompt(model_identity=prompt.model_identity, reasoning=prompt.reasoning))
-        instructions = getattr(prompt, kind_of(task).instructions)
+        instructions = kind_of(task).instructions_of(prompt)
         return [system, developer_message(instructions, self.toolbox_for(task).specs()), Message.user(task_text(task))]
 
     def toolbox_for(self, task: AnyTask) -> Toolbox:

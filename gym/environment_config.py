@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gym.episode import EpisodeConfig
 from gym.format.prompt import SystemPrompt
@@ -40,7 +40,7 @@ from gym.tools import ToolsConfig
 from sandbox.config import SandboxConfig
 from sandbox.config_file import read_config, validate_config
 from tasks.grader import GraderConfig
-from tasks.loader import FormatChoice
+from tasks.loader import formats
 from tasks.math.grader import MathGraderConfig
 from tasks.swe.family import SweFamilyConfig
 
@@ -70,11 +70,21 @@ class _Config(BaseModel):
 
 class FilePool(_Config):
     path: Path = Field(description="Dataset file or folder.")
-    format: FormatChoice | Literal["swe"] = Field(
+    format: str = Field(
         "auto",
         description="Dataset format (tasks.loader; auto recognises CP formats); swe: SWE-bench/SWE-Gym rows; "
-        "math: GSM8K, MATH or plain problem/answer rows (tasks.math.problem).",
+        "math: GSM8K, MATH or plain problem/answer rows (tasks.math.problem); or an installed task family "
+        "plugin's format (tasks.plugins).",
     )
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        known = ["auto", *formats(), "swe"]
+        if value not in known:
+            raise ValueError(f"unknown format {value[:80]!r}; known: {', '.join(known)}")
+        return value
+
     repos_dir: Path | None = Field(None, description="swe: folder of the repositories' clones, DIR/owner__name.")
     solutions: Path | None = Field(
         None,

@@ -1,6 +1,6 @@
 """The registry of task families: each family's ``FamilyKind``, the one place a family is registered.
 
-``KINDS`` lists them in routing order (``Families`` asks the families in this order, and an
+``KINDS`` lists them in routing order: the shipped ones, then those installed packages register (`tasks.plugins`) (``Families`` asks the families in this order, and an
 environment builds them in it). Whatever differs per family is asked of ``kind_of(task)``; the
 task types every family owns make ``AnyTask``, the task a pool, a bundle or a replay may hold.
 """
@@ -13,10 +13,17 @@ from functools import reduce
 from typing import Any
 
 from tasks.family import CODE, FamilyKind, Finding, UnknownTask
+from tasks.formats.registry import FORMATS
 from tasks.math.family import MATH
+from tasks.plugins import installed_kinds
 from tasks.swe.family import SWE
 
-KINDS: tuple[FamilyKind, ...] = (CODE, MATH, SWE)
+SHIPPED_KINDS: tuple[FamilyKind, ...] = (CODE, MATH, SWE)
+# the shipped kinds, then those installed distributions register (`tasks.plugins`)
+KINDS: tuple[FamilyKind, ...] = (
+    *SHIPPED_KINDS,
+    *installed_kinds({kind.name for kind in SHIPPED_KINDS}, {*FORMATS, "auto", "swe"}),
+)
 
 # every task type of a registered family (a runtime union: pydantic validates a bundle's task against it)
 TASK_TYPES: tuple[type, ...] = tuple(task_type for kind in KINDS for task_type in kind.task_types)

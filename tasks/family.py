@@ -150,10 +150,18 @@ class FamilyKind(ABC):
     instructions: ClassVar[str]  # the field of the environment's prompt settings with its developer instructions
     settings: ClassVar[str | None] = None  # the environment's (and a bundle's) section of its own settings
     takes_solutions: ClassVar[bool] = True  # whether a pool's solutions file gives its tasks' references
+    # a plugin's row formats: format name -> module with looks_like(row) and parse(index, row, name) (`tasks.plugins`;
+    # the shipped families' formats are `tasks.loader.FORMATS`)
+    formats: ClassVar[dict[str, str]] = {}
 
     def owns(self, task: object) -> bool:
         """Whether ``task`` is one of this family's tasks."""
         return isinstance(task, self.task_types)
+
+    def instructions_of(self, prompt: object) -> str:
+        """The developer instructions of this family's prompt: the field ``instructions`` names of the environment's
+        prompt settings (a plugin, whose field the settings do not have, returns its own text)."""
+        return getattr(prompt, self.instructions)
 
     def settings_of(self, holder: object) -> Any:
         """This family's settings section of ``holder`` (an environment's configuration, a bundle); None when the

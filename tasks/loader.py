@@ -11,34 +11,19 @@ from __future__ import annotations
 import importlib
 import logging
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from tasks.errors import MalformedRow, UnknownFormat
-from tasks.math.problem import MathTask
+from tasks.families import KINDS
+from tasks.formats.registry import FORMATS, FormatChoice
 from tasks.source import Reader, RowError, read_rows
-from tasks.task import Task
 
 log = logging.getLogger(__name__)
 
 # Rows in a row that match no format before one does: past this, the file is in a format nobody registered.
 MAX_UNRECOGNISED_ROWS = 100
-
-FormatChoice = Literal["auto", "nemotron", "taco", "apps", "codecontests", "lcb", "humaneval", "mbpp", "math", "verl"]
-
-# format name -> module exposing looks_like(row) and parse(index, row, name)
-FORMATS: dict[str, str] = {
-    "nemotron": "tasks.formats.nemotron",
-    "taco": "tasks.formats.taco",
-    "apps": "tasks.formats.taco",
-    "codecontests": "tasks.formats.codecontests",
-    "lcb": "tasks.formats.livecodebench",
-    "humaneval": "tasks.formats.humaneval",
-    "mbpp": "tasks.formats.mbpp",
-    "math": "tasks.math.problem",  # GSM8K, MATH and plain problem/answer rows: MathTask, not Task
-    "verl": "tasks.formats.verl",  # verl RL parquet rows: code rows are Task, math rows MathTask
-}
 
 
 class LoadReport(BaseModel):
@@ -48,8 +33,14 @@ class LoadReport(BaseModel):
 
     path: str
     format: str
-    tasks: tuple[Task | MathTask, ...]
+    tasks: tuple[Any, ...]  # each a task of its family's type (a format's parse validated it)
     errors: tuple[RowError, ...]
+
+
+def formats() -> dict[str, str]:
+    """Every format a file may name: the shipped ones (`FORMATS`), then those of installed task family plugins
+    (`tasks.plugins`, each kind's ``formats``)."""
+    return {**FORMATS, **{name: module for kind in KINDS for name, module in kind.formats.items()}}
 
 
 def detect_format(row: dict[str, Any]) -> str | None:
@@ -65,15 +56,21 @@ def detect_format(row: dict[str, Any]) -> str | None:
         return "taco"
     if importlib.import_module(FORMATS["math"]).looks_like(row):
         return "math"
+    for kind in KINDS:  # installed plugins' formats, after the shipped ones
+        for name, module in kind.formats.items():
+            if importlib.import_module(module).looks_like(row):
+                return name
     return None
 
 
-def load_tasks(path: Path, format: FormatChoice = "auto", reader: Reader = "auto") -> LoadReport:
-    """Every task of ``path``; malformed rows are reported in ``errors`` and skipped."""
-    if format != "auto" and format not in FORMATS:
-        raise UnknownFormat(f"unknown format {format!r}; known: {', '.join(FORMATS)}")
+def load_tasks(path: Path, format: FormatChoice | str = "auto", reader: Reader = "auto") -> LoadReport:
+    """Every task of ``path``; malformed rows are reported in ``errors`` and skipped. ``format``: ``auto``, a shipped
+    format or an installed plugin's (`formats`)."""
+    known = formats()
+    if format != "auto" and format not in known:
+        raise UnknownFormat(f"unknown format {format!r}; known: {', '.join(known)}")
     chosen = None if format == "auto" else format
-    tasks: list[Task | MathTask] = []
+    tasks: list[Any] = []
     errors: list[RowError] = []
     seen: set[str] = set()
     unknown: list[str] = []  # why each row read before the format was recognised fits none
@@ -92,7 +89,7 @@ def load_tasks(path: Path, format: FormatChoice = "auto", reader: Reader = "auto
                 continue
             log.info("%s: detected format %s", path, chosen)
         try:
-            task = importlib.import_module(FORMATS[chosen]).parse(index, row, chosen)
+            task = importlib.import_module(known[chosen]).parse(index, row, chosen)
         except MalformedRow as err:
             errors.append(RowError(index=index, reason=str(err)))
             continue
