@@ -4,33 +4,43 @@
 
     python -m gym grade --swe --tasks FILE [--repos-dir DIR] --solutions FILE|gold|empty [--json OUT]
 
-Predictions are JSON Lines ``{"instance_id", "model_patch"}`` (the SWE-bench
-predictions convention; other keys such as ``model_name_or_path`` are
-ignored, a null ``model_patch`` is an empty one). ``gold`` grades each
-instance's own ``patch``, ``empty`` an empty diff. Images are built first
-(cached by input hash, `tasks.swe.images`), then every prediction is graded in a
-fresh container. Prints one line per prediction and the totals; ``--json OUT``
-writes ``{"total", "resolved", "infra_errors", "invalid", "patch_apply_failed",
-"tampered", "instances": [{"instance_id", "resolved", "status", "f2p": {"success",
-"failure"}, "p2p": {...}, "partial", "stripped", ...}]}`` plus the skipped rows.
+Predictions are read in every form the SWE-bench harness and sb-cli accept (`read_predictions`):
+JSON Lines of ``{"instance_id", "model_patch", "model_name_or_path"}``, a JSON list of those, or sb-cli's
+object keyed by instance id. A null or missing ``model_patch`` is an empty patch, which is not run (the
+harness's rule): its status is ``empty``. ``gold`` grades each instance's own ``patch``, ``empty`` an
+empty diff in a container (the control run: the base tree must fail its F2P tests). Images are built
+first (cached by input hash, `tasks.swe.images`), then every prediction is graded in a fresh container.
+Prints one line per prediction and the totals; ``--json OUT`` writes ``{"total", "resolved",
+"infra_errors", "invalid", "patch_apply_failed", "tampered", "empty", "instances": [{"instance_id",
+"resolved", "status", "f2p": {"success", "failure"}, "p2p": {...}, "partial", "stripped", ...}]}``, the
+harness's report fields beside them (`tasks.swe.resolution.HarnessReport`) and the skipped rows.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
+import io
 import json
 import logging
+import os
+import re
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import trio
 from pydantic import BaseModel, ConfigDict
 
 from sandbox.config import SandboxConfig
-from tasks.source import RowError, read_rows
+from sandbox.distribution import resolve
+from tasks.errors import SourceError
+from tasks.source import RowError
 from tasks.swe.grader import SweGrader, SweGraderConfig, grade_predictions, grading_budgets
 from tasks.swe.images import build_images
 from tasks.swe.instance import SweInstance, load_instances
-from tasks.swe.resolution import SweReport
+from tasks.swe.resolution import HarnessReport, InstanceResult, SweReport
 
 log = logging.getLogger(__name__)
 
@@ -44,24 +54,161 @@ class Prediction(BaseModel):
 
     instance_id: str
     model_patch: str
+    model_name_or_path: str | None = None
+
+
+MAX_PREDICTIONS_BYTES = 256 << 20
+"""A predictions file (decompressed) past this is refused unread: 2,294 SWE-bench predictions of a few KiB each
+are ~10 MiB, and every patch past `tasks.swe.workspace.MAX_DIFF_BYTES` (16 MiB) is refused when graded anyway."""
+
+_BOM = b"\xef\xbb\xbf"
+_GZIP = b"\x1f\x8b"
+_ROW_KEYS = ("instance_id", "model_patch", "model_name_or_path")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # a "\\ud800" escape: text no file or container can be given
+
+
+class _Object(dict):
+    """A JSON object that keeps its pairs in order, repeated keys included (``json`` keeps the last silently:
+    ``{"a": {...}, "a": {...}}`` would hide one of two predictions)."""
+
+    pairs: list[tuple[str, Any]]
+    repeated: str | None  # the first key given twice
+
+
+def _object(pairs: list[tuple[str, Any]]) -> _Object:
+    obj = _Object(pairs)
+    obj.pairs = pairs
+    obj.repeated = None
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        obj.repeated = next(k for k, _ in pairs if k in seen or seen.add(k))
+    return obj
+
+
+def _json(text: str | bytes) -> Any | RowError:
+    """The JSON value of ``text``, or why it is not one (nesting past the parser's depth included)."""
+    try:
+        return json.loads(text, object_pairs_hook=_object)
+    except RecursionError:
+        return RowError(index=0, reason="nested deeper than the JSON reader goes")
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return RowError(index=0, reason=f"invalid JSON: {err}")
+
+
+def _bounded_bytes(path: Path) -> bytes | RowError:
+    """The file's bytes (gunzipped when they start as gzip does), read only up to the bound; a path that cannot be
+    opened is the caller's `SourceError`, what it holds a `RowError`."""
+    try:
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > MAX_PREDICTIONS_BYTES:
+                return RowError(index=0, reason=f"the file is {size} bytes, over the {MAX_PREDICTIONS_BYTES} read")
+            raw = handle.read(MAX_PREDICTIONS_BYTES + 1)  # a file still growing, or a device, stops here
+    except OSError as err:
+        raise SourceError(f"{path}: cannot be read: {err.strerror or err}") from err
+    if raw.startswith(_GZIP):
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as stream:
+                raw = stream.read(MAX_PREDICTIONS_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as err:  # BadGzipFile is an OSError
+            return RowError(index=0, reason=f"not a readable gzip file: {err}")
+    if len(raw) > MAX_PREDICTIONS_BYTES:
+        return RowError(index=0, reason=f"the file holds over the {MAX_PREDICTIONS_BYTES} bytes read")
+    return raw.removeprefix(_BOM)
+
+
+def _prediction_rows(raw: bytes) -> Iterator[tuple[int, Any]]:
+    """``(index, row)`` for every prediction the bytes hold, a row being an object or a `RowError`. The form is
+    read from the content: one JSON value (a list of rows; an object that is one row, or sb-cli's object keyed by
+    instance id) or JSON Lines (a file that is not one value and holds a line that is an object)."""
+    opening = raw.lstrip()[:1]
+    if not opening:
+        return
+    if opening not in (b"[", b"{"):
+        yield 0, RowError(index=0, reason="not JSON rows: a predictions file opens with '[' or '{'")
+        return
+    document = _json(raw)
+    if isinstance(document, list):
+        yield from enumerate(document)
+    elif isinstance(document, _Object) and any(not isinstance(document.get(k, {}), dict) for k in _ROW_KEYS):
+        yield 0, document  # one JSON Lines row
+    elif isinstance(document, _Object):
+        yield from _keyed_rows(document)
+    else:  # one broken document, or JSON Lines
+        lines = [(i, line) for i, line in enumerate(filter(bytes.strip, raw.splitlines()))]
+        rows = [(i, _json(line)) for i, line in lines] if opening == b"{" else []
+        if not any(isinstance(row, dict) for _, row in rows):
+            what = "a JSON list" if opening == b"[" else "one JSON value or JSON Lines"
+            yield 0, RowError(index=0, reason=f"not {what}: {document.reason}")
+            return
+        yield from ((i, RowError(index=i, reason=row.reason) if isinstance(row, RowError) else row) for i, row in rows)
+
+
+def _keyed_rows(document: _Object) -> Iterator[tuple[int, Any]]:
+    """sb-cli's ``{"<instance_id>": {"model_patch", "model_name_or_path"}}``: the key is the id."""
+    for index, (key, value) in enumerate(document.pairs):
+        if not isinstance(value, dict):
+            yield index, RowError(index=index, reason=f"entry {key!r} is a {_kind(value)}, not an object")
+        elif "instance_id" in value and value["instance_id"] != key:
+            inner = value["instance_id"]
+            yield index, RowError(index=index, reason=f"entry {key!r} holds instance_id {inner!r}: not its key")
+        elif value.repeated is not None:
+            yield index, RowError(index=index, reason=f"entry {key!r} gives the key {value.repeated!r} twice")
+        else:
+            yield index, _object([*value.pairs, ("instance_id", key)] if "instance_id" not in value else value.pairs)
+
+
+def _kind(value: Any) -> str:
+    kinds = {dict: "object", _Object: "object", list: "list", str: "string", bool: "boolean", type(None): "null"}
+    return kinds.get(type(value), "number")
+
+
+def _prediction(index: int, row: Any) -> Prediction | RowError:
+    """The prediction of one row, or why it is none."""
+    if not isinstance(row, dict):
+        return RowError(index=index, reason=f"row is a {_kind(row)}, not a JSON object")
+    if row.repeated is not None:
+        return RowError(index=index, reason=f"the row gives the key {row.repeated!r} twice")
+    instance_id, patch, model = row.get("instance_id"), row.get("model_patch"), row.get("model_name_or_path")
+    if not isinstance(instance_id, str) or not instance_id.strip():
+        return RowError(index=index, reason=f"instance_id must be a non-empty string, not a {_kind(instance_id)}")
+    if patch is not None and not isinstance(patch, str):
+        return RowError(
+            index=index, reason=f"model_patch of {instance_id!r} must be a string or null, not a {_kind(patch)}"
+        )
+    if model is not None and not isinstance(model, str):
+        return RowError(index=index, reason=f"model_name_or_path of {instance_id!r} must be a string or null")
+    if any(_SURROGATE.search(text) for text in (instance_id, patch or "", model or "")):
+        return RowError(index=index, reason=f"the row of {instance_id!r} is not valid Unicode text (a lone surrogate)")
+    return Prediction(instance_id=instance_id, model_patch=patch or "", model_name_or_path=model)
 
 
 def read_predictions(path: Path) -> tuple[list[Prediction], list[RowError]]:
-    """Predictions of a JSON Lines file; a row without a usable id or patch is reported and skipped."""
-    predictions: list[Prediction] = []
+    """Predictions of a file in any form the SWE-bench harness or sb-cli reads; a row that cannot be one, and every
+    row of an instance given different patches, is reported and skipped (identical repeats count once). Raises
+    `SourceError` only for a path that is no file."""
+    raw = _bounded_bytes(resolve(Path(path)))
+    if isinstance(raw, RowError):
+        return [], [raw]
+    read: list[tuple[int, Prediction]] = []
     errors: list[RowError] = []
-    for index, row in read_rows(Path(path), "plain"):
-        if isinstance(row, RowError):
-            errors.append(row)
-            continue
-        instance_id, patch = row.get("instance_id"), row.get("model_patch", "")
-        if not isinstance(instance_id, str) or not instance_id:
-            errors.append(RowError(index=index, reason="field 'instance_id' must be a non-empty string"))
-        elif patch is not None and not isinstance(patch, str):
-            errors.append(RowError(index=index, reason="field 'model_patch' must be a string or null"))
+    for index, row in _prediction_rows(raw):
+        prediction = row if isinstance(row, RowError) else _prediction(index, row)
+        if isinstance(prediction, RowError):
+            errors.append(prediction)
         else:
-            predictions.append(Prediction(instance_id=instance_id, model_patch=patch or ""))
-    return predictions, errors
+            read.append((index, prediction))
+    patches: dict[str, set[str]] = {}
+    for _, prediction in read:
+        patches.setdefault(prediction.instance_id, set()).add(prediction.model_patch)
+    predictions: dict[str, Prediction] = {}
+    for index, prediction in read:
+        if len(patches[prediction.instance_id]) > 1:
+            reason = f"instance {prediction.instance_id!r} has {len(patches[prediction.instance_id])} different patches"
+            errors.append(RowError(index=index, reason=reason + ": none is graded"))
+        else:
+            predictions.setdefault(prediction.instance_id, prediction)
+    return list(predictions.values()), sorted(errors, key=lambda e: e.index)
 
 
 def builtin_predictions(choice: str, instances: tuple[SweInstance, ...]) -> list[Prediction]:
@@ -85,7 +232,7 @@ def evaluate(
     return SweReport.of(results)
 
 
-def print_report(report: SweReport) -> None:
+def print_report(report: SweReport, harness: HarnessReport | None = None) -> None:
     width = max((len(r.instance_id) for r in report.instances), default=11)
     for r in report.instances:
         stripped = f"  stripped={','.join(s.path for s in r.stripped)}" if r.stripped else ""
@@ -97,8 +244,22 @@ def print_report(report: SweReport) -> None:
     rate = report.resolved / report.total if report.total else 0.0
     print(
         f"resolved {report.resolved}/{report.total} ({rate:.3f}), patch_apply_failed {report.patch_apply_failed}, "
-        f"invalid {report.invalid}, tampered {report.tampered}, infra_errors {report.infra_errors}"
+        f"invalid {report.invalid}, tampered {report.tampered}, empty {report.empty}, "
+        f"infra_errors {report.infra_errors}"
     )
+    if harness is not None:
+        print(
+            f"as the SWE-bench harness counts: {harness.total_instances} instances, {harness.submitted_instances} "
+            f"submitted, {harness.completed_instances} completed, {harness.resolved_instances} resolved, "
+            f"{harness.unresolved_instances} unresolved, {harness.empty_patch_instances} empty patches, "
+            f"{harness.error_instances} errors, {len(harness.incomplete_ids)} incomplete"
+        )
+
+
+def empty_result(prediction: Prediction) -> InstanceResult:
+    """An empty or null patch, not run (the SWE-bench harness's rule): unresolved, status ``empty``."""
+    detail = "empty patch: not run (the SWE-bench harness counts it apart, unresolved)"
+    return InstanceResult(instance_id=prediction.instance_id, resolved=False, status="empty", detail=detail)
 
 
 def grading_sandbox(path: Path | None) -> SandboxConfig:
@@ -112,7 +273,8 @@ def run_swe(args: argparse.Namespace) -> int:
     sandbox = grading_sandbox(args.sandbox_config)
     loaded = load_instances(args.tasks)
     choice = str(args.solutions)
-    if choice in BUILTIN_SOLUTIONS and not Path(choice).exists():
+    builtin = choice in BUILTIN_SOLUTIONS and not Path(choice).exists()
+    if builtin:
         predictions, bad = builtin_predictions(choice, loaded.instances), []
     else:
         predictions, bad = read_predictions(args.solutions)
@@ -128,11 +290,18 @@ def run_swe(args: argparse.Namespace) -> int:
         overrides["concurrency"] = args.concurrency
     if args.test_timeout is not None:
         overrides["test_timeout_s"] = args.test_timeout
-    log.info("grading %d predictions for %d instances", len(pairs), len(loaded.instances))
-    report = evaluate(pairs, args.repos_dir, SweGraderConfig(**overrides), sandbox)
-    print_report(report)
+    # a file's empty patch is not run (the harness's rule); the builtin `empty` is the control run, graded
+    empty = {p.instance_id for p in predictions if p.instance_id in by_id and not p.model_patch and not builtin}
+    graded = [(instance, patch) for instance, patch in pairs if instance.instance_id not in empty]
+    log.info("grading %d predictions for %d instances", len(graded), len(loaded.instances))
+    config = SweGraderConfig(**overrides)
+    results = list(evaluate(graded, args.repos_dir, config, sandbox).instances) if graded else []
+    results += [empty_result(p) for p in predictions if p.instance_id in empty]
+    report = SweReport.of(results)
+    harness = HarnessReport.of(results, [i.instance_id for i in loaded.instances])
+    print_report(report, harness)
     if args.json is not None:
-        document = json.loads(report.model_dump_json())
+        document = json.loads(report.model_dump_json()) | harness.model_dump(mode="json")
         document["skipped_task_rows"] = [e.model_dump() for e in loaded.errors]
         document["skipped_solution_rows"] = [e.model_dump() for e in bad]
         document["unknown_instance_ids"] = unknown
