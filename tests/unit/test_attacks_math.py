@@ -193,8 +193,9 @@ def test_a_gold_that_raises_is_the_tasks_fault_not_a_wrong_answer(monkeypatch):
 
 @pytest.mark.slow
 def test_a_gold_that_hangs_the_check_is_masked_and_an_answer_that_does_is_scored():
-    # the gold's time is the start's (start_timeout_s), the answer's is timeout_s from the gold on
-    grader = MathGrader(MathGraderConfig(timeout_s=4, start_timeout_s=20))
+    # the gold's time is the start's (start_timeout_s), the answer's is timeout_s of CPU from the gold on; the
+    # wall-clock backstop far past it, so a host at load 20 still sees the CPU limit reached, not starvation
+    grader = MathGrader(MathGraderConfig(timeout_s=4, start_timeout_s=20, backstop_factor=40))
     hanging_gold = grade_sync(grader, TASK.model_copy(update={"gold": "9^{9^{9^{9}}}"}), "1")
     assert hanging_gold.infra_error and "ran past 20 s before reading the gold" in hanging_gold.detail
     hanging_answer = grade_sync(grader, TASK, "9^{9^{9^{9}}}")
