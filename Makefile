@@ -15,8 +15,10 @@ test: setup
 	python3 -m ruff format --check .
 	python3 -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25 tests
 
-# The edit loop: the lint gate and the unit tier (no Docker), on two workers.
+# The edit loop: the lint gate and the unit tier (no Docker), on two workers; the default tokenizer is built
+# first when a fresh clone lacks it (the CLI tests read it, and must not see its one-time training in their output).
 check:
 	python3 -m ruff check .
 	python3 -m ruff format --check .
+	python3 -c "from gym.format.bpe import load_bpe; load_bpe()"
 	python3 -m pytest -q -n 2 -m "not slow and not docker" tests/unit

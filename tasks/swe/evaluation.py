@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import re
+import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,8 +42,10 @@ from tasks.swe.grader import SweGrader, SweGraderConfig, grade_predictions, grad
 from tasks.swe.images import build_images
 from tasks.swe.instance import SweInstance, load_instances
 from tasks.swe.resolution import HarnessReport, InstanceResult, SweReport
+from tasks.task_ids import unknown_ids_hint
 
 log = logging.getLogger(__name__)
+NOTHING_TO_GRADE = 5  # the exit code `gym grade` gives when nothing was graded (gym.commands.grade)
 
 BUILTIN_SOLUTIONS = ("gold", "empty")
 
@@ -280,11 +283,15 @@ def run_swe(args: argparse.Namespace) -> int:
         predictions, bad = read_predictions(args.solutions)
     for error in bad:
         log.warning("%s: skipped prediction row %d: %s", args.solutions, error.index, error.reason)
-    by_id = loaded.by_id()
+    prefix = getattr(args, "id_prefix", "") or ""  # --id-prefix names the instances as a pool's id_prefix would
+    by_id = {prefix + instance_id: instance for instance_id, instance in loaded.by_id().items()}
     pairs = [(by_id[p.instance_id], p.model_patch) for p in predictions if p.instance_id in by_id]
     unknown = sorted({p.instance_id for p in predictions if p.instance_id not in by_id})
+    hint = unknown_ids_hint(list(by_id), unknown)  # a few instances the file does hold
     if unknown:
-        log.warning("%d predictions name instances not in %s: %s", len(unknown), args.tasks, ", ".join(unknown[:10]))
+        log.warning(
+            "%d predictions name instances not in %s: %s (%s)", len(unknown), args.tasks, ", ".join(unknown[:10]), hint
+        )
     overrides = {"log_dir": args.swe_log_dir}
     if args.concurrency is not None:
         overrides["concurrency"] = args.concurrency
@@ -307,6 +314,10 @@ def run_swe(args: argparse.Namespace) -> int:
         document["unknown_instance_ids"] = unknown
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(document, indent=1) + "\n")
+    if predictions and not pairs:  # every prediction names an instance the file does not hold
+        print(f"grade: nothing graded: no prediction of {args.solutions} names an instance of {args.tasks}; {hint}",
+              file=sys.stderr)  # fmt: skip
+        return NOTHING_TO_GRADE
     return 0
 
 

@@ -273,3 +273,25 @@ def test_grade_writes_both_reports_and_never_runs_an_empty_patch(tmp_path, monke
     graded.clear()
     assert run_swe(argparse.Namespace(**{**vars(args), "solutions": Path("empty")})) == 0
     assert graded == ["o__r-1", "o__r-2", "o__r-3", "o__r-4"] and json.loads(out.read_text())["empty"] == 0
+
+
+def test_predictions_of_unknown_instances_name_a_few_known_ones_and_the_prefix(tmp_path, monkeypatch, capsys):
+    """One task id everywhere: --id-prefix names the instances as a pool's id_prefix would, and predictions that
+    match none are an error listing instances the file does hold, and the prefix that would match them."""
+    graded: list[str] = []
+
+    def fake_evaluate(pairs, repos_dir, config, sandbox):
+        graded.extend(instance.instance_id for instance, _ in pairs)
+        return SweReport.of([result(i.instance_id, "resolved") for i, _ in pairs])
+
+    monkeypatch.setattr(evaluation, "evaluate", fake_evaluate)
+    tasks = instances_file(tmp_path, ["o__r-1", "o__r-2"])
+    preds = written(tmp_path, json.dumps({"swe/o__r-1": {"model_patch": PATCH_A}}) + "\n", "preds.json")
+    args = argparse.Namespace(
+        sandbox_config=None, tasks=tasks, solutions=preds, swe_log_dir=None, concurrency=None, test_timeout=None,
+        repos_dir=None, json=None, id_prefix="",
+    )  # fmt: skip
+    assert run_swe(args) == 5 and graded == []
+    err = capsys.readouterr().err
+    assert "nothing graded: no prediction of" in err and "'o__r-1', 'o__r-2'" in err and "--id-prefix swe/" in err
+    assert run_swe(argparse.Namespace(**{**vars(args), "id_prefix": "swe/"})) == 0 and graded == ["o__r-1"]
