@@ -98,6 +98,30 @@ def cached_venv(name: str, *installs: Sequence[str]) -> Path:
     return python
 
 
+def cached_foreign_venv(interpreter: Path, name: str, *installs: Sequence[str]) -> Path:
+    """As `cached_venv`, for a venv of another ``interpreter`` (a Python this project does not run on, for a library
+    that needs one): it sees none of this interpreter's packages and installs with its own pip, from the configured
+    package indexes. The marker names the interpreter's version too, so a new one rebuilds it."""
+    venv = CACHE / name
+    python = venv / "bin" / "python"
+    version = printed(interpreter, "import sys; print(sys.version)")
+    marker = "\n".join([version, *(" ".join(args) for args in installs)]) + "\n"
+    complete = venv / ".complete"
+    if complete.exists() and complete.read_text() == marker:
+        return python
+    shutil.rmtree(venv, ignore_errors=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([str(interpreter), "-m", "venv", str(venv)], check=True)
+    for args in installs:
+        try:
+            pip(python, "install", *args, cwd=venv)
+        except AssertionError as exc:
+            shutil.rmtree(venv, ignore_errors=True)
+            pytest.skip(f"pip install {' '.join(args)} fails for {interpreter}: {str(exc)[-600:]}")
+    complete.write_text(marker)
+    return python
+
+
 def driven(python: Path, module: str, *args: str, path: Sequence[Path] = ()) -> dict:
     """What ``python -m MODULE ARGS`` prints as JSON on its last line: a test driver run by another venv's python from
     the checkout, with the checkout and ``path`` on its PYTHONPATH; it must exit 0 (else the end of its stderr)."""
