@@ -22,11 +22,11 @@ from images.inputs import (
     BASE_PACKAGES,
     BASE_REPOSITORY,
     RUNNER_DOCKERFILE,
-    RUNNER_SOURCE,
     ImageBuildError,
     base_inputs,
     host_release,
     runner_inputs,
+    runner_sources,
     runner_tag,
 )
 
@@ -128,12 +128,14 @@ def build_dockerfile(
 def build_runner(client: docker.DockerClient, base: BuiltImage, force: bool = False) -> BuiltImage:
     """``gym-runner:<inputs>``: the tag ``images.inputs.runner_image()`` names for this checkout."""
     dockerfile = RUNNER_DOCKERFILE.read_bytes()
-    runner = RUNNER_SOURCE.read_bytes()
-    inputs = runner_inputs(base.inputs, dockerfile, runner)
+    sources = runner_sources()
+    inputs = runner_inputs(base.inputs, dockerfile, sources)
     with tempfile.TemporaryDirectory() as tmp:
         context = Path(tmp)
         (context / "Dockerfile").write_bytes(dockerfile)
-        (context / "runner.py").write_bytes(runner)
+        for path, data in sources.items():
+            (context / path).parent.mkdir(parents=True, exist_ok=True)
+            (context / path).write_bytes(data)
         return build_dockerfile(client, context, runner_tag(inputs), inputs, {"BASE": base.tag}, force or base.built)
 
 

@@ -16,7 +16,10 @@ ROOT = Path(__file__).resolve().parent.parent
 BASE_REPOSITORY = "gym-base"
 RUNNER_REPOSITORY = "gym-runner"
 RUNNER_DOCKERFILE = ROOT / "images/runner/Dockerfile"
-RUNNER_SOURCE = ROOT / "sandbox/runner.py"
+# What the runner image carries of this tree (stdlib only), at the same paths under /opt/gym: the runner
+# package and the wire constants it shares with the host.
+RUNNER_PACKAGE = ROOT / "sandbox/runner"
+RUNNER_WIRE = ROOT / "sandbox/wire.py"
 # Debian packages of the base image: python3 for the runner and graders; pip/venv/git/patch for SWE images.
 BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "git", "procps", "patch", "ca-certificates")
 # Stands in for the release in a tag computed where /etc/os-release names none: such a tag matches
@@ -48,22 +51,28 @@ def base_inputs(release: str) -> str:
     return digest("base", release, *BASE_PACKAGES)
 
 
-def runner_inputs(base: str, dockerfile: bytes, runner: bytes) -> str:
-    """Input hash of the runner image: the base's inputs, its Dockerfile and the runner's source bytes."""
-    return digest("runner", base, dockerfile, runner)
+def runner_sources() -> dict[str, bytes]:
+    """The runner's source files, by their path in this tree (and under /opt/gym in the image)."""
+    paths = [RUNNER_WIRE, *sorted(RUNNER_PACKAGE.glob("*.py"))]
+    return {path.relative_to(ROOT).as_posix(): path.read_bytes() for path in paths}
+
+
+def runner_inputs(base: str, dockerfile: bytes, sources: dict[str, bytes]) -> str:
+    """Input hash of the runner image: the base's inputs, its Dockerfile and the runner's files (paths and bytes)."""
+    return digest("runner", base, dockerfile, *(part for path in sorted(sources) for part in (path, sources[path])))
 
 
 def runner_tag(inputs: str) -> str:
     return f"{RUNNER_REPOSITORY}:{inputs}"
 
 
-def checkout_runner_inputs() -> tuple[str, bytes, bytes]:
-    """``(base inputs, Dockerfile, runner.py)`` of this checkout on this machine."""
+def checkout_runner_inputs() -> tuple[str, bytes, dict[str, bytes]]:
+    """``(base inputs, Dockerfile, the runner's files)`` of this checkout on this machine."""
     try:
         release = host_release()
     except (OSError, ImageBuildError):
         release = UNKNOWN_RELEASE
-    return base_inputs(release), RUNNER_DOCKERFILE.read_bytes(), RUNNER_SOURCE.read_bytes()
+    return base_inputs(release), RUNNER_DOCKERFILE.read_bytes(), runner_sources()
 
 
 @functools.cache

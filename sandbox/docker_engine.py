@@ -37,7 +37,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 SANDBOX_UID = 1000
 RUNNER_CAPS = ["KILL", "SETUID", "SETGID", "SETPCAP"]
-RUNNER_COMMAND = ["python3", "-I", "-S", "-B", "/opt/gym/runner.py"]
+# The runner package run as a directory (sandbox/runner/__main__.py), as images/runner/Dockerfile lays it out;
+# its path in the command line is how the kill-test's attacks and host checks know the runner's process.
+RUNNER_COMMAND = ["python3", "-I", "-S", "-B", "/opt/gym/sandbox/runner"]
 STREAM_HEADER = struct.Struct(">BxxxI")
 # Per-IPC-namespace limits (the kernel's defaults allow 32000 identifiers of each kind).
 IPC_SYSCTLS = {"kernel.shmmni": "256", "kernel.msgmni": "256", "kernel.sem": "250 32000 32 256"}
@@ -187,7 +189,7 @@ class Engine:
         return dict(
             image=cfg.image,
             command=RUNNER_COMMAND,
-            user="0:0",  # the runner; every sandboxed command runs as SANDBOX_UID (see sandbox/runner.py)
+            user="0:0",  # the runner; every sandboxed command runs as SANDBOX_UID (see sandbox/runner/)
             stdin_open=True,
             tty=False,
             hostname="workspace",

@@ -1,31 +1,23 @@
 """Typed request/result pairs for every sandbox operation, and the wire framing.
 
 The same models are used in-process and on the wire to the in-container runner
-(`sandbox/runner.py` reads the same field names). Bytes travel as base64 in
-JSON. Frames are a 4-byte big-endian length followed by a JSON object
-``{"id", "op", "body"}`` (requests) or ``{"id", "ok", "body" | "error"}``.
+(`sandbox/runner/` reads the same field names). Bytes travel as base64 in
+JSON. The frame, its bounds and the op names are `sandbox.wire`'s, the one
+stdlib-only module both sides import: a 4-byte big-endian length followed by a
+JSON object ``{"id", "op", "body"}`` (requests) or ``{"id", "ok", "body" | "error"}``.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import struct
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, model_validator
 
+from sandbox import wire
 from sandbox.failure import FailureKind
-
-HEADER = struct.Struct(">I")
-MAX_FRAME = 256 << 20
-PROTOCOL_VERSION = 1
-# The most bytes of data one reply carries (file, output, archive; base64 on the wire) and the most
-# entries one listing returns: with them every reply the runner makes fits a frame (sandbox/runner.py
-# holds the same figures and clamps to them whatever a request asks).
-MAX_DATA = 96 << 20
-MAX_LIST_ENTRIES = 20000
-
+from sandbox.wire import HEADER, MAX_DATA, MAX_FRAME, MAX_LIST_ENTRIES
 
 # pydantic's ser_json_bytes="base64" writes the URL-safe alphabet ('-', '_'), which the runner's
 # base64.b64decode silently drops (corrupting the data or failing on padding): write the standard one.
@@ -196,13 +188,13 @@ class GetArchiveResult(_Wire):
 
 # op name -> (request model, result model)
 OPERATIONS: dict[str, tuple[type[_Wire], type[_Wire]]] = {
-    "exec": (ExecRequest, ExecResult),
-    "exec_batch": (BatchExecRequest, BatchExecResult),
-    "read_file": (ReadFileRequest, ReadFileResult),
-    "write_file": (WriteFileRequest, FileResult),
-    "list_dir": (ListDirRequest, ListDirResult),
-    "put_archive": (PutArchiveRequest, FileResult),
-    "get_archive": (GetArchiveRequest, GetArchiveResult),
+    wire.EXEC: (ExecRequest, ExecResult),
+    wire.EXEC_BATCH: (BatchExecRequest, BatchExecResult),
+    wire.READ_FILE: (ReadFileRequest, ReadFileResult),
+    wire.WRITE_FILE: (WriteFileRequest, FileResult),
+    wire.LIST_DIR: (ListDirRequest, ListDirResult),
+    wire.PUT_ARCHIVE: (PutArchiveRequest, FileResult),
+    wire.GET_ARCHIVE: (GetArchiveRequest, GetArchiveResult),
 }
 
 

@@ -20,12 +20,12 @@ from pathlib import Path
 import docker
 import trio
 
-from sandbox.docker_engine import Engine
+from sandbox.docker_engine import RUNNER_COMMAND, Engine
 from sandbox.errors import InfraError
 from sandbox.killtest.judge import Check
 
 log = logging.getLogger(__name__)
-EXPECTED_PROCESSES = ("docker-init", "/opt/gym/runner.py")
+EXPECTED_PROCESSES = ("docker-init", RUNNER_COMMAND[-1])
 REMOVAL_TIMEOUT_S = 20.0
 SETTLE_S = 1.0  # zombies reparented to init are reaped asynchronously; give it this long
 DAEMON_PING_LIMIT_S = 5.0

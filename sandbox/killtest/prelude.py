@@ -119,4 +119,4 @@ def sibling():
     return pid
 
 
-RUNNER = b"/opt/gym/runner.py"
+RUNNER = b"/opt/gym/sandbox/runner"  # in the runner's command line (sandbox.docker_engine.RUNNER_COMMAND)

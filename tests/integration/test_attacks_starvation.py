@@ -1,4 +1,4 @@
-"""Attacks on the starvation grace (sandbox/runner.py ``StarvationWatch``) by the program itself, in the real
+"""Attacks on the starvation grace (sandbox/runner/watch.py ``StarvationWatch``) by the program itself, in the real
 sandbox on a host this module does not load: a program that fails (busy loop, sleep) must stay ``time_limit`` however
 it bends what /proc shows the runner, never ``infra_error`` (masked) nor ``passed``, and the runner must not crash.
 

@@ -2,7 +2,7 @@
 
 Issue 41, class 1: a listing of ~250,000 files whose names are control characters (1,530 bytes of JSON
 each) made a reply past the host's 256 MiB frame bound; the host dropped the stream, the episode ended
-``infra_error`` and was masked. Every operation now bounds its reply (sandbox/runner.py: MAX_DATA bytes
+``infra_error`` and was masked. Every operation now bounds its reply (sandbox/runner/, sandbox/wire.py: MAX_DATA bytes
 of data, MAX_LIST_ENTRIES entries, a last guard on the frame), so the candidate's largest reply is its
 own ``output_truncated`` (or ``tool_error``), the workspace lives on, and the episode is scored.
 

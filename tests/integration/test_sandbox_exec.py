@@ -120,7 +120,7 @@ def test_no_process_survives_a_call():
 
 def test_runner_holds_no_supplementary_groups():
     async def go(ws):
-        return await ws.exec(sh("grep -E '^(Uid|Groups):' /proc/$(pgrep -f '^python3 .*runner.py')/status"))
+        return await ws.exec(sh("grep -E '^(Uid|Groups):' /proc/$(pgrep -f '^python3 .*sandbox/runner')/status"))
 
     lines = dict(line.split(":", 1) for line in in_workspace(go).stdout_text.splitlines())
     assert lines["Uid"].split()[0] == "0"  # the runner is uid 0 (with four capabilities only)

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from sandbox import runner
-from sandbox.runner import Thread, Waits, parse_stat, read_task, starved, window_of
+from sandbox.runner import watch as runner_watch
+from sandbox.runner.watch import Thread, Waits, parse_stat, read_task, starved, window_of
 
 S = 1_000_000_000
 MS = S // 1000
@@ -104,9 +104,9 @@ def test_the_watch_survives_a_tree_that_changes_under_every_reading(monkeypatch)
     for n in range(30):
         tid = 100 + n % 3
         readings.append([Thread(tid, "RSTtD"[n % 5], (n * 7) % 11 * MS, n * MS, n % 4, voluntary=n % 2)])
-    monkeypatch.setattr(runner, "tree_tasks", lambda affinity: readings.pop(0))
+    monkeypatch.setattr(runner_watch, "tree_tasks", lambda affinity: readings.pop(0))
 
-    watch = runner.StarvationWatch(Clock(), spawned=0.0, cap=9.0, cpu_limit=0.625, throttle=2.0)
+    watch = runner_watch.StarvationWatch(Clock(), spawned=0.0, cap=9.0, cpu_limit=0.625, throttle=2.0)
     for t in range(12):
         watch.sample(t * 0.5)
     assert watch.later(6.0) is None and not watch.starved  # a sleeper-like tree: killed at its deadline
@@ -123,11 +123,11 @@ def test_a_wait_beside_an_idle_cpu_is_not_the_hosts(monkeypatch, idle_per_s, run
     # sat idle the whole time: it put itself on the busy one (pinned, then unpinned between readings) and the balancer
     # left it there; the wait is its own, killed at the deadline (time_limit), never run on nor marked starved.
     readings = [_pinned_then_unpinned(n) for n in range(19)]
-    monkeypatch.setattr(runner, "tree_tasks", lambda affinity: readings.pop(0))
+    monkeypatch.setattr(runner_watch, "tree_tasks", lambda affinity: readings.pop(0))
     clock = {"t": 0.0}
-    monkeypatch.setattr(runner, "idle_cpu_s", lambda cpus: 1000.0 + idle_per_s * clock["t"])
+    monkeypatch.setattr(runner_watch, "idle_cpu_s", lambda cpus: 1000.0 + idle_per_s * clock["t"])
 
-    watch = runner.StarvationWatch(Clock(), spawned=0.0, cap=9.0, cpu_limit=0.625, throttle=2.0)
+    watch = runner_watch.StarvationWatch(Clock(), spawned=0.0, cap=9.0, cpu_limit=0.625, throttle=2.0)
     for t in range(12):
         clock["t"] = t * 0.5
         watch.sample(t * 0.5)
@@ -145,9 +145,9 @@ def test_a_wait_beside_an_idle_cpu_is_not_the_hosts(monkeypatch, idle_per_s, run
 
 
 def test_idle_cpu_seconds_are_read_from_proc_stat():
-    idle = runner.idle_cpu_s(os.sched_getaffinity(0))
+    idle = runner_watch.idle_cpu_s(os.sched_getaffinity(0))
     assert idle is not None and idle >= 0
-    assert runner.idle_cpu_s(set()) == 0.0
+    assert runner_watch.idle_cpu_s(set()) == 0.0
 
 
 def test_the_wait_credited_to_the_host_excludes_the_time_a_cpu_beside_it_sat_idle():

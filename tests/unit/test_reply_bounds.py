@@ -12,8 +12,8 @@ import os
 import pytest
 from pydantic import ValidationError
 
-import sandbox.runner as runner
 from gym.tools import ToolsConfig
+from sandbox import wire
 from sandbox.config import CallBudgets
 from sandbox.failure import Verdict
 from sandbox.protocol import (
@@ -26,16 +26,17 @@ from sandbox.protocol import (
     ListDirRequest,
     ReadFileRequest,
 )
+from sandbox.runner import command, files, framing, replies
 from tasks.grader import Grader, GraderConfig
 from tasks.task import StdinTest
 from tests.task_support import task
 
 
 def frames_written(message: dict, monkeypatch, frame: int) -> dict:
-    monkeypatch.setattr(runner, "MAX_FRAME", frame)
+    monkeypatch.setattr(framing, "MAX_FRAME", frame)
     read, write = os.pipe()
     try:
-        runner.write_frame(write, message)
+        framing.write_frame(write, message)
         os.close(write)
         data = b""
         while chunk := os.read(read, 1 << 16):
@@ -48,7 +49,14 @@ def frames_written(message: dict, monkeypatch, frame: int) -> dict:
 
 
 def test_the_runner_and_the_host_agree_on_the_bounds():
-    assert (runner.MAX_FRAME, runner.MAX_DATA, runner.MAX_LIST_ENTRIES) == (MAX_FRAME, MAX_DATA, MAX_LIST_ENTRIES)
+    # one copy of each figure, in sandbox/wire.py: the host's models and the runner's clamps read it
+    assert (MAX_FRAME, MAX_DATA, MAX_LIST_ENTRIES) == (wire.MAX_FRAME, wire.MAX_DATA, wire.MAX_LIST_ENTRIES)
+    assert (framing.MAX_FRAME, command.MAX_DATA, files.MAX_DATA, files.MAX_LIST_ENTRIES) == (
+        wire.MAX_FRAME,
+        wire.MAX_DATA,
+        wire.MAX_DATA,
+        wire.MAX_LIST_ENTRIES,
+    )
     # the largest data reply is base64 (4/3) plus its JSON; the largest listing: 1,530 bytes a name as JSON
     assert MAX_DATA * 4 // 3 + (1 << 20) < MAX_FRAME and MAX_LIST_ENTRIES * (255 * 6 + 80) < MAX_FRAME
 
@@ -60,7 +68,7 @@ def test_a_reply_past_the_frame_bound_becomes_output_truncated(monkeypatch):
     assert sent["body"]["truncated"] and "passed the frame bound of 4096 bytes" in sent["body"]["detail"]
     assert "entries" not in sent["body"]
 
-    item = {"item": 3, "result": runner._result(stdout=b"\x01" * 100_000)}  # an exec_batch item, streamed
+    item = {"item": 3, "result": replies.exec_result(stdout=b"\x01" * 100_000)}  # an exec_batch item, streamed
     sent = frames_written({"id": 8, "ok": True, "partial": True, "body": item}, monkeypatch, 4096)
     assert sent["partial"] and sent["body"]["item"] == 3
     assert sent["body"]["result"]["failure"] == "output_truncated" and sent["body"]["result"]["stdout"] == ""

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import pytest
 import trio
 
-from sandbox import runner
 from sandbox.config import SandboxConfig
 from sandbox.failure import FailureKind, Verdict
 from sandbox.protocol import ExecRequest, ExecResult
-from sandbox.runner import (
+from sandbox.runner import watch as runner_watch
+from sandbox.runner.watch import (
     Thread,
     Waits,
     deprioritized,
@@ -124,9 +124,9 @@ class FakeClock:
 
 def _watch(monkeypatch, readings):
     """A watch spawned at t=0 with a cap at t=9 s, reading ``readings`` (lists of Tasks) one after another."""
-    monkeypatch.setattr(runner, "tree_tasks", lambda affinity: readings.pop(0))
+    monkeypatch.setattr(runner_watch, "tree_tasks", lambda affinity: readings.pop(0))
     clock = FakeClock()
-    return runner.StarvationWatch(clock, spawned=0.0, cap=9.0, cpu_limit=0.625, throttle=2.0), clock
+    return runner_watch.StarvationWatch(clock, spawned=0.0, cap=9.0, cpu_limit=0.625, throttle=2.0), clock
 
 
 def _starving(n: int, state: str = "R", voluntary: int = 2, **fields) -> list[Thread]:
@@ -184,10 +184,10 @@ def test_the_watch_kills_at_the_deadline_a_sleeper_or_a_deprioritized_tree(monke
 
 def test_without_a_grace_the_runner_keeps_the_old_deadline():
     clock = FakeClock()
-    assert runner.StarvationWatch.of(clock, 0.0, 6.0, None, 0.625) is None
-    assert runner.StarvationWatch.of(clock, 0.0, 6.0, 3.0, None) is None
+    assert runner_watch.StarvationWatch.of(clock, 0.0, 6.0, None, 0.625) is None
+    assert runner_watch.StarvationWatch.of(clock, 0.0, 6.0, 3.0, None) is None
     clock.cgroup_start = None  # the cgroup cannot be read: nothing to judge the CPU by
-    assert runner.StarvationWatch.of(clock, 0.0, 6.0, 3.0, 0.625) is None
+    assert runner_watch.StarvationWatch.of(clock, 0.0, 6.0, 3.0, 0.625) is None
 
 
 # ------------------------------------------------------------------ host side

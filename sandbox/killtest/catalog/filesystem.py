@@ -184,7 +184,7 @@ report "$r" "/tmp/kt_symlink after the tools ran"
 open("/tmp/kt_hard", "w").close()
 results = {
     "link /etc/passwd": attempt(os.link, "/etc/passwd", "/workspace/passwd_hard"),
-    "link /opt/gym/runner.py": attempt(os.link, "/opt/gym/runner.py", "/workspace/runner_hard"),
+    "link the runner": attempt(os.link, "/opt/gym/sandbox/runner/__main__.py", "/workspace/runner_hard"),
     "link /tmp file": attempt(os.link, "/tmp/kt_hard", "/workspace/tmp_hard"),
 }
 denied(results)

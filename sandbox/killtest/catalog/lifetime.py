@@ -136,12 +136,22 @@ else:
         "signal 0 runner": attempt(os.kill, runner, 0),
         "open runner stdout": attempt(lambda: os.close(os.open("/proc/%d/fd/1" % runner, os.O_WRONLY))),
         "open runner stdin": attempt(lambda: os.close(os.open("/proc/%d/fd/0" % runner, os.O_RDONLY))),
-        "write runner.py": attempt(lambda: open("/opt/gym/runner.py", "a").close()),
+        "write the runner's entry": attempt(lambda: open("/opt/gym/sandbox/runner/__main__.py", "a").close()),
+        "write a runner module": attempt(lambda: open("/opt/gym/sandbox/runner/serve.py", "a").close()),
+        "write wire.py": attempt(lambda: open("/opt/gym/sandbox/wire.py", "a").close()),
+        "plant a runner module": attempt(lambda: open("/opt/gym/sandbox/runner/kt_planted.py", "w").close()),
+        "shadow a stdlib module": attempt(lambda: open("/opt/gym/heapq.py", "w").close()),
     }
     denied(results)
 """,
             expected=("denied",),
         ),
-        targets=("/opt/gym/runner.py",),
+        targets=(
+            "/opt/gym/sandbox/runner/__main__.py",
+            "/opt/gym/sandbox/runner/serve.py",
+            "/opt/gym/sandbox/wire.py",
+            "/opt/gym/sandbox/runner/kt_planted.py",
+            "/opt/gym/heapq.py",
+        ),
     ),
 )
