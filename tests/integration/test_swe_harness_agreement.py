@@ -26,9 +26,8 @@ import pytest
 from tasks.swe.resolution import allow_skips, grade_log, status_of
 from tasks.swe.testlog import TestStatus, parse, verbose_line
 from tests.install_support import cached_venv
-from tests.unit.test_swe_skips import LOGS as SKIP_LOGS
-from tests.unit.test_swe_skips import QUIET_CLEAN, QUIET_MODULE_SKIPPED, QUIET_TEARDOWN_ERROR
-from tests.unit.test_swe_testlog import RA_LOG, VERBOSE_LOG
+from tests.swe_log_support import LOGS as SKIP_LOGS
+from tests.swe_log_support import QUIET_CLEAN, QUIET_MODULE_SKIPPED, QUIET_TEARDOWN_ERROR, RA_LOG, VERBOSE_LOG
 
 pytestmark = pytest.mark.slow  # the first run installs swebench (~1 min); then ~5 s
 

@@ -3,60 +3,7 @@
 from __future__ import annotations
 
 from tasks.swe.testlog import TestStatus, parse, split_id
-
-RA_LOG = """\
-============================= test session starts ==============================
-platform linux -- Python 3.11.2, pytest-8.3.4, pluggy-1.5.0
-rootdir: /workspace/repo
-collected 12 items
-
-test_demo.py .FF....sxXE.                                                [100%]
-
-==================================== ERRORS ====================================
-_________________________ ERROR at setup of test_error _________________________
-E   RuntimeError: fixture
-=================================== FAILURES ===================================
-__________________________________ test_fail ___________________________________
-E   assert 0
------------------------------ Captured stdout call -----------------------------
-PASSED test_demo.py::test_fail
-==================================== PASSES ====================================
-=========================== short test summary info ============================
-PASSED test_demo.py::test_pass
-PASSED test_demo.py::test_param[a - b]
-PASSED test_demo.py::test_param[]
-PASSED test_demo.py::test_param[None]
-PASSED test_demo.py::test_param[sp ace]
-PASSED test_demo.py::TestK::test_m
-SKIPPED [1] test_demo.py:6: nope
-XFAIL test_demo.py::test_xfail - bad
-XPASS test_demo.py::test_xpass
-ERROR test_demo.py::test_error - RuntimeError: fixture
-FAILED test_demo.py::test_fail - assert 0
-FAILED test_demo.py::test_param[1] - assert 1 != 1
-==== 2 failed, 6 passed, 1 skipped, 1 xfailed, 1 xpassed, 1 error in 2.31s =====
-"""
-
-VERBOSE_LOG = """\
-============================= test session starts ==============================
-collecting ... collected 4 items
-
-test_demo.py::test_pass PASSED                                           [ 25%]
-test_demo.py::test_skip SKIPPED (nope)                                   [ 50%]
-test_demo.py::test_teardown PASSED                                       [ 75%]
-test_demo.py::test_teardown ERROR                                        [ 75%]
-test_demo.py::test_param[a - b] PASSED                                   [100%]
-
-==================================== ERRORS ====================================
-test_demo.py::test_pass FAILED
-=========================== short test summary info ============================
-PASSED test_demo.py::test_pass
-PASSED test_demo.py::test_teardown
-PASSED test_demo.py::test_param[a - b]
-SKIPPED [1] test_demo.py:6: nope
-ERROR test_demo.py::test_teardown - RuntimeError
-============= 3 passed, 1 skipped, 1 error in 0.10s ==============
-"""
+from tests.swe_log_support import RA_LOG, VERBOSE_LOG
 
 
 def test_every_status_and_parametrized_ids():
