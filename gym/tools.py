@@ -331,7 +331,7 @@ async def _list_dir(box: Toolbox, ws: ToolWorkspace, args: ListDirArgs) -> ToolO
 
 # One grep -Z record: the file name, NUL, the line number, ':', the line; a name may hold any byte but NUL.
 _GREP_MATCH = re.compile(rb"([^\0]*)\0(\d+):([^\n]*)\n")
-# How the runner refuses a cwd that is a file or does not exist (sandbox/runner.py, run_command).
+# How the runner refuses a cwd that is a file or does not exist (sandbox/runner/command.py, run_command).
 _NOT_A_DIRECTORY = "is not a directory"
 _BYTES_LOCALE = {"LC_ALL": "C"}  # see the module docstring
 

@@ -25,7 +25,7 @@ tree, read by the runner from the container's cgroup, so a busy machine slows a 
 without failing it. The wall clock is only a backstop (``backstop_factor`` x limit +
 ``backstop_s``) that ends sleepers and blocked programs as ``time_limit``; after one such kill the
 task's remaining tests are not run (each would wait out its own backstop). At the backstop the runner
-judges what the kernel says the tree did, not the clock (``sandbox/runner.py``, ``StarvationWatch``):
+judges what the kernel says the tree did, not the clock (``sandbox/runner/watch.py``, ``StarvationWatch``):
 a tree the host starved of CPU (its most-delayed task waited for a CPU, per ``/proc/.../schedstat``, at
 least half the wall time beyond what the tree's own CPU use explains) that did not deprioritize itself
 (every task at nice 0, SCHED_OTHER, on all the container's CPUs) runs on, up to

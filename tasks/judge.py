@@ -47,7 +47,7 @@ def failure_verdict(result: ExecResult) -> tuple[Verdict, str] | None:
         return None
     if failure in _INFRA:
         return Verdict.INFRA_ERROR, f"{failure.value}: {result.detail}"[:_HEAD]
-    if failure == FailureKind.TIMEOUT:  # the runner's detail says which limit ended it (sandbox/runner.py)
+    if failure == FailureKind.TIMEOUT:  # the runner's detail says which limit ended it (sandbox/runner/command.py)
         which = "its CPU limit" if result.detail.startswith("CPU limit of") else "its wall-clock deadline"
         return Verdict.TIME_LIMIT, f"killed at {which} after {result.cpu_s:.2f}s CPU, {result.wall_s:.2f}s wall"
     if failure == FailureKind.OOM:
