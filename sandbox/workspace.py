@@ -23,6 +23,7 @@ import docker
 import trio
 from pydantic import BaseModel
 
+from sandbox import wire
 from sandbox.config import SandboxConfig
 from sandbox.docker_engine import AttachedStream, Engine
 from sandbox.errors import InfraError
@@ -98,9 +99,9 @@ class Workspace:
             raise InfraError(f"runner of {self.id[:12]} did not say hello within {timeout:.0f}s")
         if frame is None:
             raise InfraError(f"the stream of {self.id[:12]} closed before its runner said hello")
-        if frame.get("id") != 0 or frame.get("body", {}).get("hello") != "gym-runner":
+        if frame.get(wire.ID) != 0 or frame.get(wire.BODY, {}).get(wire.HELLO) != wire.RUNNER_NAME:
             raise InfraError(f"runner of {self.id[:12]} sent an unexpected greeting: {frame!r:.200}")
-        return frame["body"]
+        return frame[wire.BODY]
 
     async def _next_frame(self) -> dict[str, Any] | None:
         while not self._frames:
@@ -128,7 +129,7 @@ class Workspace:
         self._next_id += 1
         frames = 0
         try:
-            await self._stream.send(encode_frame({"id": request_id, "op": op, "body": body}))
+            await self._stream.send(encode_frame({wire.ID: request_id, wire.OP: op, wire.BODY: body}))
             while True:
                 timeout = timeouts[min(frames, len(timeouts) - 1)]
                 with trio.move_on_after(timeout) as scope:
@@ -140,15 +141,15 @@ class Workspace:
                     self.broken = "runner stream closed (runner or container died)"
                     raise RunnerLost(self.broken)
                 frames += 1
-                if frame.get("id") != request_id:
-                    self.broken = f"runner answered request {frame.get('id')} to request {request_id}"
+                if frame.get(wire.ID) != request_id:
+                    self.broken = f"runner answered request {frame.get(wire.ID)} to request {request_id}"
                     raise InfraError(self.broken)
-                if not frame.get("ok"):
-                    raise InfraError(f"runner refused {op!r}: {frame.get('error')}")
-                if not frame.get("partial"):
-                    return frame["body"]
+                if not frame.get(wire.OK):
+                    raise InfraError(f"runner refused {op!r}: {frame.get(wire.ERROR)}")
+                if not frame.get(wire.PARTIAL):
+                    return frame[wire.BODY]
                 if on_partial is not None:
-                    on_partial(frame["body"])
+                    on_partial(frame[wire.BODY])
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError, ValueError) as exc:
             self.broken = f"runner stream failed: {exc!r}"
             raise RunnerLost(self.broken) from exc
@@ -268,7 +269,7 @@ class Workspace:
         done: list[ExecResult] = []
 
         def take(body: dict[str, Any]) -> None:
-            done.append(ExecResult.model_validate_json(json.dumps(body["result"])))
+            done.append(ExecResult.model_validate_json(json.dumps(body[wire.RESULT])))
 
         timeouts = [self._backstop(item) for item in items] + [self.config.calls.grace_s + SWEEP_ALLOWANCE_S]
         try:
