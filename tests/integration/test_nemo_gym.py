@@ -126,6 +126,45 @@ with client(sandbox_serve_url=f"http://127.0.0.1:{closed_port}", on_infra_error=
 with client(sandbox_serve_url=url.rstrip("/") + "/nowhere") as http:
     out["cases"]["wrong_url"] = verify(http, *right)
 silent.close()
+
+# A stand-in service for what the real one does only under load or when it breaks: the first path segment of the
+# URL the adapter is given picks the reply (the adapter appends /v1/grade).
+import http.server, threading
+calls = {}
+
+
+class Stub(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        kind = self.path.split("/")[1]
+        calls[kind] = calls.get(kind, 0) + 1
+        status, body, headers = {
+            "busy": (503, b'{"error": "full"}', {"Retry-After": "0"}),
+            "broken": (500, b"Internal Server Error", {}),
+            "garbage": (200, b"<html>not a grade</html>", {}),
+            "huge": (200, b'{"reward": 1.0, "pad": "' + b"x" * (2 << 20) + b'"}', {}),
+            "masked": (200, json.dumps({"task_id": "t", "format": "math", "family": "math", "reward": None,
+                                        "masked": True, "passed": False, "fraction": 0.0, "verdict": "infra_error",
+                                        "reason": "the sandbox failed"}).encode(), {}),
+        }[kind]
+        self.send_response(status)
+        for key, value in {"Content-Type": "application/json", "Content-Length": str(len(body)), **headers}.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+stub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+threading.Thread(target=stub.serve_forever, daemon=True).start()
+base = f"http://127.0.0.1:{stub.server_address[1]}"
+for kind in ("busy", "broken", "garbage", "huge", "masked"):
+    with client(sandbox_serve_url=f"{base}/{kind}", busy_retries=2, max_reply_bytes=1 << 20) as http_client:
+        out["cases"][f"stub_{kind}"] = verify(http_client, *right)
+out["stub_calls"] = calls
+stub.shutdown()
 print(json.dumps(out))
 """
 
@@ -195,3 +234,10 @@ def test_nemo_gym_verify_grades_through_sandbox_serve(tmp_path):
     assert cases["service_down_fail"]["status"] == 503 and "unreachable" in cases["service_down_fail"]["detail"]
     assert seen("wrong_url", *graded) == (200, 0.0, True, "refused")
     assert cases["wrong_url"]["reason"].startswith("404")
+    # a full service is retried after its Retry-After, then busy; a broken one, a reply that is no grade or is too
+    # long, and a grade the service itself masked: all masked, none a traceback
+    assert seen("stub_busy", *graded) == (200, 0.0, True, "busy") and out["stub_calls"]["busy"] == 3
+    assert seen("stub_broken", *graded) == (200, 0.0, True, "service_error")
+    assert seen("stub_garbage", *graded) == (200, 0.0, True, "bad_reply")
+    assert seen("stub_huge", *graded) == (200, 0.0, True, "bad_reply")
+    assert seen("stub_masked", "status", "reward", "masked") == (200, 0.0, True)
