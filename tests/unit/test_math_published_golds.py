@@ -19,6 +19,7 @@ import json
 import logging
 import multiprocessing
 import signal
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -120,7 +121,10 @@ def _honest(gold: str) -> list[tuple[str, str, str]]:
 
 @pytest.fixture(scope="module")
 def pool():
-    with multiprocessing.get_context("fork").Pool(2) as workers:
+    """Two forked workers. An executor, not a multiprocessing.Pool: a worker that dies breaks the executor (the test
+    fails, BrokenProcessPool), where a Pool replaces it and its replacement can wait forever on the task queue's
+    lock, hanging the suite in this fixture's teardown (it did once, for ten minutes, in a fresh-clone CI)."""
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as workers:
         yield workers
 
 
@@ -140,8 +144,8 @@ def test_every_published_gold_earns_one_and_nothing_is_masked(pool, name):
 @pytest.mark.parametrize("name", ["math", "gsm8k"])
 def test_every_hedge_class_built_from_the_published_golds_earns_zero(pool, name):
     every = golds(name)
-    kinds = pool.map(_kind, every, chunksize=50)
-    built = pool.map(_hedges, [(every, kinds, i) for i in range(0, len(every), HEDGE_EVERY)], chunksize=10)
+    kinds = list(pool.map(_kind, every, chunksize=50))
+    built = list(pool.map(_hedges, [(every, kinds, i) for i in range(0, len(every), HEDGE_EVERY)], chunksize=10))
     rows = [row for rows in built for row in rows]
     by_class: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for hedge_class, _, _, verdict in rows:
