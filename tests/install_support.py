@@ -79,45 +79,39 @@ def cached_venv(name: str, *installs: Sequence[str]) -> Path:
     """The python of the venv ``CACHE/name`` (it sees this interpreter's packages) in which each ``pip install ARGS``
     of ``installs`` ran, in order. Built once and reused while its ``.complete`` marker names the same installs; an
     install that fails (no registry, no wheel for this Python) skips the calling test with the end of pip's error."""
-    venv = CACHE / name
-    python = venv / "bin" / "python"
     marker = "\n".join(" ".join(args) for args in installs) + "\n"
-    complete = venv / ".complete"
-    if complete.exists() and complete.read_text() == marker:
-        return python
-    shutil.rmtree(venv, ignore_errors=True)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    make_venv(venv)
-    for args in installs:
-        try:
-            pip(python, "install", *args, cwd=venv)
-        except AssertionError as exc:
-            shutil.rmtree(venv, ignore_errors=True)
-            pytest.skip(f"pip install {' '.join(args)} fails here: {str(exc)[-600:]}")
-    complete.write_text(marker)
-    return python
+    return _cached(CACHE / name, marker, make_venv, installs, "here")
 
 
 def cached_foreign_venv(interpreter: Path, name: str, *installs: Sequence[str]) -> Path:
     """As `cached_venv`, for a venv of another ``interpreter`` (a Python this project does not run on, for a library
     that needs one): it sees none of this interpreter's packages and installs with its own pip, from the configured
     package indexes. The marker names the interpreter's version too, so a new one rebuilds it."""
-    venv = CACHE / name
-    python = venv / "bin" / "python"
     version = printed(interpreter, "import sys; print(sys.version)")
     marker = "\n".join([version, *(" ".join(args) for args in installs)]) + "\n"
+
+    def create(venv: Path) -> None:
+        subprocess.run([str(interpreter), "-m", "venv", str(venv)], check=True)
+
+    return _cached(CACHE / name, marker, create, installs, f"for {interpreter}")
+
+
+def _cached(venv: Path, marker: str, create, installs: Sequence[Sequence[str]], where: str) -> Path:
+    """The python of ``venv``, made by ``create(venv)`` and each ``pip install ARGS`` of ``installs`` unless its
+    ``.complete`` marker already says ``marker``; a failed install removes it and skips the test (pip fails ``where``)."""
+    python = venv / "bin" / "python"
     complete = venv / ".complete"
     if complete.exists() and complete.read_text() == marker:
         return python
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([str(interpreter), "-m", "venv", str(venv)], check=True)
+    create(venv)
     for args in installs:
         try:
             pip(python, "install", *args, cwd=venv)
         except AssertionError as exc:
             shutil.rmtree(venv, ignore_errors=True)
-            pytest.skip(f"pip install {' '.join(args)} fails for {interpreter}: {str(exc)[-600:]}")
+            pytest.skip(f"pip install {' '.join(args)} fails {where}: {str(exc)[-600:]}")
     complete.write_text(marker)
     return python
 
