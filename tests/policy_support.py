@@ -1,4 +1,5 @@
-"""A small RDEP MoE model with a fixed seed, and the engine tests' shared helpers (caches, prompts, comparison)."""
+"""A small RDEP MoE model with a fixed seed, a tiny Hugging Face architecture, and the engine tests' shared helpers
+(caches, prompts, comparison)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,20 @@ SMALL = dict(
     num_shared_experts=1,
     max_position_embeddings=128,
 )
+
+
+HF_TINY = dict(
+    vocab_size=96,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+    bos_token_id=None,
+    eos_token_id=None,
+)
+"""A tiny Qwen2 / Llama architecture (their config keyword arguments) for random-init Hugging Face policies."""
 
 
 def small_model(seed: int = 0, **overrides) -> RdepMoeForCausalLM:

@@ -305,6 +305,34 @@ class DistributedConfig(BaseModel):
     """RDEP receive-buffer rows per rank pair."""
 
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""Attention and MLP projections of Qwen2, Qwen2.5, Llama and Mistral (their module names)."""
+
+
+class LoraConfig(BaseModel):
+    """LoRA adapters (PEFT) on a Hugging Face policy: only the adapters train, the base weights stay frozen.
+
+    The trainer scores with the adapters, the rollout engine samples with the merged weights
+    W + (alpha / r) * B @ A under the base model's names, and checkpoints hold the adapters only
+    (trainer/lora.py). The RDEP MoE policy takes no adapters (`TrainConfig.resolved` says why).
+    """
+
+    model_config = _CONFIG
+
+    r: int = Field(16, ge=1)
+    """Rank of each adapter: A is (r, in_features), B is (out_features, r); B starts at zero, so step 0 is the base."""
+    alpha: float = Field(32.0, gt=0)
+    """Scale numerator: the update added to each target weight is (alpha / r) * B @ A."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on each adapter's input while the trainer scores; the merged weights the engine samples with have
+    none, so above 0 the trainer's logprobs differ from the engine's by more than the weights."""
+    target_modules: tuple[Annotated[str, Field(min_length=1)], ...] = Field(LORA_TARGETS, min_length=1)
+    """Linear layers that get an adapter, each matched as the end of a module's dotted path (peft's rule:
+    ``q_proj`` is every ``model.layers.N.self_attn.q_proj``). Every name must match at least one `nn.Linear` and
+    not the output head (the trainer applies the head as a plain matrix); otherwise building the learner raises
+    ConfigError naming ``lora.target_modules`` and the linear layers the model has."""
+
+
 class TrainConfig(BaseModel):
     """Top level of a `python -m gym train` YAML."""
 
@@ -342,6 +370,8 @@ class TrainConfig(BaseModel):
     distributed: DistributedConfig = DistributedConfig()
     write_trajectories: bool = True
     """Append every consumed trajectory to RUN/trajectories.jsonl (replay bundles go to RUN/bundles/)."""
+    lora: LoraConfig | None = None
+    """LoRA adapters on a Hugging Face policy (`policy.type: hf`); null trains every weight."""
 
     @classmethod
     def load(cls, path: str | Path, overrides: Sequence[Override] = ()) -> TrainConfig:
@@ -372,6 +402,8 @@ class TrainConfig(BaseModel):
             raise ConfigError(
                 f"{source}: environment.sampling.temperature: must be > 0 to train (greedy samples have no logprob)"
             )
+        if config.lora is not None:
+            _check_lora(config, source)
         return config
 
     @property
@@ -383,6 +415,42 @@ class TrainConfig(BaseModel):
     def norm_length(self) -> int:
         """The constant length of seq-mean-token-sum-norm."""
         return self.algorithm.norm_length or self.env.episode.max_total_tokens
+
+
+def _check_lora(config: TrainConfig, source: str) -> None:
+    """LoRA takes a Hugging Face policy, and a KL reference it can be cheap for (trainer/lora.py)."""
+    if not isinstance(config.policy, HFPolicySource):
+        # Ours trains from scratch or from our own checkpoints, at sizes whose full training fits; most of its
+        # weights are grouped expert tensors that RDEP shards over ranks, not the nn.Linear layers peft wraps.
+        raise ConfigError(
+            f"{source}: lora: adapters train a Hugging Face policy (policy.type: hf); the RDEP MoE policy "
+            f"(policy.type: {config.policy.type}) trains every weight: remove the lora section"
+        )
+    if config.warm_start.steps and config.algorithm.kl.coef > 0:
+        # the reference is the base with its adapters off: after a warm start trained them, that is not the
+        # policy RL starts from, which the KL's reference is everywhere else
+        raise ConfigError(
+            f"{source}: lora: with warm_start.steps > 0 the adapters leave the base before RL starts, so the KL "
+            "reference (the base without adapters) is not the policy RL starts from; set algorithm.kl.coef: 0 or "
+            "warm_start.steps: 0"
+        )
+
+
+def _check_fsdp(config: TrainConfig, source: str) -> None:
+    """What sharded training cannot do (trainer/fsdp.py)."""
+    if config.distributed.fsdp.cpu_offload and not config.device.startswith("cuda"):
+        raise ConfigError(
+            f"{source}: distributed.fsdp.cpu_offload: moves the sharded state off a CUDA device to host memory; "
+            f"device is {config.device}, where it already lives: remove cpu_offload"
+        )
+    kl = config.algorithm.kl
+    if kl.coef > 0 and kl.placement == "reward":
+        # rank 0 alone scores each group against the reference while the others wait for its next command;
+        # sharded weights are gathered by every rank together
+        raise ConfigError(
+            f"{source}: algorithm.kl.placement: reward scores the reference on rank 0 alone, which sharded weights "
+            "(distributed.fsdp.enabled) cannot do: use placement: loss"
+        )
 
 
 def _environment(path: Path, where: str) -> EnvironmentConfig:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
@@ -74,6 +74,14 @@ class Learner:
         self.run_dir = Path(config.run_dir)
         torch.manual_seed(config.seed)
         self.model = build_model(config.policy, config.dtype, config.device, config.algorithm.aux_loss_coef)
+        self.lora = None
+        if config.lora is not None:  # only the adapters train; the engine gets merged weights (trainer/lora.py)
+            from trainer.lora import LoraPolicy
+
+            self.lora = LoraPolicy(self.model, config.lora, config.policy.path)
+            self.model = self.lora.model
+        # what a checkpoint holds of the model: every tensor, or a LoRA run's adapters only
+        self.checkpointed: nn.Module = self.lora.checkpointed() if self.lora is not None else self.model
         self.dispatcher = shard_experts(self.model, config.distributed, world)
         self.sync: GradientSync = ProcessGroupSync(self.model) if world.distributed else GradientSync()
         self.optimizer, self.scheduler = make_optimizer(self.model, config.optimizer, config.loop.steps)
@@ -90,7 +98,7 @@ class Learner:
         if resume and latest is None:
             log.warning("--resume: no checkpoint under %s; starting from scratch", self.run_dir / "checkpoints")
         if latest is not None:
-            self.state = self.checkpointer.load(latest, self.model, self.optimizer, self.scheduler)
+            self.state = self.checkpointer.load(latest, self.checkpointed, self.optimizer, self.scheduler)
             self.resumed = True
         self.reference: nn.Module | None = None
         self.update = PolicyUpdate(
@@ -108,21 +116,27 @@ class Learner:
         )
 
     def freeze_reference(self) -> None:
-        """The KL reference is the policy RL starts from (after any warm start); loaded only when used."""
+        """The KL reference is the policy RL starts from (after any warm start); loaded only when used. LoRA:
+        the base with the adapters switched off, no copy."""
         if self.config.algorithm.kl.coef > 0:
-            self.reference = frozen_copy(self.model)
+            self.reference = self.lora.reference() if self.lora is not None else frozen_copy(self.model)
             self.update.reference = self.reference
 
     def train_step(self, scored: list[Scored]) -> dict[str, float]:
         """This rank's share of one batch (every rank passes the same full list)."""
         return self.update.run(shard(scored, self.world.rank, self.world.world_size))
 
-    def weights_for_engine(self) -> dict[str, torch.Tensor]:
-        """Full weights (expert shards gathered from every rank when sharded); collective."""
+    def weights_for_engine(self) -> Mapping[str, torch.Tensor]:
+        """Full weights (expert shards gathered from every rank when sharded); collective. LoRA: the merged
+        weights under the base model's names, each computed as the engine reads it (`trainer.lora.MergedWeights`)."""
+        if self.lora is not None:
+            return self.lora.merged()
         return full_state_dict(self.model, self.world)
 
     def save(self) -> None:
-        self.checkpointer.save(self.model, self.optimizer, self.scheduler, self.state)
+        self.checkpointer.save(self.checkpointed, self.optimizer, self.scheduler, self.state)
+        if self.lora is not None and self.world.is_main and self.state.step >= self.config.loop.steps:
+            self.lora.export(self.run_dir / "lora")  # the last step's adapter (peft) and a merged model directory
 
     @torch.no_grad()
     def kl_reward_offsets(self, group: Group) -> list[float] | None:

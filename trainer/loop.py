@@ -282,6 +282,8 @@ class Loop:
             weights = self.gather_weights()
             model = build_model(self.config.policy, self.config.dtype, self.config.device)
             model.load_state_dict(weights)
+        elif self.learner.lora is not None:  # the adapters sit inside the trainer's model: the engine's is the base
+            model = build_model(self.config.policy, self.config.dtype, self.config.device)
         else:
             model = self.learner.model
         generation = build_engine(
@@ -290,6 +292,8 @@ class Loop:
         generation.weights_version = self.learner.state.weights_version
         self.engine = BatchingEngine(generation, engine_config.max_batch_size)
         self.sync = InProcessSync(generation)
+        if self.learner.lora is not None and not self.world.distributed:  # merged, one tensor at a time
+            await trio.to_thread.run_sync(self.push_weights, self.learner.state.weights_version)
 
     def gather_weights(self) -> dict:
         self.command(Gather())

@@ -9,25 +9,13 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 from policies.generation import GenerationEngine
 from policies.hf_adapter import load_policy
 from policies.sampling import SamplingParams
-from tests.policy_support import small_model
-
-TINY = dict(
-    vocab_size=96,
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=128,
-    bos_token_id=None,
-    eos_token_id=None,
-)
+from tests.policy_support import HF_TINY, small_model
 
 
 @pytest.mark.parametrize("config_cls, model_cls", [(Qwen2Config, Qwen2ForCausalLM), (LlamaConfig, LlamaForCausalLM)])
 def test_hf_directory_as_policy(tmp_path, config_cls, model_cls) -> None:
     torch.manual_seed(0)
-    model_cls(config_cls(**TINY)).save_pretrained(tmp_path)
+    model_cls(config_cls(**HF_TINY)).save_pretrained(tmp_path)
     policy = load_policy(tmp_path)
     assert not policy.is_moe and policy.vocab_size == 96 and policy.context_length == 128
     engine = GenerationEngine(policy)
