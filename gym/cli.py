@@ -75,6 +75,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "trainer.train_cli",
         "train a policy with GRPO on an environment (async rollouts, checkpoints, --resume)",
     ),
+    "plan": (
+        "trainer.plan_cli",
+        "print a training config's per-rank memory (parameters, gradients, optimizer, activations) and whether it fits",
+    ),
     "verifier": (
         "trainer.verifier_cli",
         "train a process (step-level) verifier; held-out accuracy and AUC vs baselines",
@@ -123,6 +127,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "my_run.toml --steps 3 --set optimizer.lr=1e-3",
         "configs/cp_grpo_tiny.yaml --ray",
         "configs/cp_grpo_tiny.yaml --ray 10.0.0.1:6379",
+    ),
+    "plan": (
+        "configs/qwen2_1.5b_grpo.yaml --gpus 2 --gpu-memory 80",
+        "configs/qwen2_7b_grpo.yaml --gpus 8 --gpu-memory 80 --json plan.json",
     ),
     "verifier": ("configs/verifier_tiny.yaml", "configs/verifier_tiny.yaml --steps 50 --out runs/v50"),
 }

@@ -36,7 +36,13 @@ SHIPPED = [
     "gym/cli.py",
     "trainer/loop.py",
 ]
-SHIPPED_GLOBS = ["configs/*.yaml", "tasks/samples/*", "tasks/swe/specs/*.yaml", "images/swe/*.Dockerfile"]
+SHIPPED_GLOBS = [
+    "configs/*.yaml",
+    "configs/models/*/config.json",
+    "tasks/samples/*",
+    "tasks/swe/specs/*.yaml",
+    "images/swe/*.Dockerfile",
+]
 
 pytestmark = pytest.mark.slow
 
