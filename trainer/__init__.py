@@ -30,6 +30,9 @@ The variant implemented (every knob is in `trainer.config`; defaults in brackets
   [1] steps (in process, or to the policy server's update endpoint), a new weights version each time.
 * **Optimizer.** AdamW [lr 1e-6, betas (0.9, 0.999), wd 0], global grad-norm clip [1.0], linear warm-up
   then constant or cosine.
+* **LoRA** [off]. With a `lora` section a Hugging Face policy trains low-rank adapters only (PEFT,
+  `trainer.lora`): the engine samples on the merged weights, the KL reference is the base with the
+  adapters off, checkpoints hold the adapters.
 * **State.** Atomic checkpoints (safetensors weights, optimizer, scheduler, RNG, step, weights
   version, data cursor) every N steps; `--resume` continues the same data order.
 
