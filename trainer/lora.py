@@ -113,10 +113,15 @@ class LoraPolicy:
         return AdapterState(self.peft)
 
     def export(self, directory: Path, shard_bytes: int = 2 << 30) -> None:
-        """``directory/adapter`` (peft's format) and ``directory/merged`` (a Hugging Face model directory)."""
+        """``directory/adapter`` (peft's format) and ``directory/merged`` (a Hugging Face model directory),
+        written beside it first and then moved in place of an earlier export (no stale shard survives)."""
         directory = Path(directory)
-        self.peft.save_pretrained(str(directory / "adapter"))
-        write_merged(self.model, self.merged(), directory / "merged", shard_bytes, self.source)
+        building = directory.with_name(directory.name + ".tmp")
+        shutil.rmtree(building, ignore_errors=True)
+        self.peft.save_pretrained(str(building / "adapter"))
+        write_merged(self.model, self.merged(), building / "merged", shard_bytes, self.source)
+        shutil.rmtree(directory, ignore_errors=True)
+        os.replace(building, directory)
 
 
 class MergedWeights(Mapping[str, torch.Tensor]):

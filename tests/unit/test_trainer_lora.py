@@ -197,6 +197,10 @@ def test_exports_load_with_peft_and_with_transformers_alone(hf_dir, tmp_path):
     assert float((merged - trained).abs().max()) <= 1e-5
     assert not torch.equal(merged, base.eval()(input_ids=ids).logits)
 
+    (out / "merged" / "model.safetensors.index.json").write_text("{}")  # a stale file of an earlier export
+    run.lora.export(out)
+    assert not (out / "merged" / "model.safetensors.index.json").exists() and not (tmp_path / "lora.tmp").exists()
+
     sharded = tmp_path / "sharded"
     write_merged(run.model, run.weights_for_engine(), sharded, shard_bytes=40_000)
     index = json.loads((sharded / "model.safetensors.index.json").read_text())
