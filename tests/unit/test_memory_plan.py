@@ -7,7 +7,6 @@ policy; the parameter, gradient and AdamW bytes against the tensors a real optim
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from transformers import AutoModelForCausalLM, Qwen2Config
 
 from policies.config import MoEArchitecture
 from policies.modeling import RdepMoeConfig, RdepMoeForCausalLM
-from tests.cli_support import ROOT, gym, one_line
+from tests.cli_support import ROOT
 from trainer.config import TrainConfig
 from trainer.memory_plan import (
     GIB,
@@ -168,37 +167,6 @@ def test_shipped_qwen2_plans_fit_their_gpus_and_the_unsharded_7b_does_not(name, 
             update={"distributed": config.distributed.model_copy(update={"fsdp": type(config.distributed.fsdp)()})}
         )
         assert not plan(unsharded, 8, 80).fits  # 16 bytes x 7.6 B parameters on every rank: 113 GiB
-
-
-def test_cli_prints_the_plan_writes_json_and_exits_by_the_verdict(tmp_path):
-    done = gym(
-        "plan", "configs/qwen2_7b_grpo.yaml", "--gpus", "8", "--gpu-memory", "80", "--json", str(tmp_path / "p.json")
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "fits: " in done.stdout and "7,615,616,512" in done.stdout
-    written = json.loads((tmp_path / "p.json").read_text())
-    assert written["fits"] is True and written["gpus"] == 8 and written["params_total"] == 7_615_616_512
-    small = gym("plan", "configs/qwen2_7b_grpo.yaml", "--gpus", "2", "--gpu-memory", "24")
-    assert small.returncode == 1 and "does NOT fit" in small.stdout, small.stderr[-2000:]
-
-
-@pytest.mark.parametrize("args", [["--gpus", "0", "--gpu-memory", "80"], ["--gpus", "2", "--gpu-memory", "nan"]])
-def test_cli_refuses_bad_sizes(args):
-    done = gym("plan", "configs/qwen2_1.5b_grpo.yaml", *args)
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
-
-
-@pytest.mark.parametrize("config_json", [None, "{not json", '{"model_type": "no-such-arch"}'])
-def test_cli_names_a_policy_directory_it_cannot_read(tmp_path, config_json):
-    model = tmp_path / "model"
-    model.mkdir()
-    if config_json is not None:
-        (model / "config.json").write_text(config_json)
-    train = yaml.safe_load((ROOT / "configs/qwen2_1.5b_grpo.yaml").read_text())
-    train["policy"]["path"] = str(model)
-    (tmp_path / "t.yaml").write_text(yaml.safe_dump(train))
-    done = gym("plan", str(tmp_path / "t.yaml"), "--gpus", "2", "--gpu-memory", "80")
-    one_line(done, 2, str(model))
 
 
 def test_shipped_model_directories_hold_no_weights():
