@@ -130,3 +130,33 @@ def driven(python: Path, module: str, *args: str, path: Sequence[Path] = ()) -> 
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def files(folder: Path) -> list[str]:
+    """The files under ``folder`` (bytecode caches aside)."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if "__pycache__" not in p.parts)
+
+
+def install_editable(python: Path, package: Path, cwd: Path) -> None:
+    """``pip install -e PACKAGE`` offline into ``python``'s venv; the package folder must be left as it was."""
+    before = files(package)
+    pip(python, "install", "-e", str(package), "--no-deps", "--no-build-isolation", cwd=cwd)
+    assert files(package) == before, f"the editable install left files in {package}"
+
+
+def run_checkout(
+    python: Path, *args: str, cwd: Path, module: str = "gym", timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE ARGS`` (the gym by default) with this checkout on the path, from ``cwd``."""
+    return subprocess.run(
+        [str(python), "-m", module, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )

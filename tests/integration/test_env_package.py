@@ -10,16 +10,13 @@ task files are found through the package, not the working directory.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.cli_support import one_line
-from tests.install_support import make_venv, pip
+from tests.install_support import ROOT, install_editable, make_venv, pip, run_checkout
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "gym-env-example"
 NAME, DISTRIBUTION = "example_strings", "gym-env-example"
 TASKS = ["example/caesar-shift", "example/palindromes", "example/reverse-words", "example/run-length"]
@@ -27,37 +24,20 @@ TASKS = ["example/caesar-shift", "example/palindromes", "example/reverse-words",
 pytestmark = pytest.mark.slow
 
 
-def files(folder: Path) -> list[str]:
-    """The files under ``folder`` (bytecode caches aside)."""
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if "__pycache__" not in p.parts)
-
-
 def install(python: Path, cwd: Path) -> None:
-    pip(python, "install", "-e", str(EXAMPLE), "--no-deps", "--no-build-isolation", cwd=cwd)
+    install_editable(python, EXAMPLE, cwd)
 
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> Path:
     """The python of a fresh venv with the example package installed editable."""
     base = tmp_path_factory.mktemp("env_package")
-    before = files(EXAMPLE)
     python = make_venv(base / "venv")
     install(python, base)
-    assert files(EXAMPLE) == before, "the editable install left files in the example package"
     return python
 
 
-def run(python: Path, *args: str, cwd: Path, module: str = "gym") -> subprocess.CompletedProcess[str]:
-    """``python -m MODULE ARGS`` (the gym by default) with the checkout on the path, from ``cwd``."""
-    return subprocess.run(
-        [str(python), "-m", module, *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=False,
-    )
+run = run_checkout
 
 
 def listed(python: Path, cwd: Path) -> dict[str, dict]:

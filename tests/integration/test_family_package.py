@@ -10,15 +10,13 @@ answer 0.0 in real workspaces, and the bundles replay identically. Uninstalled, 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.install_support import make_venv, pip
+from tests.install_support import ROOT, install_editable, make_venv, run_checkout
 
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "gym-family-example"
 TASKS = EXAMPLE / "src" / "gym_family_example" / "tasks.jsonl"
 
@@ -29,20 +27,11 @@ pytestmark = pytest.mark.slow
 def venv(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("family_package")
     python = make_venv(base / "venv")
-    pip(python, "install", "-e", str(EXAMPLE), "--no-deps", "--no-build-isolation", cwd=base)
+    install_editable(python, EXAMPLE, base)
     return python
 
 
-def gym(python: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(python), "-m", "gym", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=False,
-    )
+gym = run_checkout
 
 
 def test_the_plugins_rows_load_by_name_and_by_detection(venv, tmp_path):
@@ -68,13 +57,5 @@ def test_an_episode_of_the_plugin_family_is_graded_and_replays(venv, tmp_path):
 
 
 def test_without_the_package_its_format_is_unknown(tmp_path):
-    done = subprocess.run(
-        ["python3", "-m", "gym", "tasks", "check", str(TASKS), "--format", "letters"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        check=False,
-    )
+    done = run_checkout(Path(sys.executable), "tasks", "check", str(TASKS), "--format", "letters", cwd=tmp_path)
     assert done.returncode != 0 and "unknown format 'letters'" in done.stdout + done.stderr
