@@ -79,6 +79,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "trainer.plan_cli",
         "print a training config's per-rank memory (parameters, gradients, optimizer, activations) and whether it fits",
     ),
+    "export": (
+        "trainer.export_cli",
+        "write a training checkpoint (sharded or not) as a Hugging Face model directory transformers loads",
+    ),
     "verifier": (
         "trainer.verifier_cli",
         "train a process (step-level) verifier; held-out accuracy and AUC vs baselines",
@@ -132,6 +136,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "configs/qwen2_1.5b_grpo.yaml --gpus 2 --gpu-memory 80",
         "configs/qwen2_7b_grpo.yaml --gpus 8 --gpu-memory 80 --json plan.json",
     ),
+    "export": ("runs/cp_grpo_tiny runs/cp_grpo_tiny-hf", "runs/grpo/checkpoints/step_000010 hf/ --max-shard-gb 5"),
     "verifier": ("configs/verifier_tiny.yaml", "configs/verifier_tiny.yaml --steps 50 --out runs/v50"),
 }
 

@@ -138,6 +138,12 @@ KNOWN: tuple[tuple[str, str, ExitCode, str | None], ...] = (
         "pass a replay bundle written by rollout or train (RUN/bundles/*.json)",
     ),
     ("gym.plot", "PlotError", ExitCode.INPUT, "pass a training run directory (it holds metrics.jsonl)"),
+    (
+        "trainer.errors",
+        "CheckpointError",
+        ExitCode.INPUT,
+        "use an earlier checkpoint (RUN/checkpoints/step_N), or the model and settings that wrote this one",
+    ),
     ("trainer.errors", "TrainerError", ExitCode.ERROR, "see the run directory's summary.json and the log above"),
 )
 

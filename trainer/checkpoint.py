@@ -10,6 +10,11 @@ Layout of ``RUN/checkpoints/``::
         state.json                  step, weights version, data cursor, world size
     latest                          the name of the newest complete checkpoint
 
+A model holding DTensor parameters (FSDP2) is saved with torch.distributed.checkpoint instead of the
+safetensors and optimizer files (`trainer.sharded_checkpoint`): ``.metadata`` and ``__R_I.distcp`` (model and
+optimizer shards), ``scheduler-rank00.pt`` and ``digests.json`` (sha256 of every file, checked before reading).
+The format follows the model, never a flag, and `load` refuses a checkpoint of the other kind.
+
 A checkpoint is written into ``step_N.tmp`` and renamed into place only when every file is
 written and flushed, then ``latest`` is replaced atomically; a crash or SIGKILL at any point
 leaves the previous checkpoint intact (a stale ``.tmp`` is removed by the next save).
@@ -23,6 +28,7 @@ import logging
 import os
 import random
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +42,9 @@ from trainer.errors import ConfigError
 log = logging.getLogger(__name__)
 
 LATEST = "latest"
+SHARDED_MARKS = (".metadata", "digests.json")
+"""Files only a sharded checkpoint holds (DCP's index, trainer.sharded_checkpoint.DIGESTS; that module is not
+imported here: DCP loads slowly). Either one marks it, so a checkpoint that lost one is reported damaged."""
 
 
 class TrainerState(BaseModel):
@@ -57,10 +66,10 @@ class TrainerState(BaseModel):
     """Running figures the summary needs (first reward, masked count, ...)."""
 
 
-def model_directory(path: Path) -> Path:
-    """The model directory ``path`` names: itself when it holds a ``config.json``; else the newest complete
-    checkpoint of a run directory, of its ``checkpoints/``, or of their ``latest`` pointer (what a user points
-    ``policy.checkpoint`` at after a run). Raises `ConfigError` naming ``path`` when it is none of these."""
+def checkpoint_directory(path: Path) -> Path:
+    """The checkpoint or model directory ``path`` names: itself when it holds a ``config.json``; else the newest
+    complete checkpoint of a run directory, of its ``checkpoints/``, or of their ``latest`` pointer. Raises
+    `ConfigError` naming ``path`` when it is none of these."""
     path = Path(path)
     if (path / "config.json").is_file():
         return path
@@ -72,6 +81,22 @@ def model_directory(path: Path) -> Path:
         f"{path}: not a model directory (no config.json), nor a run, a checkpoints/ directory or a `latest` "
         "pointer with a complete checkpoint"
     )
+
+
+def model_directory(path: Path) -> Path:
+    """The model directory ``path`` names (`checkpoint_directory`: what a user points ``policy.checkpoint`` at
+    after a run). A sharded checkpoint is none: `ConfigError` names the export that writes one."""
+    found = checkpoint_directory(path)
+    if is_sharded_checkpoint(found):
+        raise ConfigError(
+            f"{found}: a sharded checkpoint (torch.distributed.checkpoint) is no model directory; "
+            f"write one with `python -m gym export {found} OUT` and name OUT"
+        )
+    return found
+
+
+def is_sharded_checkpoint(path: Path) -> bool:
+    return any((Path(path) / name).is_file() for name in SHARDED_MARKS)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -108,6 +133,15 @@ def model_tensors(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu").contiguous().clone() for k, v in model.state_dict().items()}
 
 
+def holds_dtensors(model: nn.Module) -> bool:
+    """Whether any parameter is a DTensor (FSDP2's ``fully_shard``): such a model is checkpointed with DCP."""
+    if "torch.distributed.tensor" not in sys.modules:
+        return False  # no DTensor exists before its module is loaded (and importing it costs half a second)
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in model.parameters())
+
+
 class Checkpointer:
     """Writes and reads the checkpoints of one run; every rank calls save/load together."""
 
@@ -135,12 +169,23 @@ class Checkpointer:
                 shutil.rmtree(stale, ignore_errors=True)
             tmp.mkdir()
         self.barrier()
-        save_file(model_tensors(model), str(tmp / weights_file(self.rank, self.world_size)), metadata={"format": "pt"})
-        _save_torch(
-            {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
-            tmp / f"optimizer-rank{self.rank:02d}.pt",
-        )
+        sharded = holds_dtensors(model)
+        if sharded:
+            from trainer.sharded_checkpoint import record_digests, save_sharded
+
+            save_sharded(tmp, model, optimizer)
+            _save_torch({"scheduler": scheduler.state_dict()}, tmp / f"scheduler-rank{self.rank:02d}.pt")
+        else:
+            save_file(
+                model_tensors(model), str(tmp / weights_file(self.rank, self.world_size)), metadata={"format": "pt"}
+            )
+            _save_torch(
+                {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+                tmp / f"optimizer-rank{self.rank:02d}.pt",
+            )
         _save_torch(rng_state(), tmp / f"rng-rank{self.rank:02d}.pt")
+        if sharded:
+            record_digests(tmp)
         self.barrier()
         if self.rank == 0:
             config = getattr(model, "config", None)
@@ -171,17 +216,33 @@ class Checkpointer:
             shutil.rmtree(old, ignore_errors=True)
 
     def load(self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler) -> TrainerState:
-        """Restore everything from ``path``; raises when the world size differs."""
+        """Restore everything from ``path``; raises `ConfigError` when the world size or the format (sharded or
+        not) differs from this run's, `CheckpointError` when a sharded checkpoint's files are damaged."""
         state = TrainerState.model_validate_json((path / "state.json").read_text())
         if state.world_size != self.world_size:
-            raise ValueError(
+            raise ConfigError(
                 f"checkpoint {path} was written by {state.world_size} process(es); resume with the same number "
                 f"(got {self.world_size})"
             )
-        tensors = load_file(str(path / weights_file(self.rank, self.world_size)))
-        model.load_state_dict(tensors, strict=True)  # raises naming missing / unexpected tensors
-        blob = torch.load(path / f"optimizer-rank{self.rank:02d}.pt", weights_only=False)
-        optimizer.load_state_dict(blob["optimizer"])
+        sharded = holds_dtensors(model)
+        if sharded != is_sharded_checkpoint(path):
+            written = "an unsharded (safetensors)" if sharded else "a sharded (torch.distributed.checkpoint)"
+            model_is = "is sharded (FSDP2 DTensors)" if sharded else "is not sharded"
+            raise ConfigError(
+                f"checkpoint {path} is {written} checkpoint but this run's model {model_is}; resume with the "
+                "distributed settings that wrote it"
+            )
+        if sharded:
+            from trainer.sharded_checkpoint import load_sharded, verify_digests
+
+            verify_digests(path)  # every rank raises together on a damaged file, before any is read
+            load_sharded(path, model, optimizer)
+            blob = torch.load(path / f"scheduler-rank{self.rank:02d}.pt", weights_only=False)
+        else:
+            tensors = load_file(str(path / weights_file(self.rank, self.world_size)))
+            model.load_state_dict(tensors, strict=True)  # raises naming missing / unexpected tensors
+            blob = torch.load(path / f"optimizer-rank{self.rank:02d}.pt", weights_only=False)
+            optimizer.load_state_dict(blob["optimizer"])
         scheduler.load_state_dict(blob["scheduler"])
         set_rng_state(torch.load(path / f"rng-rank{self.rank:02d}.pt", weights_only=False))
         log.info(

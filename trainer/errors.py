@@ -15,6 +15,12 @@ class ConfigError(TrainerError, ValueError):
     """A config file that cannot be used; the message names the field and the reason."""
 
 
+class CheckpointError(TrainerError):
+    """A checkpoint that cannot be read (a file missing, truncated or altered since it was written, state that does
+    not fit the model) or an export another rank could not write; the message names the directory and each file
+    at fault."""
+
+
 class MaskedShareError(TrainerError):
     """Too many samples were masked (infrastructure failures): the run stopped after writing summary.json.
 
