@@ -2,8 +2,8 @@
 
 The two-rank paths (FSDP2 DTensors, RDEP expert shards, DCP save and resume) are
 tests/integration/test_sharded_checkpoint.py; here the parts that need no torchrun: a tied Qwen2 written as
-several safetensors files with an index, loaded back by transformers to the same logits, and digests that name
-each damaged file.
+several safetensors files with an index, loaded back by transformers to the same logits; digests that name
+each damaged file; and what ``python -m gym export`` reads of the one-process and DP+RDEP formats.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from trainer.errors import CheckpointError, ConfigError
@@ -67,3 +68,49 @@ def test_digests_name_each_missing_added_or_altered_file(tmp_path):
         f"{tmp_path}: damaged checkpoint: a.distcp: altered or truncated since it was written; b.pt: missing; "
         "c.distcp: not written by this checkpoint"
     )
+
+
+def test_export_reads_the_one_process_and_the_data_parallel_formats(tmp_path):
+    import copy
+
+    from policies.config import MoEArchitecture
+    from policies.experts import ExpertShard
+    from policies.modeling import RdepMoeConfig, RdepMoeForCausalLM
+    from trainer.checkpoint import Checkpointer, TrainerState, model_tensors, weights_file
+    from trainer.export_cli import checkpoint_model
+
+    arch = MoEArchitecture(
+        vocab_size=64,
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_dense_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        intermediate_size=16,
+        moe_intermediate_size=8,
+        num_experts=4,
+        num_experts_per_tok=2,
+        num_shared_experts=1,
+        max_position_embeddings=32,
+    )
+    torch.manual_seed(0)
+    model = RdepMoeForCausalLM(RdepMoeConfig.from_architecture(arch))
+    optimizer = torch.optim.AdamW(model.parameters())
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    one = Checkpointer(tmp_path / "one").save(model, optimizer, scheduler, TrainerState(step=1))
+    two = tmp_path / "two"  # what two DP+RDEP ranks write: experts [0, 2) and [2, 4), the rest on both
+    two.mkdir()
+    for rank in (0, 1):
+        shard = copy.deepcopy(model)
+        for module in shard.modules():
+            if isinstance(module, ExpertShard):
+                module.shard_(2 * rank, 2)
+        save_file(model_tensors(shard), str(two / weights_file(rank, 2)))
+    model.config.to_json_file(str(two / "config.json"))
+    (two / "state.json").write_text(TrainerState(step=1, world_size=2).model_dump_json())
+    for path in (one, two):
+        state = checkpoint_model(path).state_dict()
+        assert set(state) == set(model.state_dict())
+        for key, value in model.state_dict().items():
+            assert torch.equal(state[key], value), (path.name, key)
