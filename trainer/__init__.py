@@ -34,7 +34,9 @@ The variant implemented (every knob is in `trainer.config`; defaults in brackets
   `trainer.lora`): the engine samples on the merged weights, the KL reference is the base with the
   adapters off, checkpoints hold the adapters.
 * **State.** Atomic checkpoints (safetensors weights, optimizer, scheduler, RNG, step, weights
-  version, data cursor) every N steps; `--resume` continues the same data order.
+  version, data cursor) every N steps; `--resume` continues the same data order. An FSDP2 model's
+  are torch.distributed.checkpoint shards with digests (`trainer.sharded_checkpoint`), and
+  `python -m gym export` writes any checkpoint as a Hugging Face directory.
 
 Entry points: `python -m gym train CONFIG` (`trainer.loop.train`), `python -m gym bench trainer`.
 Pure pieces: `trainer.advantage`, `trainer.loss`, `trainer.selection`; the step: `trainer.update`.
