@@ -290,8 +290,46 @@ class MetricsConfig(BaseModel):
     """Show a progress bar (step, reward, tokens/s, staleness) on stderr."""
 
 
+class FSDPConfig(BaseModel):
+    """torch's FSDP2 over every weight but the routed experts (trainer/fsdp.py); off: dense weights replicated."""
+
+    model_config = _CONFIG
+
+    enabled: bool = False
+    """Shard attention, dense MLP, embedding and head weights, their gradients and AdamW state over the ranks
+    (each holds 1/W); routed experts stay RDEP-sharded. Off, every rank holds them whole (data parallel)."""
+    mixed_precision: Literal["auto", "bfloat16", "float32"] = "auto"
+    """Compute dtype of the gathered weights (FSDP's MixedPrecisionPolicy); parameters and the gradient reduction
+    stay in the trainer's dtype (float32: fp32 master weights). auto = bfloat16 on CUDA, float32 on the CPU."""
+    activation_checkpointing: bool = False
+    """Keep only each decoder block's input in forward and recompute the block in backward (less memory, one
+    more forward of every block per step)."""
+    cpu_offload: bool = False
+    """Keep the sharded parameters, gradients and optimizer state in host memory, the optimizer step on the CPU
+    (FSDP's CPUOffloadPolicy); needs a CUDA device."""
+
+    @model_validator(mode="after")
+    def _only_when_enabled(self) -> FSDPConfig:
+        chosen = [
+            name
+            for name, default in (
+                ("mixed_precision", "auto"),
+                ("activation_checkpointing", False),
+                ("cpu_offload", False),
+            )
+            if getattr(self, name) != default
+        ]
+        if chosen and not self.enabled:
+            one = len(chosen) == 1
+            raise ValueError(
+                f"{', '.join(chosen)} {'has' if one else 'have'} no effect unless enabled (sharded training): "
+                f"set enabled: true or remove {'it' if one else 'them'}"
+            )
+        return self
+
+
 class DistributedConfig(BaseModel):
-    """torchrun: data parallel for dense weights, RDEP expert parallel for experts."""
+    """torchrun: data parallel (or FSDP) for dense weights, RDEP expert parallel for experts."""
 
     model_config = _CONFIG
 
@@ -303,6 +341,8 @@ class DistributedConfig(BaseModel):
     """RDEP transport: torch.distributed all-to-all (any backend, multi-node) or shared memory (one host)."""
     dispatch_capacity: int = Field(65536, ge=1)
     """RDEP receive-buffer rows per rank pair."""
+    fsdp: FSDPConfig = FSDPConfig()
+    """Sharded training of the dense weights (off by default: one process trains as before)."""
 
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -404,6 +444,8 @@ class TrainConfig(BaseModel):
             )
         if config.lora is not None:
             _check_lora(config, source)
+        if config.distributed.fsdp.enabled:
+            _check_fsdp(config, source)
         return config
 
     @property

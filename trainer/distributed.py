@@ -3,9 +3,11 @@
 Each rank trains on its shard of the batch. Routed experts are sharded over ranks (expert e on
 rank e // (E / W)) and reached through an RDEP dispatcher, so an expert's gradient already holds
 every rank's tokens when backward returns through the exchange; every other (replicated)
-parameter's gradient is summed over ranks with one all-reduce. The loss is normalised by the
-whole batch's counts (all ranks), so the sum of the ranks' losses is exactly the one-process loss
-on the same data. gloo on CPU, nccl on CUDA.
+parameter's gradient is summed over ranks with one all-reduce. With ``distributed.fsdp`` those
+other parameters are FSDP-sharded DTensors instead (`trainer.fsdp`), whose gradients FSDP's own
+reduce-scatter has summed by then. The loss is normalised by the whole batch's counts (all ranks),
+so the sum of the ranks' losses is exactly the one-process loss on the same data. gloo on CPU,
+nccl on CUDA.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import datetime
 import logging
 import math
 import os
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from policies.experts import ExpertShard
 from trainer.config import DistributedConfig
@@ -99,8 +103,10 @@ class ProcessGroupSync(GradientSync):
         return tensor
 
     def reduce_gradients(self, model: nn.Module) -> None:
-        grads = [p.grad for p in model.parameters() if p.grad is not None and id(p) not in self.sharded]
-        missing = [p for p in model.parameters() if p.requires_grad and p.grad is None and id(p) not in self.sharded]
+        # expert shards are complete after the RDEP exchange, FSDP's DTensors after its reduce-scatter
+        replicated = [p for p in model.parameters() if id(p) not in self.sharded and not isinstance(p, DTensor)]
+        grads = [p.grad for p in replicated if p.grad is not None]
+        missing = [p for p in replicated if p.requires_grad and p.grad is None]
         for p in missing:  # a rank whose tokens never reached a parameter still joins the all-reduce
             p.grad = torch.zeros_like(p)
             grads.append(p.grad)
@@ -119,8 +125,9 @@ class ProcessGroupSync(GradientSync):
         for p in model.parameters():
             if p.grad is None:
                 continue
-            square = p.grad.detach().double().pow(2).sum().cpu()
-            if id(p) in self.sharded:
+            grad = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad  # FSDP: each element on one rank
+            square = grad.detach().double().pow(2).sum().cpu()
+            if id(p) in self.sharded or isinstance(p.grad, DTensor):
                 sharded += square
             else:
                 replicated += square
@@ -129,17 +136,37 @@ class ProcessGroupSync(GradientSync):
         return math.sqrt(total) if math.isfinite(total) else total
 
 
-def full_state_dict(model: nn.Module, world: World) -> dict[str, torch.Tensor]:
-    """Every persistent tensor with expert shards gathered from all ranks (collective when sharded)."""
-    state = {k: v.detach() for k, v in model.state_dict().items()}
-    if not world.distributed:
-        return state
+def full_state_dict(model: nn.Module, world: World, keep: bool = True) -> dict[str, torch.Tensor]:
+    """Every persistent tensor with expert shards and FSDP's DTensors gathered from all ranks (collective when
+    sharded), one tensor at a time: the full model exists once, in the returned dict, beside this rank's shards.
+    ``keep=False`` (a rank that only takes part in the gathers) drops each gathered tensor at once and returns {}.
+    """
+    started = time.perf_counter()
     sharded = {name for name, p in model.named_parameters() if id(p) in sharded_parameters(model)}
-    for name in sorted(sharded):
-        local = state[name].contiguous()
-        parts = [torch.empty_like(local) for _ in range(world.world_size)]
-        dist.all_gather(parts, local)
-        state[name] = torch.cat(parts, dim=0)
+    state: dict[str, torch.Tensor] = {}
+    tensors = gathered = 0
+    for name, value in model.state_dict().items():
+        if isinstance(value, DTensor):
+            full = value.full_tensor()
+        elif world.distributed and name in sharded:
+            local = value.detach().contiguous()
+            parts = [torch.empty_like(local) for _ in range(world.world_size)]
+            dist.all_gather(parts, local)
+            full = torch.cat(parts, dim=0)
+            del parts
+        else:
+            full = value
+        tensors += 1
+        gathered += full.numel() * full.element_size()
+        if keep:
+            state[name] = full.detach()
+        del full
+    log.info(
+        "full weights: %d tensors, %.1f MB gathered in %.3f s",
+        tensors,
+        gathered / 1e6,
+        time.perf_counter() - started,
+    )
     return state
 
 

@@ -83,7 +83,13 @@ class Learner:
         # what a checkpoint holds of the model: every tensor, or a LoRA run's adapters only
         self.checkpointed: nn.Module = self.lora.checkpointed() if self.lora is not None else self.model
         self.dispatcher = shard_experts(self.model, config.distributed, world)
-        self.sync: GradientSync = ProcessGroupSync(self.model) if world.distributed else GradientSync()
+        self.sharding = None
+        if config.distributed.fsdp.enabled:  # dense weights sharded over the ranks (trainer/fsdp.py)
+            from trainer.fsdp import shard_model
+
+            self.sharding = shard_model(self.model, config.distributed, world, config.device)
+        sharded = world.distributed or self.sharding is not None
+        self.sync: GradientSync = ProcessGroupSync(self.model) if sharded else GradientSync()
         self.optimizer, self.scheduler = make_optimizer(self.model, config.optimizer, config.loop.steps)
         self.checkpointer = Checkpointer(
             self.run_dir / "checkpoints",
@@ -119,8 +125,18 @@ class Learner:
         """The KL reference is the policy RL starts from (after any warm start); loaded only when used. LoRA:
         the base with the adapters switched off, no copy."""
         if self.config.algorithm.kl.coef > 0:
-            self.reference = self.lora.reference() if self.lora is not None else frozen_copy(self.model)
+            self.reference = self.lora.reference() if self.lora is not None else self._reference_copy()
             self.update.reference = self.reference
+
+    def _reference_copy(self) -> nn.Module:
+        """A frozen copy of the policy; sharded alike under FSDP (whose modules cannot be deep-copied)."""
+        if self.sharding is None:
+            return frozen_copy(self.model)
+        from trainer.fsdp import sharded_frozen_copy
+
+        config = self.config
+        fresh = build_model(config.policy, config.dtype, config.device, config.algorithm.aux_loss_coef)
+        return sharded_frozen_copy(self.model, fresh, config.distributed, self.world, config.device)
 
     def train_step(self, scored: list[Scored]) -> dict[str, float]:
         """This rank's share of one batch (every rank passes the same full list)."""
@@ -131,7 +147,7 @@ class Learner:
         weights under the base model's names, each computed as the engine reads it (`trainer.lora.MergedWeights`)."""
         if self.lora is not None:
             return self.lora.merged()
-        return full_state_dict(self.model, self.world)
+        return full_state_dict(self.model, self.world, keep=self.world.is_main)  # the other ranks only join in
 
     def save(self) -> None:
         self.checkpointer.save(self.checkpointed, self.optimizer, self.scheduler, self.state)

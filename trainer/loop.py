@@ -278,7 +278,7 @@ class Loop:
             await trio.to_thread.run_sync(self.sync.wait_ready)
             await trio.to_thread.run_sync(self.push_weights, self.learner.state.weights_version)
             return
-        if self.world.distributed:  # rank 0 holds only its experts: the engine gets a full model
+        if self.world.distributed or self.learner.sharding is not None:  # the engine gets a full model of its own
             weights = self.gather_weights()
             model = build_model(self.config.policy, self.config.dtype, self.config.device)
             model.load_state_dict(weights)

@@ -13,6 +13,7 @@ import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 from torch import nn
@@ -31,24 +32,45 @@ class Scores:
     aux_loss: torch.Tensor | None  # scalar MoE balance loss (only when its coefficient is > 0)
 
 
+SCORE_FORWARD = "trainer_token_scores"
+"""The attribute under which a sharded model carries `sampled_token_scores` as an FSDP forward method
+(`trainer.fsdp`); `score` calls it when present."""
+
+
 def score(model: nn.Module, batch: TrainBatch, temperature: float = 1.0, replay: bool = True) -> Scores:
     """Token logprobs and entropies of batch.input_ids[:, 1:] under `model` (differentiable)."""
-    kwargs = {}
-    if replay and batch.routes is not None:
-        kwargs["routed_experts"] = batch.routes
-    out = model.base_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, **kwargs)
-    hidden = out.last_hidden_state[:, :-1]  # (B, T-1, H)
-    size, length, width = hidden.shape
-    head = model.get_output_embeddings().weight  # (V, H)
+    routes = batch.routes if replay else None
     # The LM head runs only where a loss is taken (sampled targets): prompts and tool observations,
     # most of a trajectory, need their hidden states as context but no vocabulary projection.
     where = batch.loss_mask.reshape(-1).nonzero().squeeze(1)  # (N,)
+    forward = getattr(model, SCORE_FORWARD, None) or partial(sampled_token_scores, model)
+    logprob, entropy, aux_loss = forward(batch.input_ids, batch.attention_mask, routes, where, temperature)
+    size, length = batch.loss_mask.shape
+    full_logprob = logprob.new_zeros(size * length, dtype=torch.float32).index_put((where,), logprob)
+    full_entropy = logprob.new_zeros(size * length, dtype=torch.float32).index_put((where,), entropy)
+    return Scores(full_logprob.view(size, length), full_entropy.view(size, length), aux_loss)
+
+
+def sampled_token_scores(
+    model: nn.Module,
+    input_ids: torch.Tensor,  # (B, T)
+    attention_mask: torch.Tensor,  # (B, T)
+    routes: torch.Tensor | None,  # (L_moe, B, T, K) replayed expert routes (R3), or None
+    where: torch.Tensor,  # (N,) flat positions of input_ids[:, 1:] to score
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Logprob and entropy (N,) fp32 of the targets at ``where``, and the MoE balance loss: the part of
+    `score` that reads the weights."""
+    kwargs = {} if routes is None else {"routed_experts": routes}
+    # no KV cache: a Hugging Face model makes one by default, and a block recomputed under activation
+    # checkpointing would append its keys and values to it a second time
+    out = model.base_model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kwargs)
+    hidden = out.last_hidden_state[:, :-1]  # (B, T-1, H)
+    head = model.get_output_embeddings().weight  # (V, H)
     logprob, entropy = token_logprob_entropy(
-        hidden.reshape(-1, width)[where], head, batch.input_ids[:, 1:].reshape(-1)[where], temperature=temperature
+        hidden.reshape(-1, hidden.shape[-1])[where], head, input_ids[:, 1:].reshape(-1)[where], temperature=temperature
     )
-    full_logprob = hidden.new_zeros(size * length, dtype=torch.float32).index_put((where,), logprob)
-    full_entropy = hidden.new_zeros(size * length, dtype=torch.float32).index_put((where,), entropy)
-    return Scores(full_logprob.view(size, length), full_entropy.view(size, length), getattr(out, "aux_loss", None))
+    return logprob, entropy, getattr(out, "aux_loss", None)
 
 
 def empty_batch(pad_id: int = 0) -> TrainBatch:
