@@ -468,6 +468,12 @@ def _check_lora(config: TrainConfig, source: str) -> None:
             f"{source}: lora: adapters train a Hugging Face policy (policy.type: hf); the RDEP MoE policy "
             f"(policy.type: {config.policy.type}) trains every weight: remove the lora section"
         )
+    if config.distributed.fsdp.enabled:
+        # the merged push and the adapter checkpoint read whole tensors; under FSDP the weights are DTensor shards
+        raise ConfigError(
+            f"{source}: lora: adapters train replicated (data parallel), not with distributed.fsdp.enabled: "
+            "remove one of them"
+        )
     if config.warm_start.steps and config.algorithm.kl.coef > 0:
         # the reference is the base with its adapters off: after a warm start trained them, that is not the
         # policy RL starts from, which the KL's reference is everywhere else

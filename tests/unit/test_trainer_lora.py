@@ -233,6 +233,7 @@ def test_target_modules_the_model_lacks_are_refused_naming_the_field(hf_dir, tmp
         ({"rank": 8}, {}, "lora.rank"),
         ({}, {"policy": {"type": "rdep_moe", "seed": 0, "model": TINY}}, "lora: adapters train a"),
         ({}, {"warm_start": {"steps": 2}, "algorithm": {"kl": {"coef": 0.1}}}, "lora: with warm_start.steps > 0"),
+        ({}, {"distributed": {"fsdp": {"enabled": True}}}, "lora: adapters train replicated"),
     ],
 )
 def test_bad_lora_sections_are_refused_naming_the_field(hf_dir, tmp_path, lora, top, field):
