@@ -16,9 +16,14 @@ rows mask the columns before their own start. A prompt is placed so that it ends
 the capacity: one copy of the window, rarely). A finished row's slot is refilled by the last row
 (one row's copy), so every step works on the contiguous slots 0..n-1 without gathering.
 
-Weights: `update` runs on the worker when no sequence is running; while one waits, nothing new is
-admitted, so every completion comes from one weights version (an update waits for the running
-rows to finish; requests that arrive meanwhile start on the new weights).
+Weights: an update (`schedule_exclusive`) runs on the worker between two steps, so no step ever reads half-loaded
+weights, and requests that arrive after it start on the new weights. By default it waits until no sequence is
+running (nothing new is admitted meanwhile), so every completion comes from one weights version. With
+``partial_rollouts`` it runs at the next step boundary while sequences are running (AReaL's and slime's partial
+rollouts): they go on under the new weights, and the keys and values they cached under the old weights stay in
+the cache, not recomputed (a re-prefill would cost as much as the prompt again; the importance-sampling
+correction sees the mismatch through each token's own behaviour logprob). Every sampled token records the
+version that sampled it (`Completion.token_versions`).
 
 Rotary positions are per row (a row's position is its own token count), so where a row sits in the
 cache never changes what it computes; samples draw from each row's own seeded generator, so they do
@@ -145,7 +150,7 @@ class _Sequence:
     prompt_routes: torch.Tensor | None = None  # (L, P, K)
     routes: list = field(default_factory=list)  # (L, K) numpy per fed token (a view of the step's routes)
     finish_reason: Literal["stop", "length"] | None = None
-    version: int = 0
+    versions: list[int] = field(default_factory=list)  # weights version of each sampled token
     submitted: float = field(default_factory=time.perf_counter)
     first_token: float = 0.0
     stops: frozenset[int] = frozenset()  # params.stop_token_ids, as a set (`append_sample`)
@@ -181,6 +186,7 @@ class ContinuousBatcher:
         lean_decode: bool = True,
         cuda_graphs: bool | None = None,
         traced: bool = False,
+        partial_rollouts: bool = False,
     ) -> None:
         config = policy.model.config
         self.policy = policy
@@ -189,6 +195,7 @@ class ContinuousBatcher:
         self.prefilling: _Prefill | None = None
         self.pad_token_id = pad_token_id
         self.version = version
+        self.partial_rollouts = partial_rollouts  # updates run between steps, not once the running rows finish
         self.cache = SlotCache(
             config.num_hidden_layers,
             slots,
@@ -266,7 +273,8 @@ class ContinuousBatcher:
             self.wakeup.set()
 
     def run_exclusive(self, action: Callable[[], object]) -> object:
-        """Run ``action`` on the worker once no sequence is running (nothing is admitted meanwhile)."""
+        """Run ``action`` on the worker between two steps: once no sequence is running (nothing is admitted
+        meanwhile), or at the next step boundary with ``partial_rollouts``."""
         return self.schedule_exclusive(action).result()
 
     def schedule_exclusive(self, action: Callable[[], object]) -> Future:
@@ -298,7 +306,7 @@ class ContinuousBatcher:
                     reject(future, error)
                 self.updates.clear()
                 return "stop", None
-            if self.updates and not busy:
+            if self.updates and (not busy or self.partial_rollouts):
                 return "update", self.updates.popleft()
             free = self.slots - len(self.running)
             blocked = self.updates or self.closed or self.prefilling is not None  # one prefill at a time
@@ -382,7 +390,6 @@ class ContinuousBatcher:
             return
         cache = self.cache
         cache.make_room(max(len(row.prompt) for row in admit))
-        version = self.version()
         for row in admit:
             b, length = distinct[tuple(row.prompt)], len(row.prompt)
             slot = cache.n
@@ -391,7 +398,7 @@ class ContinuousBatcher:
                 cache.values[layer, slot, :, cache.end - length : cache.end] = kv.values[b, :, width - length :]
             cache.n += 1
             cache.start = min(cache.start, cache.end - length)
-            row.length, row.version = length, version
+            row.length = length
             if routes is not None and row.params.return_routed_experts:
                 row.prompt_routes = routes[:, b, width - length :]
             self.running.append(row)
@@ -446,8 +453,10 @@ class ContinuousBatcher:
             drawn = sample(logits, sampling)
         finished = []
         now = time.perf_counter()
+        version = self.version()  # of the weights this step ran on: updates run on this thread, between steps
         for row, one in zip(rows, drawn.per_row()):
             append_sample(row, one)
+            row.versions.append(version)
             row.first_token = row.first_token or now
             if row.finish_reason is not None:
                 finished.append(row)
@@ -485,7 +494,8 @@ class ContinuousBatcher:
             raw_logprobs=row.raw_logprobs,
             routed_experts=routes,
             finish_reason=row.finish_reason or "length",
-            weights_version=row.version,
+            weights_version=row.versions[0],
+            token_versions=row.versions,
         )
 
 

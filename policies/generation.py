@@ -1,20 +1,29 @@
 """The generation engine: batched sampling with a KV cache, token ids and logprobs out.
 
 Three modes, one contract (each row has its own sampling settings and seeded generator, its own
-stop tokens and token budget; every token of a completion comes from one weights version, which
-the completion reports):
+stop tokens and token budget; every sampled token reports the weights version that sampled it,
+`Completion.token_versions`):
 
 * ``continuous`` (the default for our MoE policy): `policies.continuous` — a worker thread runs
   one decode step at a time over a static KV cache; sequences of every caller join and leave the
   running batch per step, identical prompts are prefilled once. Weight updates wait for the running
-  rows to finish.
+  rows to finish (``partial_rollouts``: they land at the next step boundary).
 * ``kv_cache`` (the default for other `transformers` models, whose attention takes a
   `DynamicCache`): each call's prompts are left-padded into one batch, prefilled once, then every
   step feeds only the newly sampled token; the batch runs until its longest row stops.
 * ``recompute``: as ``kv_cache`` but re-runs the whole sequence every step (the benchmark and the
   equality tests use it as the reference).
 
-In the batch modes weight updates and generation take the same lock.
+In the batch modes weight updates and generation take the same lock: an update waits for the batch.
+
+Partial rollouts (``partial_rollouts=True``, `trainer.config.LoopConfig.partial_rollouts`): a weight update never
+waits for the completions in flight. It lands between two decode steps (continuous: on the worker; batch modes:
+the generating thread applies updates queued by `schedule_load` after each step), the rows go on under the new
+weights, and every token after the swap reports the new version. The keys and values the rows cached under the
+old weights are kept, as in AReaL's and slime's partial rollouts: recomputing them would cost a prefill of
+everything sampled so far at each update, and the trainer corrects the difference with each token's own
+behaviour logprob (truncated importance sampling). In ``recompute`` mode nothing is cached, so the tokens after
+a swap are exactly what the new weights give for the whole sequence.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import asyncio
 import logging
 import os
 import threading
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -52,6 +62,7 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     raw_logprobs: list[float] = field(default_factory=list)
     routes: list[torch.Tensor] = field(default_factory=list)  # (L, n, K) pieces
+    versions: list[int] = field(default_factory=list)  # weights version of each sampled token
     finish_reason: Literal["stop", "length"] | None = None
     stops: frozenset[int] = frozenset()  # params.stop_token_ids, as a set (`append_sample`)
 
@@ -83,6 +94,7 @@ class GenerationEngine:
         prefill_chunk: int | None = None,
         cuda_graphs: bool | None = None,
         traced_decode: bool = False,
+        partial_rollouts: bool = False,
     ) -> None:
         self.policy = policy
         self.max_batch_size = max_batch_size
@@ -91,7 +103,11 @@ class GenerationEngine:
         self.mode: Mode = mode or ("continuous" if policy.is_moe else "kv_cache")
         self.pad_token_id = pad_token_id
         self.weights_version = weights_version
+        self.partial_rollouts = partial_rollouts
         self._lock = threading.Lock()
+        # batch modes with partial rollouts: updates the generating thread applies between two steps
+        self._pending: deque[tuple[dict[str, torch.Tensor], int | None, Future]] = deque()
+        self._pending_lock = threading.Lock()
         self._batcher: ContinuousBatcher | None = None
         if self.mode == "continuous":
             self._batcher = ContinuousBatcher(
@@ -102,6 +118,7 @@ class GenerationEngine:
                 prefill_chunk,
                 cuda_graphs=cuda_graphs,
                 traced=traced_decode,
+                partial_rollouts=partial_rollouts,
             )
 
     @property
@@ -152,6 +169,7 @@ class GenerationEngine:
         seeds = self._seeds(params)
         out: list[Completion] = []
         with self._lock:
+            self._apply_pending()  # updates queued before this call: its rows start on them
             for start in range(0, len(prompts), self.max_batch_size):
                 stop = start + self.max_batch_size
                 out.extend(self._generate_chunk(prompts[start:stop], params[start:stop], seeds[start:stop]))
@@ -177,6 +195,8 @@ class GenerationEngine:
             for row, one in zip(rows, drawn):
                 if row.finish_reason is None:
                     append_sample(row, one)
+                    row.versions.append(self.weights_version)  # changes only between steps (`_apply_pending`)
+            self._apply_pending()  # partial rollouts: the next step runs on the weights queued meanwhile
         return [self._completion(row, prompt_routes, b, len(prompts[b])) for b, row in enumerate(rows)]
 
     def _decode(
@@ -219,7 +239,8 @@ class GenerationEngine:
             raw_logprobs=row.raw_logprobs,
             routed_experts=routes,
             finish_reason=row.finish_reason or "length",
-            weights_version=self.weights_version,
+            weights_version=row.versions[0],
+            token_versions=row.versions,
         )
 
     def stats(self) -> dict:
@@ -237,26 +258,57 @@ class GenerationEngine:
         }
 
     def load_state_dict(self, state: dict[str, torch.Tensor], version: int | None = None) -> int:
-        """Swap in new weights between batches (continuous: once the running rows finished); returns the
-        new weights version."""
+        """Swap in new weights between batches (continuous: once the running rows finished), or between two
+        decode steps with ``partial_rollouts``; returns the new weights version."""
         if self._batcher is not None:
             return int(self.schedule_load(state, version).result())
         self.policy.check_state_dict(state)
-        with self._lock:
-            return self._load(state, version)
+        if not self.partial_rollouts:
+            with self._lock:
+                return self._load(state, version)
+        future = self.schedule_load(state, version, checked=True)
+        while not future.done():  # a generating thread applies it after its current step; else we do
+            if self._lock.acquire(timeout=0.05):
+                try:
+                    self._apply_pending()
+                finally:
+                    self._lock.release()
+        return int(future.result())
 
     def schedule_load(
         self, state: dict[str, torch.Tensor], version: int | None = None, checked: bool = False
     ) -> Future:
-        """Continuous mode: `load_state_dict` without waiting (the future of the new version); rows submitted
-        after this call start on the new weights. The names and shapes are checked first (KeyError,
-        ValueError; not again when the caller ``checked`` them), so a bad state dict raises here and changes
-        nothing."""
-        if self._batcher is None:
-            raise RuntimeError(f"schedule_load needs the continuous mode, this engine runs {self.mode}")
+        """`load_state_dict` without waiting (the future of the new version); rows submitted after this call
+        start on the new weights. Continuous mode, and the batch modes with ``partial_rollouts`` (the update
+        lands after the running batch's current decode step, or when the next call starts). The names and
+        shapes are checked first (KeyError, ValueError; not again when the caller ``checked`` them), so a bad
+        state dict raises here and changes nothing."""
+        if self._batcher is None and not self.partial_rollouts:
+            raise RuntimeError(
+                f"schedule_load needs the continuous mode or partial rollouts, this engine runs {self.mode}"
+            )
         if not checked:
             self.policy.check_state_dict(state)
-        return self._batcher.schedule_exclusive(lambda: self._load(state, version))
+        if self._batcher is not None:
+            return self._batcher.schedule_exclusive(lambda: self._load(state, version))
+        future: Future = Future()
+        with self._pending_lock:
+            self._pending.append((state, version, future))
+        return future
+
+    def _apply_pending(self) -> None:
+        """Batch modes: load the updates `schedule_load` queued, in order (under ``_lock``, between two steps)."""
+        if not self._pending:  # the common case, read without the lock: an update queued meanwhile waits a step
+            return
+        while True:
+            with self._pending_lock:
+                if not self._pending:
+                    return
+                state, version, future = self._pending.popleft()
+            try:
+                future.set_result(self._load(state, version))
+            except Exception as exc:  # the caller of `load_state_dict` sees it, not the generation in flight
+                future.set_exception(exc)
 
     def close(self) -> None:
         """Stop the continuous worker (its running rows finish first); nothing to do in the batch modes."""

@@ -16,9 +16,9 @@ more, each in a spawned process on its own copy of the weights, and serves the `
   batch compositions of one engine already differ by.
 - **Weights**: `load_state_dict` checks the names and shapes here, then queues the update on every replica
   (the tensors travel as `torch.save` bytes) and returns once each has loaded them. Each replica's update waits
-  for its own running rows, and rows submitted after the call start on the new weights on every replica: every
-  completion comes from one version and reports it, as with one engine. A version left out is the last version
-  handed out + 1 on every replica.
+  for its own running rows (with ``partial_rollouts``: lands at its next step boundary), and rows submitted after
+  the call start on the new weights on every replica: every token reports the version that sampled it, as with
+  one engine. A version left out is the last version handed out + 1 on every replica.
 - **Failures**: a replica process that dies fails the rows it held with `EngineError` (the engine's fault:
   masked, never scored) and takes no more calls; the others go on. A spawned replica that fails an update is
   retired the same way, so none serves old weights. `close` stops every replica.
@@ -108,6 +108,7 @@ class ReplicatedEngine:
             "weights_version": local.weights_version,
             "prefill_chunk": local._batcher.prefill_chunk,
             "traced_decode": local._batcher.graphs is not None and local._batcher.graphs.trace,
+            "partial_rollouts": local.partial_rollouts,
             "threads": threads,
         }
         state = _tensor_bytes(model.state_dict())
@@ -410,6 +411,7 @@ def _serve(conn, spec: dict) -> None:
             weights_version=spec["weights_version"],
             prefill_chunk=spec["prefill_chunk"],
             traced_decode=spec["traced_decode"],
+            partial_rollouts=spec["partial_rollouts"],
         )
     except Exception as exc:  # reported to the parent, which raises it
         conn.send(("failed", f"{type(exc).__name__}: {exc}"))

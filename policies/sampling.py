@@ -170,7 +170,48 @@ class Completion(BaseModel):
     finish_reason: Literal["stop", "length"]
     """"stop": a stop token was sampled; "length": max_tokens (or the context) was reached."""
     weights_version: int = Field(ge=0)
-    """Version of the policy weights that sampled every token of this completion."""
+    """Version of the policy weights that sampled the first token (every token when `token_versions` is None)."""
+    token_versions: list[StrictInt] | None = None
+    """Weights version that sampled each token, aligned with `token_ids`, non-decreasing: an engine with partial
+    rollouts swaps weights between decode steps, so a completion in flight goes on under newer weights (the
+    ``partial_rollouts`` option of `policies.generation.GenerationEngine`). None: all from `weights_version`."""
+
+    @model_validator(mode="after")
+    def _versions(self) -> Completion:
+        if self.token_versions is not None:
+            problem = token_versions_problem(self.token_versions, len(self.token_ids))
+            if problem is None and self.token_versions and self.token_versions[0] != self.weights_version:
+                problem = f"starts at version {self.token_versions[0]}, not at weights_version {self.weights_version}"
+            if problem is not None:
+                raise ValueError(f"token_versions {problem}")
+        return self
+
+    @property
+    def versions(self) -> list[int]:
+        """The weights version of each token (`token_versions`, or `weights_version` for every one)."""
+        if self.token_versions is not None:
+            return self.token_versions
+        return [self.weights_version] * len(self.token_ids)
+
+
+def token_versions_problem(versions: object, tokens: int, newest: int | None = None) -> str | None:
+    """What is wrong with ``versions`` as the per-token weights versions of a completion of ``tokens`` tokens
+    (a list of as many integers >= 0, each at most ``newest`` when given, never going down), or None. One pass,
+    stopping at the first bad item: a reply's list is bounded by its token count before any item is read."""
+    if not isinstance(versions, list):
+        return f"must be a list of weights versions, got {type(versions).__name__}"
+    if len(versions) != tokens:
+        return f"holds {len(versions)} versions for {tokens} tokens"
+    previous = 0
+    for i, version in enumerate(versions):
+        if type(version) is not int or version < 0:
+            return f"item {i}: {str(version)[:40]} is not a weights version (an integer >= 0)"
+        if version < previous:
+            return f"item {i}: version {version} after {previous} (versions never go down within a completion)"
+        if newest is not None and version > newest:
+            return f"item {i}: version {version} is newer than the engine's {newest}"
+        previous = version
+    return None
 
 
 @runtime_checkable

@@ -74,6 +74,10 @@ class EngineOptions(BaseModel):
     """continuous, RDEP policy, CPU: replay TorchScript traces of the decode step, one per (rows to a multiple of 8,
     columns to a multiple of 64) met (policies/cuda_graphs.py; None: on for the CPU). A step then runs its ops
     without the Python between them: the tiny policy's steps take ~20-40% less."""
+    partial_rollouts: bool = False
+    """A weight update lands between two decode steps instead of waiting for the completions in flight; they go
+    on under the new weights (their cached keys and values kept) and report each token's version
+    (`token_versions` of a choice). The trainer's ``loop.partial_rollouts`` is this for its in-process engine."""
     replicas: int = Field(1, ge=1)
     """continuous, RDEP policy, CPU: engines decoding side by side, this process's and ``replicas - 1`` spawned
     processes', each on ``threads`` torch threads (policies/replicas.py): one per core uses cores that a second
@@ -199,6 +203,7 @@ def build_engine(config: ServeConfig):  # -> GenerationEngine (imports torch laz
         prefill_chunk=config.engine.prefill_chunk,
         cuda_graphs=config.engine.cuda_graphs,
         traced_decode=config.engine.traces_decode(policy.device.type),
+        partial_rollouts=config.engine.partial_rollouts,
     )
     return replicated(engine, config.engine.replicas, config.engine.threads)
 

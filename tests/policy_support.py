@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from policies.config import RdepMoeConfig
@@ -43,6 +45,26 @@ HF_TINY = dict(
 def small_model(seed: int = 0, **overrides) -> RdepMoeForCausalLM:
     torch.manual_seed(seed)
     return RdepMoeForCausalLM(RdepMoeConfig(**{**SMALL, **overrides})).eval()
+
+
+def full_logprobs(policy, prompt: list[int], tokens: list[int], routes=None) -> torch.Tensor:
+    """log softmax of a full forward of ``policy`` (a `CausalLMPolicy`) over prompt + tokens, at the sampled
+    tokens."""
+    ids = torch.tensor([prompt + tokens])
+    replay = None if routes is None else torch.tensor(routes.array, dtype=torch.int64)[:, None]  # (L, 1, T, K)
+    with torch.no_grad():
+        logits = policy.model(ids, routed_experts=replay).logits[0, len(prompt) - 1 : -1]
+    return torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
+
+
+def wait_for_tokens(engine, count: int, timeout_s: float = 60.0) -> None:
+    """Block until a row running in ``engine``'s continuous batcher has sampled ``count`` tokens (the length of a
+    list the worker appends to, read from this thread), so a test can act while that row is mid-decode."""
+    deadline = time.monotonic() + timeout_s
+    while not any(len(row.tokens) >= count for row in list(engine._batcher.running)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no running row reached {count} tokens in {timeout_s:.0f} s")
+        time.sleep(0.0005)
 
 
 PROMPTS = [[1, 2, 3, 4, 5], [7, 8], [9, 10, 11, 12]]

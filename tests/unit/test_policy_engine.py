@@ -15,21 +15,12 @@ from policies.fake_engine import ScriptedEngine
 from policies.generation import GenerationEngine
 from policies.hf_adapter import CausalLMPolicy
 from policies.sampling import Completion, EngineError, RolloutEngine, SamplingParams, per_prompt
-from tests.policy_support import PROMPTS, same_completion, small_model
+from tests.policy_support import PROMPTS, full_logprobs, same_completion, small_model
 
 
 @pytest.fixture(scope="module")
 def policy() -> CausalLMPolicy:
     return CausalLMPolicy(small_model())
-
-
-def full_logprobs(policy: CausalLMPolicy, prompt: list[int], tokens: list[int], routes=None) -> torch.Tensor:
-    """log softmax of a full forward over prompt + tokens, at the sampled tokens."""
-    ids = torch.tensor([prompt + tokens])
-    replay = None if routes is None else torch.tensor(routes.array, dtype=torch.int64)[:, None]  # (L, 1, T, K)
-    with torch.no_grad():
-        logits = policy.model(ids, routed_experts=replay).logits[0, len(prompt) - 1 : -1]
-    return torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(tokens)[:, None])[:, 0]
 
 
 @pytest.mark.parametrize(
