@@ -12,6 +12,9 @@ Reward: 0 for a valid Harmony turn, -0.2 otherwise, minus 0.1 x the share of rep
 the completion (so a group's rewards differ even when every turn is cut at the budget, and both
 trainers do the full work).
 
+``--fsdp`` measures something else, the training state each rank holds with FSDP (`trainer.bench_fsdp`, whose
+docstring lists its figures).
+
 Figures (``--json``): tokens_per_s_ours, tokens_per_s_trl (null when TRL cannot run here, with
 ``trl_error`` saying why), ratio, step_s_ours, sample_s_ours (the sampling part of our step, median),
 sample_s_ours_steps (each timed step's), sample_gc_full and sample_gc_full_s (full garbage collections during the
@@ -43,9 +46,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--skip-trl", action="store_true", help="measure this trainer only")
     parser.add_argument("--device", default="cpu", help="torch device of the policy (e.g. cuda:0)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="policy weights dtype")
+    from trainer import bench_fsdp
+
+    bench_fsdp.configure_fsdp(parser)
 
 
 def run(args: argparse.Namespace) -> dict:
+    if args.fsdp:  # a different measurement: memory per rank of sharded training (trainer/bench_fsdp.py)
+        from trainer import bench_fsdp
+
+        return bench_fsdp.run(args)
     import torch
 
     from trainer.config import TrainConfig

@@ -394,7 +394,8 @@ class TrainConfig(BaseModel):
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Trainer weights dtype (master weights; the optimizer state follows)."""
     device: str = "cpu"
-    """torch device of the trainer and the in-process engine."""
+    """torch device of the trainer and the in-process engine; under torchrun a bare ``cuda`` is each rank's own
+    GPU (``cuda:LOCAL_RANK``)."""
     threads: int | None = Field(None, ge=1)
     """torch intra-op CPU threads during the run (restored after it); null keeps torch's default, one per
     core. Small policies gain nothing from more than one, and on a busy CPU the threads of one op wait on

@@ -65,6 +65,12 @@ def init_world(config: DistributedConfig, device: str) -> World:
     return world
 
 
+def rank_device(device: str, world: World) -> str:
+    """This rank's torch device: under torchrun a bare ``cuda`` is the rank's own GPU (``cuda:LOCAL_RANK``, as
+    nccl needs one GPU per rank); any other device as written."""
+    return f"cuda:{world.local_rank}" if device == "cuda" and world.distributed else device
+
+
 def shard_experts(model: nn.Module, config: DistributedConfig, world: World) -> object | None:
     """Keep this rank's routed experts and route MoE layers through an RDEP dispatcher."""
     if not world.distributed or not config.expert_parallel or not hasattr(model, "use_dispatcher"):

@@ -19,7 +19,15 @@ from trainer.batch import collate, shard
 from trainer.checkpoint import Checkpointer, TrainerState
 from trainer.commands import FreezeReference, Gather, Save, Step, Stop, WarmStart
 from trainer.config import OptimizerConfig, TrainConfig
-from trainer.distributed import ProcessGroupSync, World, barrier, full_state_dict, receive_command, shard_experts
+from trainer.distributed import (
+    ProcessGroupSync,
+    World,
+    barrier,
+    full_state_dict,
+    rank_device,
+    receive_command,
+    shard_experts,
+)
 from trainer.loss import kl_penalty
 from trainer.policy import build_model, frozen_copy
 from trainer.sample import Group
@@ -73,7 +81,8 @@ class Learner:
         self.config, self.world = config, world
         self.run_dir = Path(config.run_dir)
         torch.manual_seed(config.seed)
-        self.model = build_model(config.policy, config.dtype, config.device, config.algorithm.aux_loss_coef)
+        self.device = rank_device(config.device, world)
+        self.model = build_model(config.policy, config.dtype, self.device, config.algorithm.aux_loss_coef)
         self.lora = None
         if config.lora is not None:  # only the adapters train; the engine gets merged weights (trainer/lora.py)
             from trainer.lora import LoraPolicy
@@ -87,7 +96,7 @@ class Learner:
         if config.distributed.fsdp.enabled:  # dense weights sharded over the ranks (trainer/fsdp.py)
             from trainer.fsdp import shard_model
 
-            self.sharding = shard_model(self.model, config.distributed, world, config.device)
+            self.sharding = shard_model(self.model, config.distributed, world, self.device)
         sharded = world.distributed or self.sharding is not None
         self.sync: GradientSync = ProcessGroupSync(self.model) if sharded else GradientSync()
         self.optimizer, self.scheduler = make_optimizer(self.model, config.optimizer, config.loop.steps)
@@ -135,8 +144,8 @@ class Learner:
         from trainer.fsdp import sharded_frozen_copy
 
         config = self.config
-        fresh = build_model(config.policy, config.dtype, config.device, config.algorithm.aux_loss_coef)
-        return sharded_frozen_copy(self.model, fresh, config.distributed, self.world, config.device)
+        fresh = build_model(config.policy, config.dtype, self.device, config.algorithm.aux_loss_coef)
+        return sharded_frozen_copy(self.model, fresh, config.distributed, self.world, self.device)
 
     def train_step(self, scored: list[Scored]) -> dict[str, float]:
         """This rank's share of one batch (every rank passes the same full list)."""

@@ -67,8 +67,14 @@ BENCHES: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "trainer": (
         "trainer.bench",
-        "GRPO step tokens/s of this trainer vs TRL's GRPOTrainer (same tiny policy, prompts, reward)",
-        ("", "--steps 2 --skip-trl", "--steps 3 --device cuda --dtype bfloat16 --json trainer.json"),
+        "GRPO step tokens/s of this trainer vs TRL's GRPOTrainer (same tiny policy, prompts, reward); --fsdp: "
+        "training state per rank, one process vs 2 FSDP ranks",
+        (
+            "",
+            "--steps 2 --skip-trl",
+            "--steps 3 --device cuda --dtype bfloat16 --json trainer.json",
+            "--fsdp --json trainer_fsdp.json",
+        ),
     ),
 }
 

@@ -1,5 +1,6 @@
 """The ``distributed.fsdp`` section: off by default, each field validated, errors that name the field; and the
-parts of trainer/fsdp.py that need no process group (the compute dtype, finding the decoder blocks)."""
+parts of sharded training that need no process group (the compute dtype, finding the decoder blocks, each
+rank's device)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from torch import nn
 
 from tests.trainer_support import FAKE_ENVIRONMENT, TINY
 from trainer.config import DistributedConfig, FSDPConfig, TrainConfig
+from trainer.distributed import World, rank_device
 from trainer.errors import ConfigError
 from trainer.fsdp import compute_dtype, decoder_blocks
 
@@ -97,3 +99,16 @@ def test_the_decoder_blocks_are_the_classes_a_model_names_unsplittable() -> None
 
     with pytest.raises(ConfigError, match=r"Flat names no decoder block class .*\['Block'\]"):
         decoder_blocks(Flat())
+
+
+@pytest.mark.parametrize(
+    ("device", "world", "placed"),
+    [
+        ("cuda", World(rank=1, world_size=2, local_rank=1), "cuda:1"),
+        ("cuda", World(), "cuda"),
+        ("cuda:3", World(rank=1, world_size=2, local_rank=1), "cuda:3"),
+        ("cpu", World(rank=1, world_size=2, local_rank=1), "cpu"),
+    ],
+)
+def test_under_torchrun_a_bare_cuda_is_each_ranks_own_gpu(device, world, placed) -> None:
+    assert rank_device(device, world) == placed
