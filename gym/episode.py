@@ -5,7 +5,10 @@
 1. the prompt is the environment's system, developer (instructions and tool
    schemas) and user (task) messages plus ``<|start|>assistant``;
 2. each turn the engine samples from the token context (stop ids ``<|call|>``
-   and ``<|return|>``); the sampled ids are parsed at the token level;
+   and ``<|return|>``); the sampled ids are parsed at the token level and kept
+   with their behaviour logprobs and the weights version of each (a turn in
+   flight when new weights arrive may span two: partial rollouts); the
+   trajectory's ``policy_version`` is the oldest;
 3. a tool call runs in the episode's workspace and its result is appended as
    a rendered ``functions.NAME to=assistant`` message (masked out of the loss);
    a ``submit`` call or a final-channel answer ends the episode, and so do the
@@ -155,7 +158,6 @@ class _Run:
         )
         self.clock = _Clock()
         self.records: list[ToolCallRecord] = []
-        self.versions: list[int] = []
         self.answer: str | None = None
         self.source: Literal["submit", "final"] | None = None
         self.end: EndReason = "max_turns"
@@ -190,8 +192,7 @@ class _Run:
                 self.end, self.infra = "infra_error", f"engine: {exc}"
                 return None
         self.turns += 1
-        self.versions.append(completion.weights_version)
-        turn = self.builder.add_sampled(completion.token_ids, completion.logprobs)
+        turn = self.builder.add_sampled(completion.token_ids, completion.logprobs, completion.versions)
         if isinstance(turn, ParseError) and len(self.builder.ids) >= config.max_total_tokens:
             self.end = "max_tokens"
             return None
@@ -267,8 +268,6 @@ async def run_episode(
             "reward_breakdown": breakdown,
             "group_id": group_id,
             "end_reason": "infra_error" if masked else run.end,
-            # the oldest weights that sampled any token: what a staleness bound must look at
-            "policy_version": min(run.versions, default=0),
             "placement": {"engine": engine_url} if isinstance(engine_url, str) else {},
         }
     )

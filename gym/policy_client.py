@@ -4,8 +4,8 @@
 
     async def generate(prompts: list[list[int]], params: SamplingParams) -> list[Completion]
 
-token ids in; sampled ids, their behaviour logprobs, the weights version and,
-for MoE policies, routed experts out. Implementations, picked by a policy spec:
+token ids in; sampled ids, their behaviour logprobs, the weights version of each
+token and, for MoE policies, routed experts out. Implementations, picked by a policy spec:
 
 | spec | engine |
 | --- | --- |
@@ -37,6 +37,7 @@ from policies.sampling import (
     SamplingParams,
     context_exceeded,
     per_prompt,
+    token_versions_problem,
 )
 
 if TYPE_CHECKING:
@@ -84,6 +85,11 @@ class HttpEngine:
     waited out ``busy_retries`` times, Retry-After apart when it says so, else with exponential backoff
     (``busy_delay``). Anything else (refused, timed out, another HTTP error, a reply that is not JSON)
     is an ``EngineError`` naming the URL: the episode is masked as an infrastructure failure.
+
+    A reply's per-token weights versions (``token_versions``, from a server with partial rollouts) must be one
+    integer per sampled token, never going down and none newer than the reply's ``weights_version``; anything
+    else is the engine's fault (an ``EngineError``: masked, never a crash nor a score). A reply without them (an
+    older server, vLLM) has every token from its ``weights_version``.
     """
 
     def __init__(self, url: str, timeout_s: float = 600.0, busy_retries: int = 120, connect_retries: int = 2) -> None:
@@ -134,19 +140,28 @@ class HttpEngine:
         try:
             choices = sorted(reply["choices"], key=lambda choice: choice["index"])
             version = int(reply["weights_version"])
-            return [
-                Completion(
-                    token_ids=choice["token_ids"],
-                    logprobs=choice["logprobs"]["token_logprobs"],
-                    raw_logprobs=choice["raw_logprobs"],
-                    routed_experts=choice.get("routed_experts"),
-                    finish_reason=choice["finish_reason"],
-                    weights_version=version,
-                )
-                for choice in choices
-            ]
+            return [_completion(choice, version) for choice in choices]
         except (KeyError, TypeError, ValueError) as exc:
             raise EngineError(f"{self.url}: unexpected /v1/completions reply ({exc!r}): {str(reply)[:300]}") from None
+
+
+def _completion(choice: dict[str, Any], version: int) -> Completion:
+    """One choice of a /v1/completions reply whose ``weights_version`` is ``version`` (ValueError, KeyError or
+    TypeError when it is not what the server promises)."""
+    versions = choice.get("token_versions")
+    if versions is not None:
+        problem = token_versions_problem(versions, len(choice["token_ids"]), newest=version)
+        if problem is not None:
+            raise ValueError(f"token_versions {problem}")
+    return Completion(
+        token_ids=choice["token_ids"],
+        logprobs=choice["logprobs"]["token_logprobs"],
+        raw_logprobs=choice["raw_logprobs"],
+        routed_experts=choice.get("routed_experts"),
+        finish_reason=choice["finish_reason"],
+        weights_version=version if not versions else versions[0],
+        token_versions=versions,
+    )
 
 
 def _root_cause(exc: BaseException) -> BaseException:

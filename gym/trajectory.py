@@ -5,6 +5,12 @@ sequence (prompt included); ``sampled[i]`` says whether the policy sampled
 ``ids[i]``; ``logprobs[i]`` is the behaviour logprob the engine reported for a
 sampled token and ``None`` (JSON ``null``) for every other token (prompt,
 generation prompts, tool observations), so the three tuples always align.
+``token_versions[i]`` is, the same way, the weights version that sampled a
+sampled token: with partial rollouts an engine swaps weights between decode
+steps, so one episode (even one completion) spans several versions; they never
+go down within a completion and the oldest is ``policy_version``. Records
+written before the field existed have ``token_versions`` None (absent from
+the file): every sampled token came from ``policy_version``.
 
 The episode loop builds one with :class:`TrajectoryBuilder`: ``context()`` is
 what the engine continues, ``add_sampled`` appends a sampled completion (after
@@ -23,7 +29,16 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gym.format.harmony import Harmony, ParsedTurn, ParseError
 from gym.format.message import Message
@@ -83,6 +98,12 @@ class Trajectory(BaseModel):
     ids: tuple[int, ...] = Field(description="All token ids, prompt first.")
     sampled: tuple[bool, ...] = Field(description="True where the policy sampled the token (the loss mask).")
     logprobs: tuple[float | None, ...] = Field(description="Behaviour logprob of sampled tokens, None elsewhere.")
+    token_versions: tuple[StrictInt | None, ...] | None = Field(
+        None,
+        description="Weights version that sampled each sampled token, None elsewhere (aligned with ids); "
+        "non-decreasing within a completion, the oldest is policy_version. None (a record from before the field): "
+        "every sampled token came from policy_version.",
+    )
     messages: tuple[Message, ...] = Field(
         (), description="The conversation the ids render (parse-error turns have none)."
     )
@@ -103,6 +124,18 @@ class Trajectory(BaseModel):
         "node of its rollout worker (gym train --ray), 'error' = why a group lost with its node came back masked; "
         "empty for trajectories built outside an episode.",
     )
+
+    @field_validator("token_versions")
+    @classmethod
+    def _versions(cls, versions: tuple[int | None, ...] | None, info: ValidationInfo) -> tuple[int | None, ...] | None:
+        """Checked here, not in `_aligned`, so a reader's error names the field (``trajectory.token_versions``)."""
+        sampled, oldest = info.data.get("sampled"), info.data.get("policy_version")
+        if versions is None or sampled is None or oldest is None:  # absent, or another field already failed
+            return versions
+        problem = versions_problem(versions, sampled, oldest)
+        if problem is not None:
+            raise ValueError(problem)
+        return versions
 
     @model_validator(mode="after")
     def _aligned(self) -> Trajectory:
@@ -138,6 +171,32 @@ class Trajectory(BaseModel):
         return self.group_id or self.task_id
 
 
+def versions_problem(versions: Sequence[int | None], sampled: Sequence[bool], oldest: int) -> str | None:
+    """What is wrong with ``versions`` as the per-token weights versions of a trajectory whose loss mask is
+    ``sampled`` and whose ``policy_version`` is ``oldest``, or None. A completion is a run of sampled tokens:
+    two completions are always apart (a generation prompt or a tool result between them), so the versions of
+    one never go down."""
+    if len(versions) != len(sampled):
+        return f"{len(versions)} versions for {len(sampled)} ids: they must align"
+    previous: int | None = None  # within the current run of sampled tokens
+    seen: int | None = None  # the oldest version met
+    for i, (version, is_sampled) in enumerate(zip(versions, sampled)):
+        if is_sampled != (version is not None):
+            return f"token {i}: a version is required exactly for sampled tokens"
+        if version is None:
+            previous = None
+            continue
+        if version < 0:
+            return f"token {i}: version {version} is negative"
+        if previous is not None and version < previous:
+            return f"token {i}: version {version} after {previous} within one completion (versions never go down)"
+        previous = version
+        seen = version if seen is None else min(seen, version)
+    if seen is not None and seen != oldest:
+        return f"the oldest token version is {seen}, but policy_version is {oldest}"
+    return None
+
+
 class TrajectoryBuilder:
     """Grows a trajectory turn by turn; ``build`` freezes it."""
 
@@ -157,6 +216,8 @@ class TrajectoryBuilder:
         self.ids = list(prompt_ids)
         self.sampled = [False] * len(self.ids)
         self.logprobs: list[float | None] = [None] * len(self.ids)
+        self.versions: list[int | None] = [None] * len(self.ids)
+        self.unversioned = False  # a turn was added without its tokens' versions: the record has none
         self.messages = list(messages)
         self.events: list[Event] = []
         self.failures: list[FailureKind] = []
@@ -171,20 +232,28 @@ class TrajectoryBuilder:
         """The ids the engine continues (with ``<|start|>assistant`` appended when due)."""
         return self.ids + (self.harmony.generation_prompt() if self._prompt_due else [])
 
-    def _append(self, ids: Sequence[int], logprobs: Sequence[float] | None) -> int:
+    def _append(
+        self, ids: Sequence[int], logprobs: Sequence[float] | None, versions: Sequence[int] | None = None
+    ) -> int:
         start = len(self.ids)
         self.ids += ids
         self.sampled += [logprobs is not None] * len(ids)
         self.logprobs += list(logprobs) if logprobs is not None else [None] * len(ids)
+        self.versions += list(versions) if versions is not None else [None] * len(ids)
         return start
 
-    def add_sampled(self, ids: Sequence[int], logprobs: Sequence[float]) -> ParsedTurn | ParseError:
-        """Append a sampled completion with its behaviour logprobs; return its parse (errors as data)."""
-        if len(ids) != len(logprobs):
-            raise ValueError(f"{len(ids)} sampled ids but {len(logprobs)} logprobs")
+    def add_sampled(
+        self, ids: Sequence[int], logprobs: Sequence[float], versions: Sequence[int] | None = None
+    ) -> ParsedTurn | ParseError:
+        """Append a sampled completion with its behaviour logprobs and, when known, the weights version of each
+        token (`Completion.versions`); return its parse (errors as data)."""
+        if len(ids) != len(logprobs) or (versions is not None and len(versions) != len(ids)):
+            counts = f"{len(logprobs)} logprobs" + ("" if versions is None else f" and {len(versions)} versions")
+            raise ValueError(f"{len(ids)} sampled ids but {counts}")
         if self._prompt_due:
             self._append(self.harmony.generation_prompt(), None)
-        offset = self._append(ids, logprobs)
+        self.unversioned |= versions is None and len(ids) > 0
+        offset = self._append(ids, logprobs, versions)
         turn = self.harmony.parse_completion(ids)
         if isinstance(turn, ParseError):
             self.events.append(
@@ -229,14 +298,19 @@ class TrajectoryBuilder:
         masked: bool = False,
         timings: dict[str, float] | None = None,
     ) -> Trajectory:
+        """The trajectory so far. When every turn came with its tokens' versions, they are kept and
+        ``policy_version`` is the oldest of them; else the builder's ``policy_version`` stands for every token."""
+        known = [] if self.unversioned else [v for v in self.versions if v is not None]
+        versions = tuple(self.versions) if known else None  # nothing sampled: None says the same
         return Trajectory(
             task_id=self.task_id,
             tokenizer=self.harmony.tokenizer.fingerprint,
-            policy_version=self.policy_version,
+            policy_version=min(known) if known else self.policy_version,
             prompt_ids=tuple(self.prompt_ids),
             ids=tuple(self.ids),
             sampled=tuple(self.sampled),
             logprobs=tuple(self.logprobs),
+            token_versions=versions,
             messages=tuple(self.messages),
             events=tuple(self.events),
             reward=reward,

@@ -2,7 +2,7 @@
 
 Requests forbid unknown fields (a typo must not silently fall back to a default). Extensions:
 `top_k`, `stop_token_ids`, `return_routed_experts` in; `token_ids`, `raw_logprobs`,
-`routed_experts` per choice and `weights_version` per response out. Token-id prompts
+`routed_experts`, `token_versions` per choice and `weights_version` per response out. Token-id prompts
 (`prompt: [1, 2, 3]` or a list of such lists) need no tokenizer.
 
 Every list and string of a request has a bound here (the server's parser bounds the body as a whole before these
@@ -190,6 +190,9 @@ class CompletionChoice(BaseModel):
     token_ids: list[int]
     raw_logprobs: list[float]
     routed_experts: Routes | None = None
+    token_versions: Annotated[list[int], Field(max_length=MAX_TOKEN_IDS)] | None = None
+    """The weights version that sampled each token (as many as `token_ids`, non-decreasing, none above the
+    response's `weights_version`): with partial rollouts a completion in flight goes on under newer weights."""
     prompt_token_ids: list[int]
 
 
@@ -201,6 +204,7 @@ class CompletionResponse(BaseModel):
     choices: list[CompletionChoice]
     usage: Usage
     weights_version: int
+    """The newest weights version that sampled any token of this response (each token's: `token_versions`)."""
 
 
 class ChatTokenLogprob(BaseModel):
@@ -227,6 +231,8 @@ class ChatChoice(BaseModel):
     token_ids: list[int]
     raw_logprobs: list[float]
     routed_experts: Routes | None = None
+    token_versions: Annotated[list[int], Field(max_length=MAX_TOKEN_IDS)] | None = None
+    """As `CompletionChoice.token_versions`."""
 
 
 class ChatCompletionResponse(BaseModel):

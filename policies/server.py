@@ -15,7 +15,8 @@ memory is estimated and reserved before it is allocated (413 past max_request_me
 max_inflight_memory_bytes), and engine and verifier requests are admitted up to max_queued_requests (503 beyond).
 Parsing, checking and answering run in a worker thread, so the event loop keeps answering /health. One worker
 drains admitted jobs into engine batches of up to `max_batch_size` sequences. Bad requests answer 400 with the
-reason. Every response carries the weights version that produced it.
+reason. Every response carries the newest weights version that sampled any of its tokens, and every choice the
+version of each token (``token_versions``: with partial rollouts a completion may span a weight update).
 """
 
 from __future__ import annotations
@@ -399,7 +400,7 @@ class PolicyServer:
             model=self.model_name,
             choices=choices,
             usage=_usage(prompts, results),
-            weights_version=results[0].weights_version,
+            weights_version=_newest(results),
         )
         return web.json_response(body.model_dump())
 
@@ -417,6 +418,7 @@ class PolicyServer:
             token_ids=c.token_ids,
             raw_logprobs=c.raw_logprobs,
             routed_experts=c.routed_experts,
+            token_versions=c.versions,
             prompt_token_ids=prompt,
         )
 
@@ -470,6 +472,7 @@ class PolicyServer:
                     token_ids=c.token_ids,
                     raw_logprobs=c.raw_logprobs,
                     routed_experts=c.routed_experts,
+                    token_versions=c.versions,
                 )
             )
         body = ChatCompletionResponse(
@@ -478,7 +481,7 @@ class PolicyServer:
             model=self.model_name,
             choices=choices,
             usage=_usage([prompt] * req.n, results),
-            weights_version=results[0].weights_version,
+            weights_version=_newest(results),
         )
         return web.json_response(body.model_dump())
 
@@ -659,6 +662,12 @@ class _ReadTimeout(Exception):
 class _TooLarge(Exception):
     def __init__(self, limit: int, option: str = "max_json_body_bytes") -> None:
         super().__init__(f"request body larger than {limit} bytes ({option})")
+
+
+def _newest(results: list[Completion]) -> int:
+    """The response's ``weights_version``: the newest version that sampled any of its tokens (every token's is at
+    most this, which a client checks)."""
+    return max(max(c.versions, default=c.weights_version) for c in results)
 
 
 def _usage(prompts: list[list[int]], results: list[Completion]) -> Usage:
