@@ -2,7 +2,9 @@
 
 Layout: sequences are right-padded to the longest in the micro-batch. Position t of every
 per-token tensor refers to the *target* ``ids[t + 1]`` (what the model predicts from the prefix
-``ids[: t + 1]``), so every per-token tensor is (B, T - 1).
+``ids[: t + 1]``), so every per-token tensor is (B, T - 1). Staleness weights are one per sequence,
+(B, 1), unless a sample carries a weight per token (partial rollouts, `Scored.token_weights`): then
+(B, T - 1), and a token whose weight is 0 (too stale, ``stale_policy: drop``) is out of the loss mask.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ class TrainBatch:
     loss_mask: torch.Tensor  # (B, T-1) float, 1 where the target token was sampled by the policy
     behaviour_logprobs: torch.Tensor  # (B, T-1) float, the engine's logprob of sampled targets, 0 elsewhere
     advantages: torch.Tensor  # (B, 1) float
-    weights: torch.Tensor  # (B, 1) float, staleness weights
+    weights: torch.Tensor  # (B, 1) float staleness weights, or (B, T-1) per target when a sample has token weights
     routes: torch.Tensor | None  # (L_moe, B, T, K) int64, -1 = route freely
 
     @property
@@ -61,6 +63,10 @@ def collate(scored: Sequence[Scored], pad_id: int = 0, routes: bool = True) -> T
     attention = torch.zeros((size, width), dtype=torch.int64)
     loss_mask = torch.zeros((size, width - 1), dtype=torch.float32)
     behaviour = torch.zeros((size, width - 1), dtype=torch.float32)
+    per_token = any(s.token_weights is not None for s in scored)  # partial rollouts: a weight per target
+    weights = torch.tensor([[s.weight] for s in scored], dtype=torch.float32)
+    if per_token:
+        weights = torch.zeros((size, width - 1), dtype=torch.float32)
     route_rows = [s.sample.routes for s in scored] if routes else []
     route_tensor = None
     shapes = {r.shape[::2] for r in route_rows if r is not None}
@@ -77,6 +83,11 @@ def collate(scored: Sequence[Scored], pad_id: int = 0, routes: bool = True) -> T
         sampled = torch.tensor(trajectory.sampled[1:], dtype=torch.float32)
         loss_mask[b, : n - 1] = sampled
         behaviour[b, : n - 1] = torch.tensor([lp or 0.0 for lp in trajectory.logprobs[1:]], dtype=torch.float32)
+        if per_token:
+            own = item.token_weights
+            weights[b, : n - 1] = item.weight if own is None else torch.from_numpy(own[1:n]) * item.weight
+            if own is not None:  # a dropped token leaves the loss (its KL, entropy and the token counts too)
+                loss_mask[b, : n - 1] *= torch.from_numpy(own[1:n] > 0).to(torch.float32)
         if route_tensor is not None and item.sample.routes is not None:
             route_tensor[:, b, :n] = torch.from_numpy(np.asarray(item.sample.routes, dtype=np.int64))
     return TrainBatch(
@@ -85,7 +96,7 @@ def collate(scored: Sequence[Scored], pad_id: int = 0, routes: bool = True) -> T
         loss_mask=loss_mask,
         behaviour_logprobs=behaviour,
         advantages=torch.tensor([[s.advantage] for s in scored], dtype=torch.float32),
-        weights=torch.tensor([[s.weight] for s in scored], dtype=torch.float32),
+        weights=weights,
         routes=route_tensor,
     )
 

@@ -226,6 +226,12 @@ class LoopConfig(BaseModel):
     """What happens to a too-stale sample: dropped, or its loss multiplied by stale_weight ** (excess versions)."""
     stale_weight: float = Field(0.5, gt=0, le=1)
     """Down-weighting factor per version beyond max_staleness."""
+    partial_rollouts: bool = False
+    """An episode in flight when new weights are pushed goes on under them: the in-process engine swaps weights
+    between two decode steps instead of waiting for the running completions (their cached keys and values are
+    kept), every sampled token records the version that sampled it, and staleness (max_staleness, stale_policy)
+    applies to each token by its own version. For long episodes (SWE), where waiting for every turn in flight
+    would stall each push. An engine of type http swaps per its own `engine.partial_rollouts` (serve config)."""
     sync_every: int = Field(1, ge=1)
     """Push weights to the rollout engine every this many steps (a new weights version each time)."""
     micro_batch_size: int = Field(8, ge=1)

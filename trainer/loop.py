@@ -43,6 +43,7 @@ from trainer.learner import Learner, follow
 from trainer.masking import MaskedTally
 from trainer.sample import Group
 from trainer.selection import BatchFiller, Scored, select_group
+from trainer.staleness import token_staleness
 
 log = logging.getLogger(__name__)
 
@@ -287,7 +288,11 @@ class Loop:
         else:
             model = self.learner.model
         generation = build_engine(
-            model, engine_config.max_batch_size, mode=engine_config.mode, prefill_chunk=engine_config.prefill_chunk
+            model,
+            engine_config.max_batch_size,
+            mode=engine_config.mode,
+            prefill_chunk=engine_config.prefill_chunk,
+            partial_rollouts=self.config.loop.partial_rollouts,
         )
         generation.weights_version = self.learner.state.weights_version
         self.engine = BatchingEngine(generation, engine_config.max_batch_size)
@@ -488,6 +493,9 @@ class Loop:
             **{f"end/{k}": float(v) for k, v in ends.items()},
             **{f"count/{k}": float(v) for k, v in batch.counts.items()},
         }
+        if self.config.loop.partial_rollouts:  # staleness of each token by its own version (trainer.staleness)
+            trajectories = (s.trajectory for s in graded)
+            figures.update(token_staleness(trajectories, batch.version, self.config.loop.max_staleness))
         return figures
 
     def write_trajectories(self, groups: list[Group]) -> None:

@@ -2,8 +2,8 @@
 
 The trainer holds the master weights; the in-process rollout engine holds its own copy (so a
 generation in flight never sees half-updated weights). `WeightSync` pushes the trainer's weights
-to an engine every `sync_every` steps, either in-process (`InProcessSync`: a tensor copy under the
-engine's lock) or through the policy server's ``/update_weights_from_tensors`` endpoint
+to an engine every `sync_every` steps, either in-process (`InProcessSync`: a tensor copy between two
+batches, or between two decode steps with partial rollouts) or through the policy server's ``/update_weights_from_tensors`` endpoint
 (`HttpSync`: safetensors bytes). Both bump the engine's weights version, which every later
 completion reports.
 """
@@ -72,9 +72,10 @@ def build_engine(
     name: str = "policy",
     mode: str | None = None,
     prefill_chunk: int | None = None,
+    partial_rollouts: bool = False,
 ) -> GenerationEngine:
-    """An in-process generation engine over its own copy of ``model``'s weights (version 0); ``mode`` and
-    ``prefill_chunk`` as `GenerationEngine` (None: its default)."""
+    """An in-process generation engine over its own copy of ``model``'s weights (version 0); ``mode``,
+    ``prefill_chunk`` and ``partial_rollouts`` as `GenerationEngine` (None: its default)."""
     copy_ = copy.deepcopy(model).eval()
     for p in copy_.parameters():
         p.requires_grad_(False)
@@ -84,6 +85,7 @@ def build_engine(
         mode=mode,
         pad_token_id=pad_token_id,
         prefill_chunk=prefill_chunk,
+        partial_rollouts=partial_rollouts,
     )
 
 

@@ -72,6 +72,7 @@ class RolloutNode:
             self.config.engine.max_batch_size,
             mode=self.config.engine.mode,
             prefill_chunk=self.config.engine.prefill_chunk,
+            partial_rollouts=self.config.loop.partial_rollouts,
         )
         del model
         return generation, InProcessSync(generation)

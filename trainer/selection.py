@@ -3,9 +3,11 @@
 Per group, in order:
 
 1. masked samples (``infra_error``, or never graded) are removed and counted;
-2. staleness: a sample sampled by weights ``gap = current - version`` versions old is kept when
-   ``gap <= max_staleness``; beyond that it is dropped, or (``downweight``) its loss is multiplied
-   by ``stale_weight ** (gap - max_staleness)``;
+2. staleness (`trainer.staleness`): a sample sampled by weights ``gap = current - version`` versions old is
+   kept when ``gap <= max_staleness``; beyond that it is dropped, or (``downweight``) its loss is multiplied
+   by ``stale_weight ** (gap - max_staleness)``. With ``loop.partial_rollouts`` the rule applies to each
+   sampled token by its own version (`Scored.token_weights`); a sample none of whose tokens is kept is
+   dropped;
 3. rewards get the overlong penalty and the KL-in-reward term when configured;
 4. dynamic sampling drops the group when the remaining rewards are all equal;
 5. advantages are computed over the remaining samples; with ``overlong.mode = filter`` truncated
@@ -21,11 +23,15 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from trainer.advantage import group_advantages, has_signal, overlong_penalty
 from trainer.config import AlgorithmConfig, LoopConfig
 from trainer.sample import Group, Sample
+from trainer.staleness import staleness_weight, token_weights
+
+__all__ = ["BatchFiller", "GroupOutcome", "Scored", "select_group", "staleness_weight"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,9 @@ class Scored:
     advantage: float
     weight: float = 1.0
     """Multiplies the sample's token losses (staleness down-weighting)."""
+    token_weights: np.ndarray | None = None
+    """(T,) float32 over the trajectory's ids: each sampled token's staleness weight by its own version (partial
+    rollouts), used instead of ``weight``; None: ``weight`` for every token."""
     reward: float = 0.0
     """The reward the advantage was computed from (after penalties)."""
 
@@ -51,17 +60,6 @@ class GroupOutcome:
     """Rewards of the unmasked, fresh-enough samples (after penalties)."""
 
 
-def staleness_weight(gap: int, loop: LoopConfig) -> float | None:
-    """Loss weight of a sample ``gap`` versions behind the trainer; None means drop it."""
-    if gap < 0:
-        raise ValueError(f"sample is {-gap} versions ahead of the trainer: weights versions are out of order")
-    if gap <= loop.max_staleness:
-        return 1.0
-    if loop.stale_policy == "drop":
-        return None
-    return loop.stale_weight ** (gap - loop.max_staleness)
-
-
 def select_group(
     group: Group,
     current_version: int,
@@ -74,17 +72,33 @@ def select_group(
     ``reward_offsets[i]`` is added to sample i's reward (the KL-in-reward term, already negative).
     """
     counts: Counter = Counter(samples=len(group.samples))
-    kept: list[tuple[Sample, float, float]] = []  # (sample, weight, reward)
+    kept: list[tuple[Sample, float, np.ndarray | None, float]] = []  # (sample, weight, token weights, reward)
     for i, sample in enumerate(group.samples):
         if sample.masked:
             counts["masked"] += 1
             continue
-        weight = staleness_weight(current_version - sample.version, loop)
-        if weight is None:
-            counts["stale_dropped"] += 1
-            continue
-        if weight < 1.0:
-            counts["stale_downweighted"] += 1
+        per_token = None
+        if loop.partial_rollouts and sample.num_sampled:
+            per_token = token_weights(sample.trajectory, current_version, loop)
+            weights = per_token[np.asarray(sample.trajectory.sampled, dtype=bool)]
+            dropped, lowered = int((weights == 0).sum()), int(((weights > 0) & (weights < 1)).sum())
+            counts["stale_tokens_dropped"] += dropped  # counted (0 too) only with partial rollouts
+            counts["stale_tokens_downweighted"] += lowered
+            if dropped == weights.size:  # not one token fresh enough to learn from
+                counts["stale_dropped"] += 1
+                continue
+            if lowered:
+                counts["stale_downweighted"] += 1
+            if not (dropped or lowered):
+                per_token = None  # every token fresh: the plain weight says the same
+            weight = 1.0
+        else:
+            weight = staleness_weight(current_version - sample.version, loop)
+            if weight is None:
+                counts["stale_dropped"] += 1
+                continue
+            if weight < 1.0:
+                counts["stale_downweighted"] += 1
         reward = sample.reward
         if algorithm.overlong.mode == "penalty":
             penalty = overlong_penalty(
@@ -94,8 +108,8 @@ def select_group(
             reward += penalty
         if reward_offsets is not None:
             reward += reward_offsets[i]
-        kept.append((sample, weight, reward))
-    rewards = [reward for _, _, reward in kept]
+        kept.append((sample, weight, per_token, reward))
+    rewards = [reward for *_, reward in kept]
     if len(kept) < 2 or (algorithm.dynamic_sampling.enabled and not has_signal(rewards)):
         counts["groups_dropped"] += 1
         return GroupOutcome(scored=[], counts=counts, kept=False, rewards=rewards)
@@ -107,11 +121,19 @@ def select_group(
         algorithm.advantage.negative_weight,
     ).tolist()
     scored = []
-    for (sample, weight, reward), advantage in zip(kept, advantages):
+    for (sample, weight, per_token, reward), advantage in zip(kept, advantages):
         if algorithm.overlong.mode == "filter" and sample.truncated:
             counts["overlong_filtered"] += 1
             continue
-        scored.append(Scored(sample=sample, advantage=advantage, weight=weight, reward=reward))
+        scored.append(
+            Scored(
+                sample=sample,
+                advantage=advantage,
+                weight=weight,
+                token_weights=per_token,
+                reward=reward,
+            )
+        )
     counts["groups_kept"] += 1
     return GroupOutcome(scored=scored, counts=counts, kept=True, rewards=rewards)
 
