@@ -23,6 +23,10 @@ The variant implemented (every knob is in `trainer.config`; defaults in brackets
   than `max_staleness` [1] weights versions are dropped [drop] or down-weighted; dynamic sampling
   drops zero-variance groups and draws replacements [on, up to 4x the batch's groups]; truncated
   samples (token budget hit) are filtered out of the loss [filter] or get DAPO's soft overlong penalty.
+* **Partial rollouts** [off; on in the SWE config]. A weight push lands between two decode steps of the
+  episodes in flight (their cached keys and values kept); each token records its weights version, and
+  staleness is judged per token (`trainer.staleness`): a stale token is dropped from the loss or
+  down-weighted, not its whole sample; each token keeps its own behaviour logprob for the correction.
 * **MoE.** Routing replay R3 [on]: the trainer's forward routes every token to the experts the engine
   used; router bias updates during RL [frozen] or continued; balance loss coefficient [0].
 * **Loop.** Rollout workers run ahead of the trainer within credits (`trainer.producer`), the policy
