@@ -201,8 +201,9 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 def _join_process_group(config: DistributedConfig, device: str) -> None:
     """One process (no torchrun): a one-rank group, so FSDP's settings apply there too."""
-    if torch.device(device).type == "cuda":
-        torch.cuda.set_device(torch.device(device))  # FSDP's mesh uses the current CUDA device
+    placed = torch.device(device)
+    if placed.type == "cuda" and placed.index is not None:
+        torch.cuda.set_device(placed)  # FSDP's mesh uses the current CUDA device (a bare cuda is already it)
     if dist.is_initialized():
         return
     backend = config.backend if config.backend != "auto" else ("nccl" if device.startswith("cuda") else "gloo")
@@ -215,7 +216,12 @@ def _expert_parameters(model: nn.Module) -> set[nn.Parameter]:
 
 
 def _cast_around_experts(model: nn.Module, dtype: torch.dtype) -> None:
-    """Rows reach the experts in their weights' dtype and leave in the blocks' compute ``dtype``."""
+    """Rows reach the experts in their weights' dtype and leave in the blocks' compute ``dtype``.
+
+    Hazard: `MoEBlock`'s inference shortcut (no grad, on the CPU, every expert whole on this rank: the
+    ``expert_parallel: false`` case) reads the expert weights without calling the shard, so a bf16 compute
+    dtype on the CPU there would meet fp32 experts; on CUDA, and with RDEP, every row goes through the shard.
+    """
 
     def cast_in(module: ExpertShard, args: tuple) -> tuple:
         rows, *rest = args
