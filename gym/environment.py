@@ -1,5 +1,11 @@
-"""An environment: task pool + tools + Harmony prompt + rubric + sandbox (`gym.environment_config` defines one in
-YAML or TOML, `gym.task_stream` draws its tasks).
+"""An environment: task pool + tools + prompt in its chat format + rubric + sandbox (`gym.environment_config`
+defines one in YAML or TOML, `gym.task_stream` draws its tasks).
+
+The chat format (``chat_format``, `gym.format.chat_format`) decides how the prompt is written: in Harmony, a
+system message (identity, reasoning, channels), a developer message (instructions, then the tools as a
+TypeScript namespace) and the task; in a model family's format, a system message (identity, then the
+instructions) and the task, rendered by the model's chat template with the tools' JSON schemas
+(`format_for(task)`: the format bound to the task's tools).
 """
 
 from __future__ import annotations
@@ -8,6 +14,7 @@ import json
 from pathlib import Path
 
 from gym.environment_config import EnvironmentConfig, EnvironmentConfigError, FilePool, MixturePool
+from gym.format.chat_format import ChatFormat, ChatFormatError, detect_chat_format, load_chat_format
 from gym.format.harmony import Harmony
 from gym.format.message import Message
 from gym.format.prompt import SystemPrompt, developer_message, system_message
@@ -21,12 +28,14 @@ from tasks.submission import read_submissions
 
 
 class Environment:
-    """A loaded environment: its tasks, tokenizer, Harmony codec, tools and the prompt it shows."""
+    """A loaded environment: its tasks, tokenizer, chat format, tools and the prompt it shows."""
 
     def __init__(self, config: EnvironmentConfig, tokenizer: Tokenizer | None = None) -> None:
         self.config = config
         self.tokenizer = tokenizer or load_tokenizer(config.tokenizer)
-        self.harmony = Harmony(self.tokenizer)
+        self.harmony = Harmony(self.tokenizer)  # the Harmony codec (self-play and the verifier speak it)
+        self.chat_format = self._chat_format()
+        self._bound: dict[str, ChatFormat] = {}  # a family's format per kind of toolbox
         # one per kind of answer (a family's `FamilyKind.answer`): SWE's submit hands in the repository, math's tools
         # are calculators only
         self.toolboxes = {kind.answer: Toolbox(config.tools, kind=kind.answer) for kind in KINDS}
@@ -42,6 +51,16 @@ class Environment:
                     )
                 self.tasks[task.task_id] = task
 
+    def _chat_format(self) -> ChatFormat:
+        config = self.config
+        try:
+            name = detect_chat_format(config.tokenizer) if config.chat_format == "auto" else config.chat_format
+            return self.harmony if name == "harmony" else load_chat_format(name, self.tokenizer, config.tokenizer)
+        except ChatFormatError as exc:
+            raise EnvironmentConfigError(
+                f"{config.name}: chat_format {config.chat_format} with tokenizer {config.tokenizer}: {exc}"
+            ) from None
+
     @classmethod
     def load(cls, path: str | Path) -> Environment:
         return cls(EnvironmentConfig.from_file(path))
@@ -56,11 +75,26 @@ class Environment:
         return TaskStream(self.sources, self.weights, seed=seed, shuffle=[p.shuffle for p in self.pools], shard=shard)
 
     def prompt(self, task: AnyTask) -> list[Message]:
-        """System, developer (the task family's instructions and tool schemas) and user (the task) messages."""
+        """Harmony: system, developer (the task family's instructions and tool schemas) and user (the task)
+        messages; a model family's format: system (identity and instructions) and user (the tools are the
+        template's to render: `format_for`)."""
         prompt = self.config.prompt
-        system = system_message(SystemPrompt(model_identity=prompt.model_identity, reasoning=prompt.reasoning))
         instructions = kind_of(task).instructions_of(prompt)
+        if self.chat_format is not self.harmony:
+            system = "\n\n".join(part for part in (prompt.model_identity, instructions) if part)
+            return [Message.system(system), Message.user(task_text(task))]
+        system = system_message(SystemPrompt(model_identity=prompt.model_identity, reasoning=prompt.reasoning))
         return [system, developer_message(instructions, self.toolbox_for(task).specs()), Message.user(task_text(task))]
+
+    def format_for(self, task: AnyTask) -> ChatFormat:
+        """The chat format an episode of ``task`` is written in: Harmony as is (its tools are in the developer
+        message), a model family's format bound to the task's tools (its template renders them)."""
+        if self.chat_format is self.harmony:
+            return self.harmony
+        kind = kind_of(task).answer
+        if kind not in self._bound:
+            self._bound[kind] = self.chat_format.bind(self.toolbox_for(task).specs())
+        return self._bound[kind]
 
     def toolbox_for(self, task: AnyTask) -> Toolbox:
         """The tools of the task's family (SWE: ``submit`` hands in the repository; math: calculators only)."""
@@ -89,7 +123,7 @@ class Environment:
             temperature=s.temperature,
             top_p=s.top_p,
             top_k=s.top_k,
-            stop_token_ids=tuple(self.harmony.stop_ids()),
+            stop_token_ids=tuple(self.chat_format.stop_ids()),
             seed=seed,
         )
 

@@ -5,6 +5,7 @@ rubric, sandbox and graders.
 
     name: cp_smoke
     tokenizer: bpe
+    chat_format: auto            # harmony | qwen | llama3 | deepseek; auto: what the tokenizer's template speaks
     task_pool:
       type: mixture              # jsonl | hf | mixture (a discriminated union on `type`)
       seed: 0
@@ -33,6 +34,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gym.episode import EpisodeConfig
+from gym.format.chat_format import CHOICES as CHAT_FORMATS
 from gym.format.prompt import SystemPrompt
 from gym.overrides import Override, apply_overrides
 from gym.rubric import RubricConfig
@@ -213,6 +215,13 @@ class EnvironmentConfig(_Config):
 
     name: str = Field(description="Environment name (recorded in bundles).")
     tokenizer: str = Field("bpe", description="Tokenizer spec (gym.format.tokenizer.load_tokenizer).")
+    chat_format: str = Field(
+        "auto",
+        description="How prompts, tool calls and tool results are written in tokens (gym.format.chat_format, "
+        "docs/chat_formats.md): harmony (our RDEP policy's format), qwen, llama3 or deepseek (a Hugging Face "
+        "model's own chat template and tool-call format: tokenizer hf:DIR, DIR holding the template), or auto: "
+        "the format the tokenizer's chat template speaks, harmony for a tokenizer without one.",
+    )
     task_pool: TaskPoolConfig = Field(description="Where tasks come from.")
     tools: ToolsConfig = Field(default_factory=ToolsConfig, description="Tools offered to the policy.")
     prompt: PromptConfig = Field(default_factory=PromptConfig, description="System and developer messages.")
@@ -225,6 +234,13 @@ class EnvironmentConfig(_Config):
     math: MathGraderConfig = Field(default_factory=MathGraderConfig, description="Math answer checks (math-verify).")
     replay: ReplayConfig = Field(default_factory=ReplayConfig, description="Replay bundle sampling.")
     concurrency: int = Field(4, ge=1, le=256, description="Episodes run at once (each holds one workspace).")
+
+    @field_validator("chat_format")
+    @classmethod
+    def _known_chat_format(cls, value: str) -> str:
+        if value not in CHAT_FORMATS:
+            raise ValueError(f"unknown chat format {value[:80]!r}; known: {', '.join(CHAT_FORMATS)}")
+        return value
 
     @classmethod
     def from_file(cls, path: str | Path, overrides: Sequence[Override] = ()) -> EnvironmentConfig:

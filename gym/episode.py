@@ -3,7 +3,10 @@
 ``run_episode`` drives a ``TrajectoryBuilder``:
 
 1. the prompt is the environment's system, developer (instructions and tool
-   schemas) and user (task) messages plus ``<|start|>assistant``;
+   schemas) and user (task) messages plus ``<|start|>assistant``, in the
+   environment's chat format for the task (`Environment.format_for`: Harmony,
+   or a model family's own template and tool-call format; the steps below name
+   Harmony's tokens, the families' are in `gym.format.families`);
 2. each turn the engine samples from the token context (stop ids ``<|call|>``
    and ``<|return|>``); the sampled ids are parsed at the token level and kept
    with their behaviour logprobs and the weights version of each (a turn in
@@ -44,6 +47,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gym.format.chat_format import ChatFormat
 from gym.format.harmony import ParsedTurn, ParseError
 from gym.format.message import Message
 from gym.rubric import RubricConfig, score, total
@@ -115,10 +119,9 @@ class EpisodeEnvironment(Protocol):
     """What an episode takes from its environment (``gym.environment.Environment``)."""
 
     @property
-    def harmony(self) -> Any: ...
-
-    @property
     def config(self) -> EpisodeSettings: ...
+
+    def format_for(self, task: Any) -> ChatFormat: ...
 
     def prompt(self, task: Any) -> list[Message]: ...
 
@@ -154,7 +157,7 @@ class _Run:
     def __init__(self, env: EpisodeEnvironment, task: Any, seed: int, family: TaskFamily) -> None:
         self.env, self.task, self.seed, self.family = env, task, seed, family
         self.builder = TrajectoryBuilder.from_messages(
-            env.harmony, env.prompt(task), task_id=task.task_id, seeds=Seeds(episode=seed)
+            env.format_for(task), env.prompt(task), task_id=task.task_id, seeds=Seeds(episode=seed)
         )
         self.clock = _Clock()
         self.records: list[ToolCallRecord] = []

@@ -107,6 +107,13 @@ KNOWN: tuple[tuple[str, str, ExitCode, str | None], ...] = (
         "fix the --set item: KEY=VALUE, KEY a dotted path of the config",
     ),
     (
+        "gym.format.template",
+        "ChatFormatError",
+        ExitCode.USAGE,
+        "set environment.chat_format to the format the model speaks (auto, harmony, qwen, llama3, deepseek) and "
+        "tokenizer to hf:DIR holding its chat template (docs/chat_formats.md)",
+    ),
+    (
         "gym.format.tokenizer",
         "TokenizerError",
         ExitCode.USAGE,

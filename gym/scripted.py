@@ -35,8 +35,9 @@ is cut there with ``finish_reason="length"``, as a real engine would.
 from __future__ import annotations
 
 import shlex
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from gym.format.families.family import TemplateFamily
 from gym.format.harmony import Harmony, ParseError
 from gym.format.message import Message
 from policies.sampling import Completion, SamplingParams
@@ -121,10 +122,14 @@ class ReferencePolicy:
             raise ValueError("scripted:reference does not know the task of this context")
         return self.tasks[self.by_prompt[user]], sum(m.is_tool_call for m in messages)
 
-    def complete(self, prompt: list[int], params: SamplingParams) -> Completion:
+    def next_turn(self, prompt: list[int]) -> list[int]:
+        """The ids of the script's next turn for a context."""
         task, step = self._task_of(prompt)
         turns = self.script(task)
-        ids = self.harmony.render_completion(turns[min(step, len(turns) - 1)])
+        return self.harmony.render_completion(turns[min(step, len(turns) - 1)])
+
+    def complete(self, prompt: list[int], params: SamplingParams) -> Completion:
+        ids = self.next_turn(prompt)
         cut = ids[: params.max_tokens]
         stopped = bool(cut) and cut[-1] in params.stop_token_ids
         return Completion(
@@ -137,6 +142,46 @@ class ReferencePolicy:
 
     async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         return [self.complete(prompt, params) for prompt in prompts]
+
+
+class TemplatePolicy(ReferencePolicy):
+    """The same scripts in a model family's chat format (`gym.format.families`): each turn is the format's
+    canonical rendering of the script's messages, fit to what the format writes (no note before an answer,
+    nor before a Llama call), so the policy emits the family's own tool-call text as token ids. It reads only
+    ids: the task is the one whose prompt (rendered once per task, on first use) the context starts with,
+    and the step is how many of the script's turns the context already holds, in order."""
+
+    def __init__(self, env: Environment, *args: Any, **kwargs: Any) -> None:
+        super().__init__(env.harmony, *args, **kwargs)
+        self.env = env
+        self._prompts: dict[tuple[int, ...], str] = {}
+
+    def turns(self, task: AnyTask) -> list[list[int]]:
+        chat_format = self.env.format_for(task)
+        assert isinstance(chat_format, TemplateFamily), "TemplatePolicy scripts a model family's format"
+        return [chat_format.render_completion(chat_format.fit_turn(turn)) for turn in self.script(task)]
+
+    def next_turn(self, prompt: list[int]) -> list[int]:
+        if not self._prompts:
+            for task_id, task in self.tasks.items():
+                rendered = self.env.format_for(task).render_prompt(self.env.prompt(task))
+                self._prompts.setdefault(tuple(rendered), task_id)
+        found = next(((p, t) for p, t in self._prompts.items() if tuple(prompt[: len(p)]) == p), None)
+        if found is None:
+            raise ValueError("scripted policy does not know the task of this context")
+        turns = self.turns(self.tasks[found[1]])
+        return turns[min(_held(prompt[len(found[0]) :], turns), len(turns) - 1)]
+
+
+def _held(context: list[int], turns: list[list[int]]) -> int:
+    """How many of ``turns`` the context holds one after the other (ids as characters: one substring search each)."""
+    text, position, held = "".join(map(chr, context)), 0, 0
+    for turn in turns:
+        found = text.find("".join(map(chr, turn)), position)
+        if found < 0:
+            break
+        position, held = found + len(turn), held + 1
+    return held
 
 
 def swe_script(instance: SweInstance) -> list[list[Message]]:
@@ -182,6 +227,8 @@ def load_scripted(argument: str, env: Environment) -> ReferencePolicy:
         wrong = {task_id: wrong_answer(task) for task_id, task in env.tasks.items()}
         programs = {task_id: answer for task_id, answer in wrong.items() if answer is not None}
         empty = True
+    if env.chat_format is not env.harmony:
+        return TemplatePolicy(env, env.tasks, programs, user_text, empty=empty, tools=tuple(env.config.tools.enabled))
     return ReferencePolicy(
         env.harmony,
         env.tasks,

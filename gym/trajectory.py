@@ -14,9 +14,11 @@ the file): every sampled token came from ``policy_version``.
 
 The episode loop builds one with :class:`TrajectoryBuilder`: ``context()`` is
 what the engine continues, ``add_sampled`` appends a sampled completion (after
-a masked ``<|start|>assistant`` when one is due) and parses it,
-``add_observation`` appends a rendered tool result (masked). When every turn
-parsed, ``ids`` equals the canonical rendering of ``messages``, which
+the masked opening of the turn when one is due: ``<|start|>assistant`` in
+Harmony) and parses it, ``add_observation`` appends a rendered tool result
+(masked). Every non-sampled id comes from the chat format (`gym.format.chat_format`)
+and sampled ids are never re-encoded. When every turn parsed, ``ids`` equals the
+canonical rendering of ``messages`` in that format, which
 :func:`assert_token_exact` proves; :func:`retokenization_drift` reports, as
 data, where decoding and re-encoding would not give the stored ids back.
 """
@@ -40,6 +42,7 @@ from pydantic import (
     model_validator,
 )
 
+from gym.format.chat_format import ChatFormat
 from gym.format.harmony import Harmony, ParsedTurn, ParseError
 from gym.format.message import Message
 from gym.format.tokenizer import Tokenizer
@@ -93,6 +96,11 @@ class Trajectory(BaseModel):
     format_version: Literal[1] = Field(1, description="Bumped when the stored layout changes.")
     task_id: str = Field(description="Task the episode worked on.")
     tokenizer: str = Field(description="Fingerprint of the tokenizer the ids belong to.")
+    chat_format: str = Field(
+        "harmony",
+        description="The chat format the ids are written in (gym.format.chat_format: harmony, qwen, llama3, "
+        "deepseek); records from before the field are Harmony.",
+    )
     policy_version: int = Field(ge=0, description="Weights version of the policy that sampled the tokens.")
     prompt_ids: tuple[int, ...] = Field(description="The initial prompt, ending with <|start|>assistant.")
     ids: tuple[int, ...] = Field(description="All token ids, prompt first.")
@@ -202,7 +210,7 @@ class TrajectoryBuilder:
 
     def __init__(
         self,
-        harmony: Harmony,
+        harmony: ChatFormat,
         prompt_ids: Sequence[int],
         *,
         task_id: str,
@@ -221,16 +229,16 @@ class TrajectoryBuilder:
         self.messages = list(messages)
         self.events: list[Event] = []
         self.failures: list[FailureKind] = []
-        self._prompt_due = False  # the prompt already ends with <|start|>assistant
+        self._due: list[int] = []  # owed before the next sampled turn (the prompt already ends with its opening)
 
     @classmethod
-    def from_messages(cls, harmony: Harmony, messages: Sequence[Message], **kwargs: object) -> TrajectoryBuilder:
+    def from_messages(cls, harmony: ChatFormat, messages: Sequence[Message], **kwargs: object) -> TrajectoryBuilder:
         """Start from a rendered conversation plus the generation prompt."""
         return cls(harmony, harmony.render_prompt(messages), messages=messages, **kwargs)  # type: ignore[arg-type]
 
     def context(self) -> list[int]:
-        """The ids the engine continues (with ``<|start|>assistant`` appended when due)."""
-        return self.ids + (self.harmony.generation_prompt() if self._prompt_due else [])
+        """The ids the engine continues (with the next turn's opening, ``<|start|>assistant`` in Harmony, when due)."""
+        return self.ids + self._due
 
     def _append(
         self, ids: Sequence[int], logprobs: Sequence[float] | None, versions: Sequence[int] | None = None
@@ -250,8 +258,8 @@ class TrajectoryBuilder:
         if len(ids) != len(logprobs) or (versions is not None and len(versions) != len(ids)):
             counts = f"{len(logprobs)} logprobs" + ("" if versions is None else f" and {len(versions)} versions")
             raise ValueError(f"{len(ids)} sampled ids but {counts}")
-        if self._prompt_due:
-            self._append(self.harmony.generation_prompt(), None)
+        if self._due:
+            self._append(self._due, None)
         self.unversioned |= versions is None and len(ids) > 0
         offset = self._append(ids, logprobs, versions)
         turn = self.harmony.parse_completion(ids)
@@ -273,17 +281,17 @@ class TrajectoryBuilder:
                 self.events.append(
                     Event(kind="call", start=offset + start, end=offset + end, tool=turn.tool_call.recipient)
                 )
-        self._prompt_due = isinstance(turn, ParseError) or turn.stop == "end"
+        self._due = self.harmony.resume(ids) if isinstance(turn, ParseError) or turn.stop == "end" else []
         return turn
 
     def add_observation(self, message: Message, failure: FailureKind | None = None) -> tuple[int, int]:
         """Append a tool result (or any non-sampled message), masked; return its span."""
-        start = self._append(self.harmony.render_message(message, last=False), None)
+        start = self._append(self.harmony.render_observation(message), None)
         self.messages.append(message)
         self.events.append(Event(kind="result", start=start, end=len(self.ids), tool=message.name, failure=failure))
         if failure is not None and failure is not FailureKind.OK:
             self.failures.append(failure)
-        self._prompt_due = True
+        self._due = self.harmony.generation_prompt()
         return start, len(self.ids)
 
     def add_failure(self, kind: FailureKind) -> None:
@@ -305,6 +313,7 @@ class TrajectoryBuilder:
         return Trajectory(
             task_id=self.task_id,
             tokenizer=self.harmony.tokenizer.fingerprint,
+            chat_format=self.harmony.name,
             policy_version=min(known) if known else self.policy_version,
             prompt_ids=tuple(self.prompt_ids),
             ids=tuple(self.ids),
@@ -322,11 +331,19 @@ class TrajectoryBuilder:
         )
 
 
-def assert_token_exact(trajectory: Trajectory, messages: Sequence[Message], tokenizer: Tokenizer) -> None:
-    """Raise TokenMismatch unless ``trajectory.ids`` is exactly the canonical rendering of ``messages``."""
+def assert_token_exact(
+    trajectory: Trajectory, messages: Sequence[Message], tokenizer: Tokenizer, chat_format: ChatFormat | None = None
+) -> None:
+    """Raise TokenMismatch unless ``trajectory.ids`` is exactly the canonical rendering of ``messages`` in
+    ``chat_format`` (Harmony by default; a model family's format bound to the episode's tools)."""
     if trajectory.tokenizer != tokenizer.fingerprint:
         raise TrajectoryError(f"trajectory ids belong to tokenizer {trajectory.tokenizer}, not {tokenizer.fingerprint}")
-    expected = Harmony(tokenizer).render(messages)
+    chat_format = chat_format or Harmony(tokenizer)
+    if trajectory.chat_format != chat_format.name:
+        raise TrajectoryError(
+            f"task {trajectory.task_id}: the ids are in chat format {trajectory.chat_format}, not {chat_format.name}"
+        )
+    expected = chat_format.render(messages)
     stored = list(trajectory.ids)
     if stored == expected:
         return

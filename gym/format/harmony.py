@@ -31,48 +31,17 @@ never raising.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from gym.format.message import CHANNELS, Message, ToolCall
+from gym.format.prompt import ToolSpec
 from gym.format.tokenizer import HARMONY_SPECIALS, Tokenizer
-from sandbox.failure import FailureKind
+from gym.format.turn import ParsedTurn, ParseError, Stop
 
-Stop = Literal["call", "return", "end"]
+__all__ = ["Harmony", "ParseError", "ParsedTurn", "Stop"]
+
 _TERMINATORS = ("end", "call", "return")
-
-
-class ParseError(BaseModel):
-    """Why sampled tokens are not a valid Harmony turn, and where: ids[start:end]."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    reason: str = Field(description="What is wrong, in words.")
-    start: int = Field(ge=0, description="First offending token (index into the parsed ids).")
-    end: int = Field(ge=0, description="One past the last offending token.")
-
-    @property
-    def failure(self) -> FailureKind:
-        return FailureKind.PARSE_ERROR
-
-
-class ParsedTurn(BaseModel):
-    """The messages of a valid sampled turn, with their token spans."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    messages: tuple[Message, ...] = Field(description="In order; the last one decides the action.")
-    spans: tuple[tuple[int, int], ...] = Field(description="[start, end) of each message in the parsed ids.")
-    stop: Stop = Field(description="Terminator of the last message.")
-    canonical: bool = Field(description="Whether the ids equal the canonical rendering of the messages.")
-    tool_call: ToolCall | None = Field(None, description="Set when the turn ends with a tool call.")
-
-    @property
-    def final(self) -> str | None:
-        """The final answer's text when the turn ends with one."""
-        last = self.messages[-1]
-        return last.content if last.is_final else None
 
 
 class _Failure(Exception):
@@ -84,7 +53,9 @@ class _Failure(Exception):
 
 
 class Harmony:
-    """Renders messages to token ids and parses token ids back, for one tokenizer."""
+    """Renders messages to token ids and parses token ids back, for one tokenizer (a `ChatFormat`)."""
+
+    name = "harmony"
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
@@ -101,6 +72,18 @@ class Harmony:
     def stop_ids(self) -> list[int]:
         """Ids that end sampling: ``<|call|>`` and ``<|return|>`` (sampling goes on past ``<|end|>``)."""
         return [self.ids["call"], self.ids["return"]]
+
+    def bind(self, tools: Sequence[ToolSpec]) -> Harmony:
+        """Itself: Harmony's tools are written into the developer message (`gym.format.prompt`), not bound."""
+        return self
+
+    def resume(self, sampled: Sequence[int]) -> list[int]:
+        """What precedes the next sampled turn after ``sampled`` led to no tool result: ``<|start|>assistant``."""
+        return list(self._prompt)
+
+    def render_observation(self, message: Message) -> list[int]:
+        """A tool result appended after a sampled turn (``<|end|>``-terminated, as in history)."""
+        return self.render_message(message, last=False)
 
     def render_message(self, message: Message, *, last: bool = True) -> list[int]:
         """Canonical ids of one message; ``last`` picks ``<|return|>`` over ``<|end|>`` for a final."""

@@ -134,7 +134,7 @@ class ToolCall(BaseModel):
             raise ValueError("arguments are nested too deeply to parse") from None
         if not isinstance(arguments, dict):
             raise ValueError(f"arguments must be a JSON object, got {type(arguments).__name__}")
-        if _depth(arguments) > MAX_ARGUMENT_DEPTH:
+        if json_depth(arguments) > MAX_ARGUMENT_DEPTH:
             raise ValueError(f"arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels")
         return cls(namespace=namespace, name=name, arguments=arguments, raw=message.content)
 
@@ -142,7 +142,7 @@ class ToolCall(BaseModel):
 MAX_ARGUMENT_DEPTH = 32  # tool arguments are flat; deeper values would only strain validation and serialisation
 
 
-def _depth(value: object) -> int:
+def json_depth(value: object) -> int:
     """Nesting depth of a JSON value (iterative: a sampled value must not exhaust the stack)."""
     deepest, stack = 0, [(value, 1)]
     while stack:

@@ -160,6 +160,15 @@ class TokenizersTokenizer(Tokenizer):
     def decode(self, ids: Sequence[int]) -> str:
         return self._backend.decode(list(ids), skip_special_tokens=False)
 
+    def token_id(self, text: str) -> int | None:
+        """The id of the one token whose text is exactly ``text`` (an added token such as ``<|im_start|>``);
+        None when the vocabulary has no such token. Chat formats find their markers with it."""
+        return self._backend.token_to_id(text)
+
+    def special_texts(self) -> dict[str, int]:
+        """Text -> id of every special token (Harmony's and the backend's own): what ``encode`` keeps as text."""
+        return {added.content: i for i, added in self._backend.get_added_tokens_decoder().items() if added.special}
+
     def to_json(self) -> str:
         """The backend's tokenizer.json text (with the Harmony specials added)."""
         return self._backend.to_str()
