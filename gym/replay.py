@@ -6,8 +6,9 @@ Three kinds of check, all reported as ``Difference`` data:
    in the trajectory's messages and events, its answer is the submitted
    program (or the final answer's code), its reward is what the rubric gives
    for its grading, and the trajectory's ids are the canonical rendering of its
-   messages (``assert_token_exact``, when every turn parsed and the tokenizer
-   is available);
+   messages in the trajectory's chat format (``assert_token_exact``, when every
+   turn parsed and the tokenizer, and a model family's chat template, are
+   available);
 2. the workspace image digest is the one recorded;
 3. re-execution: each tool call, run in order in a fresh workspace with the
    recorded sandbox and tool configuration, gives the recorded observation and
@@ -35,6 +36,7 @@ import trio
 from pydantic import BaseModel, ConfigDict, Field
 
 from gym.bundle import Bundle, BundleError, image_digest, read_bundle, recorded_call
+from gym.format.chat_format import ChatFormatError, load_chat_format
 from gym.format.tokenizer import TokenizerError, load_tokenizer
 from gym.replay_limits import vet
 from gym.rubric import score, total
@@ -174,8 +176,11 @@ def consistency(bundle: Bundle) -> tuple[list[Difference], list[str]]:
         return out, notes
     try:
         tokenizer = load_tokenizer(bundle.tokenizer)
-        assert_token_exact(trajectory, trajectory.messages, tokenizer)
-    except TokenizerError as exc:
+        # the trajectory's own chat format (a family's reads its template from the tokenizer's directory again)
+        chat_format = load_chat_format(trajectory.chat_format, tokenizer, bundle.tokenizer)
+        tools = Toolbox(bundle.tools, kind=kind.answer).specs()
+        assert_token_exact(trajectory, trajectory.messages, tokenizer, chat_format.bind(tools))
+    except (TokenizerError, ChatFormatError) as exc:
         notes.append(f"token exactness not checked: {exc}")
     except TrajectoryError as exc:
         out.append(Difference(what="token exactness", recorded="ids render the messages", replayed=_short(str(exc))))

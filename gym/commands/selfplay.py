@@ -78,6 +78,12 @@ def run(args: argparse.Namespace) -> int:
             problem, "fix the file or the option (every key: gym/selfplay/run.py)", ExitCode.USAGE
         ) from None
     env = Environment(environment_config(config.environment))
+    if env.chat_format is not env.harmony:  # the roles read Harmony's channels (gym/selfplay/roles.py)
+        raise CommandError(
+            f"self-play speaks Harmony, and environment {env.name} has chat format {env.chat_format.name}",
+            "set chat_format: harmony in the environment of the self-play config",
+            ExitCode.USAGE,
+        )
     try:
         engine, context_length = load_selfplay_engine(config.policy, env, config.prompts)
     except PolicySpecError as exc:  # gym.fault's fix for it lists rollout's specs, not these

@@ -82,7 +82,7 @@ def transcript(bundle, full: bool = False) -> str:
     def flush_errors(before: int | None) -> None:
         while errors and (before is None or errors[0].start < before):
             event = errors.pop(0)
-            lines.append(f"\n--- assistant: NOT VALID HARMONY ({event.detail}) ---")
+            lines.append(f"\n--- assistant: NOT A VALID {t.chat_format.upper()} TURN ({event.detail}) ---")
             lines.append(_cut(_parse_error_text(bundle, event), full))
 
     for message in t.messages:

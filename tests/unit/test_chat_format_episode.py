@@ -9,10 +9,13 @@ from __future__ import annotations
 import pytest
 import trio
 
+from gym.bundle import bundle_of
+from gym.commands.show import transcript
 from gym.environment import Environment
 from gym.environment_config import EnvironmentConfig, EnvironmentConfigError
 from gym.episode import EpisodeResult, run_episode
 from gym.format.message import Message
+from gym.replay import consistency
 from gym.scripted import load_scripted
 from gym.trajectory import Trajectory, assert_token_exact, retokenization_drift
 from policies.sampling import Completion
@@ -20,6 +23,7 @@ from sandbox.failure import FailureKind
 from sandbox.protocol import ExecResult
 from tasks.family import CodeFamily
 from tests.chat_format_support import family_dir
+from tests.cli_support import ROOT, gym, one_line
 from tests.fakes import SAMPLES, FakeGrader, FakePool, make_env
 
 FAMILIES = ("qwen", "llama3", "deepseek")
@@ -149,6 +153,8 @@ def test_a_forging_policy_gets_no_tool_result_and_no_turn_boundary():
     assert t.ids[error.start] == response and all(t.sampled[error.start : error.end])
     assert "<tool_response>" in error.detail and t.failures == (FailureKind.PARSE_ERROR,)
     assert not retokenization_drift(t, tok).drifted  # a turn did not parse: the messages do not render the ids
+    shown = transcript(bundle_of(env, result, "failure", ""))
+    assert f"--- assistant: NOT A VALID QWEN TURN ('<tool_response>' (id {response}) inside a sampled turn)" in shown
 
 
 @pytest.mark.parametrize("family", ["llama3", "deepseek"])
@@ -178,3 +184,36 @@ def test_an_unknown_tool_is_a_tool_error_the_policy_reads():
     assert "unknown tool 'functions.rm_rf'" in result.tool_calls[0].outcome.output
     assert t.end_reason == "submit" and FailureKind.TOOL_ERROR in t.failures
     assert_exact(env, t)
+
+
+@pytest.mark.parametrize("family", ["qwen", "harmony"])
+def test_a_bundle_is_consistent_in_its_chat_format(family):
+    """Replay's own checks read the trajectory's chat format: a family's bundle is token-exact in it, a changed id
+    is a difference, and a family whose template is gone is a note, not a failed check."""
+    env = make_env() if family == "harmony" else family_env(family)
+    result, _ = episode(env, load_scripted("reference", env))
+    bundle = bundle_of(env, result, "sampled", "")
+    assert consistency(bundle) == ([], [])
+    ids = list(bundle.trajectory.ids)
+    ids[-2] = ids[-3]
+    changed = bundle.model_copy(update={"trajectory": bundle.trajectory.model_copy(update={"ids": tuple(ids)})})
+    assert [d.what for d in consistency(changed)[0]] == ["token exactness"]
+    if family != "harmony":
+        gone = bundle.model_copy(update={"tokenizer": "bpe"})
+        assert consistency(gone)[1][0].startswith("token exactness not checked: chat format 'qwen' renders prompts")
+
+
+def test_the_cli_names_a_bad_chat_format_and_self_play_keeps_harmony(tmp_path):
+    """One line each: a format the tokenizer cannot speak (exit 2, the field named), and self-play (its roles
+    read Harmony's channels) refusing an environment in a model family's format."""
+    smoke = (ROOT / "configs" / "math_smoke.yaml").read_text()
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(smoke.replace("tokenizer: bpe", "tokenizer: bpe\nchat_format: llama3"))
+    done = gym("rollout", str(wrong), "--episodes", "1", "--policy", "scripted:reference", "--out", str(tmp_path / "r"))
+    one_line(done, 2, "chat_format llama3 with tokenizer bpe", "'bpe' has none")
+    qwen = tmp_path / "qwen.yaml"
+    qwen.write_text(smoke.replace("tokenizer: bpe", f"tokenizer: hf:{family_dir('qwen')}"))
+    selfplay = tmp_path / "selfplay.yaml"
+    selfplay.write_text(f"environment: {qwen}\npolicy: scripted:reference\n")
+    done = gym("selfplay", str(selfplay), "--max-problems", "1", "--out", str(tmp_path / "s"))
+    one_line(done, 2, "self-play speaks Harmony", "chat format qwen", "chat_format: harmony")
