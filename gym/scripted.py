@@ -25,6 +25,12 @@ A math task (`tasks.math.problem.MathTask`) is answered in one turn: an analysis
 note, then the reference answer (the solutions file's, else the gold) alone on
 the final channel; ``scripted:empty`` gives an empty final answer.
 
+In an environment whose chat format is a model family's (`gym.format.families`),
+``TemplatePolicy`` plays the same scripts in that format: each turn is the format's
+canonical rendering (the family's own tool-call text; the notes it has no place
+for, before an answer or a Llama call, left out), the task is found by its prompt's
+ids and the step by the script's turns the context holds (docs/chat_formats.md).
+
 Each turn is the canonical Harmony rendering of its messages, encoded with the
 environment's tokenizer (real token ids, special tokens as single ids), with
 every logprob 0.0: the script is deterministic, so each token has probability
