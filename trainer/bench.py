@@ -107,8 +107,8 @@ class _Setup:
         self.config, self.args = config, args
         self.env = Environment(config.env)
         tasks = [self.env.tasks[k] for k in sorted(self.env.tasks)][: args.prompts]
-        self.prompts = [self.env.harmony.render_prompt(self.env.prompt(t)) for t in tasks]
-        self.stops = self.env.harmony.stop_ids()
+        self.prompts = [self.env.format_for(t).render_prompt(self.env.prompt(t)) for t in tasks]
+        self.stops = self.env.chat_format.stop_ids()
         self.tokens_per_step = 0
         self.sampling_steps: list[float] = []  # each timed step's sampling seconds
         self.full_collections = FullCollections()  # during the timed steps' sampling
@@ -116,7 +116,7 @@ class _Setup:
     def reward(self, completion: list[int]) -> float:
         from gym.format.harmony import ParseError
 
-        valid = not isinstance(self.env.harmony.parse_completion(completion), ParseError)
+        valid = not isinstance(self.env.chat_format.parse_completion(completion), ParseError)
         repeated = 1.0 - len(set(completion)) / max(1, len(completion))
         return (0.0 if valid else -0.2) - 0.1 * repeated
 

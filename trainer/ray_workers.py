@@ -98,7 +98,7 @@ def lost_group(
     for member in range(group_size):
         seeds = Seeds(episode=episode_seed(seed, position, member), rollout=seed, position=position, member=member)
         builder = TrajectoryBuilder.from_messages(
-            env.harmony, prompt, task_id=task.task_id, policy_version=version, seeds=seeds
+            env.format_for(task), prompt, task_id=task.task_id, policy_version=version, seeds=seeds
         )
         builder.add_failure(FailureKind.INFRA_ERROR)
         trajectory = builder.build(masked=True)

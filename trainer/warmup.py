@@ -109,7 +109,7 @@ class TaskList:
 
 def final_answer_demos(env: Environment, tasks: int | None) -> list[Trajectory]:
     """Prompt + ``<|channel|>final<|message|>```python PROGRAM```<|return|>`` per task (a math task: its
-    reference answer alone), token-exact."""
+    reference answer alone), token-exact; in a model family's chat format, its own answer turn."""
     programs = env.reference_programs()
     chosen = [task for task in demo_tasks(env, tasks) if task.task_id in programs]
     demos = []
@@ -117,8 +117,9 @@ def final_answer_demos(env: Environment, tasks: int | None) -> list[Trajectory]:
         reference = programs[task.task_id].rstrip()
         # as the task's family reads a final answer back: a code block (CP), the message itself (math)
         answer = Message.assistant("final", kind_of(task).demo_text(task, reference))
-        ids = env.harmony.render_completion([answer])
-        builder = TrajectoryBuilder.from_messages(env.harmony, env.prompt(task), task_id=task.task_id)
+        chat_format = env.format_for(task)  # the environment's: Harmony, or the model family's own
+        ids = chat_format.render_completion([answer])
+        builder = TrajectoryBuilder.from_messages(chat_format, env.prompt(task), task_id=task.task_id)
         builder.add_sampled(ids, [0.0] * len(ids))
         demos.append(builder.build())
     max_turn = env.config.episode.max_tokens_per_turn

@@ -217,3 +217,21 @@ def test_the_cli_names_a_bad_chat_format_and_self_play_keeps_harmony(tmp_path):
     selfplay.write_text(f"environment: {qwen}\npolicy: scripted:reference\n")
     done = gym("selfplay", str(selfplay), "--max-problems", "1", "--out", str(tmp_path / "s"))
     one_line(done, 2, "self-play speaks Harmony", "chat format qwen", "chat_format: harmony")
+
+
+def test_the_trainers_demos_and_lost_groups_are_in_the_environments_format():
+    """The warm-up's answer demos and the masked trajectories of a group no node could run are written in the
+    environment's format, like its episodes (same prompt ids)."""
+    from trainer.ray_workers import lost_group
+    from trainer.warmup import final_answer_demos
+
+    env = family_env("llama3")
+    task = next(iter(env.tasks.values()))
+    prompt = env.format_for(task).render_prompt(env.prompt(task))
+    demos = final_answer_demos(env, 2)
+    assert demos and all(d.chat_format == "llama3" for d in demos)
+    for demo in demos:
+        assert_exact(env, demo)
+        assert env.tokenizer.decode(demo.completion_ids).startswith("```python\n")
+    [lost] = lost_group(env, task, 0, 1, 0, 0, "node", "gone")
+    assert lost.prompt_ids == tuple(prompt) and lost.chat_format == "llama3" and lost.masked
