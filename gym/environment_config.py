@@ -161,7 +161,8 @@ TaskPoolConfig = Annotated[JsonlPool | HFPool | GeneratedPool | MixturePool, Fie
 
 
 class SamplingConfig(_Config):
-    """How the policy samples each turn (stop tokens are Harmony's <|call|> and <|return|>)."""
+    """How the policy samples each turn (the stop tokens are the chat format's: Harmony's <|call|> and <|return|>,
+    a model family's end of turn)."""
 
     temperature: float = Field(1.0, ge=0, description="Softmax temperature; 0 is greedy.")
     top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
