@@ -1,7 +1,9 @@
 """Tiny Hugging Face tokenizer directories of the model families, written by the tests: a byte-level BPE trained on
 a few lines, the family's special and added tokens with the flags the real tokenizer gives them, the family's
-pre-tokenizer pattern, and its real chat template (tests/chat_templates/, as the models ship them) in
-tokenizer_config.json. Nothing is downloaded.
+pre-tokenizer pattern, and its real chat template in tokenizer_config.json. Nothing is downloaded: the templates
+in tests/chat_templates/ are the ``chat_template`` strings the models' tokenizer_config.json files ship, byte for
+byte as TRL keeps them to recognise a model by its template (trl/chat_templates/qwen2_5.jinja, llama3_2.jinja,
+deepseekv3.jinja).
 
 - ``qwen``: Qwen2.5's template; ``<|im_start|>``/``<|im_end|>``/``<|endoftext|>`` special, ``<tool_call>``,
   ``</tool_call>``, ``<tool_response>``, ``</tool_response>`` added but not special (as in Qwen2.5).
