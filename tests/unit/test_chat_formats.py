@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gym.format.chat_format import ChatFormatError, detect_chat_format, load_chat_format
 from gym.format.families.family import TemplateFamily
@@ -364,3 +366,21 @@ def test_deepseek_tool_tokens_out_of_place():
     unfenced += ids_of(fmt, 'bash {"command": "ls"}', t("<｜tool▁call▁end｜>"), t("<｜tool▁calls▁end｜>"), end)
     assert_error(fmt, unfenced, "```json block")
     assert_error(fmt, ids_of(fmt, t("<｜tool▁calls▁begin｜>"), t("<｜tool▁call▁begin｜>"), "function", end), "missing")
+
+
+PIECES = [*'ab \n\t"\\{}[]:,é✓0', "<|im_end|>", "<|eot_id|>", "<｜end▁of▁sentence｜>", "```"]
+TEXT = st.lists(st.sampled_from(PIECES), max_size=20).map("".join)
+
+
+@settings(max_examples=40, deadline=None)
+@given(arguments=st.dictionaries(st.from_regex(r"[a-z]{1,8}", fullmatch=True), TEXT, max_size=3), output=TEXT)
+def test_any_call_round_trips_and_no_output_writes_a_special_token(fmt, arguments, output):
+    """Whatever the arguments' text (quotes, escapes, newlines, another format's special tokens), a call turn parses
+    back to the same call, canonically; whatever a tool prints, its result holds only the format's own specials."""
+    ids = fmt.render_completion([Message.tool_call("write_file", arguments)])
+    parsed = fmt.parse_completion(ids)
+    assert isinstance(parsed, ParsedTurn) and parsed.canonical, parsed
+    assert parsed.tool_call.arguments == arguments
+    specials = set(fmt.tokenizer.special_texts().values())
+    observed = [t for t in fmt.render_observation(Message.tool_result("bash", output)) if t in specials]
+    assert observed == [t for t in fmt.render_observation(Message.tool_result("bash", "")) if t in specials]
