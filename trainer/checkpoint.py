@@ -24,6 +24,7 @@ and the server's ``/update_weights`` load.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -67,11 +68,12 @@ class TrainerState(BaseModel):
 
 
 def checkpoint_directory(path: Path) -> Path:
-    """The checkpoint or model directory ``path`` names: itself when it holds a ``config.json``; else the newest
-    complete checkpoint of a run directory, of its ``checkpoints/``, or of their ``latest`` pointer. Raises
-    `ConfigError` naming ``path`` when it is none of these."""
+    """The checkpoint or model directory ``path`` names: itself when its ``config.json`` is a model's (a
+    ``model_type``; a run directory's config.json is the training config); else the newest complete checkpoint of
+    a run directory, of its ``checkpoints/``, or of their ``latest`` pointer. Raises `ConfigError` naming
+    ``path`` when it is none of these."""
     path = Path(path)
-    if (path / "config.json").is_file():
+    if _model_config(path / "config.json"):
         return path
     for directory in (path.parent,) if path.name == LATEST and path.is_file() else (path, path / "checkpoints"):
         newest = Checkpointer(directory).latest()
@@ -81,6 +83,29 @@ def checkpoint_directory(path: Path) -> Path:
         f"{path}: not a model directory (no config.json), nor a run, a checkpoints/ directory or a `latest` "
         "pointer with a complete checkpoint"
     )
+
+
+MODEL_CONFIG_MAX_BYTES = 1 << 20
+"""A model's config.json is a few kB; a larger file is not read whole to decide what a directory is."""
+
+
+def _model_config(path: Path) -> bool:
+    """Whether ``path`` is a model's config.json: a JSON object with a ``model_type``."""
+    try:
+        if not path.is_file() or path.stat().st_size > MODEL_CONFIG_MAX_BYTES:
+            return False
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("model_type"), str)
+
+
+def model_read_errors() -> tuple[type[BaseException], ...]:
+    """What transformers and safetensors raise on a model directory whose files are damaged or not a model's
+    (huggingface_hub's strict config fields raise their own class, no ValueError)."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    return (OSError, ValueError, KeyError, TypeError, StrictDataclassError)
 
 
 def model_directory(path: Path) -> Path:

@@ -48,7 +48,7 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gym.fault import CommandError, ExitCode
-    from trainer.checkpoint import checkpoint_directory
+    from trainer.checkpoint import checkpoint_directory, model_read_errors
     from trainer.errors import ConfigError
 
     out: Path = args.out
@@ -62,7 +62,14 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     from trainer.sharded_checkpoint import export_hf
 
-    export_hf(checkpoint_model(path), out, max(1, int(args.max_shard_gb * GB)))
+    try:
+        model = checkpoint_model(path)
+    except model_read_errors() as exc:
+        first = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise CommandError(
+            f"{path}: cannot read the model: {first}", "name a complete checkpoint", ExitCode.INPUT
+        ) from None
+    export_hf(model, out, max(1, int(args.max_shard_gb * GB)))
     print(out)
     return 0
 

@@ -45,6 +45,7 @@ def _positive(kind):
 def run(args: argparse.Namespace) -> int:
     from gym.fault import CommandError, ExitCode
     from gym.overrides import OverrideError, exit_usage
+    from trainer.checkpoint import model_read_errors
     from trainer.config import TrainConfig
     from trainer.memory_plan import describe, lora_params, memory_plan, meta_model, model_shape, setting_of
 
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         model = meta_model(config)
         shape = model_shape(model)
-    except (OSError, ValueError) as err:  # a policy directory whose config.json transformers cannot read
+    except model_read_errors() as err:  # a policy directory whose config.json transformers cannot read
         where = getattr(config.policy, "path", None) or getattr(config.policy, "checkpoint", None)
         first = str(err).split(". ")[0].strip().rstrip(".")  # transformers' messages run on with advice
         raise CommandError(

@@ -30,7 +30,10 @@ def test_cli_refuses_bad_sizes(args):
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("config_json", [None, "{not json", '{"model_type": "no-such-arch"}'])
+@pytest.mark.parametrize(
+    "config_json",
+    [None, "{not json", '{"model_type": "no-such-arch"}', '{"model_type": "qwen2", "hidden_size": "wide"}'],
+)
 def test_cli_names_a_policy_directory_it_cannot_read(tmp_path, config_json):
     model = tmp_path / "model"
     model.mkdir()
