@@ -41,16 +41,21 @@ def docker_engine() -> None:
 LONGEST_FIRST = (
     "tests/integration/test_main_job_learning.py",  # 420 s
     "tests/integration/test_compose.py",  # 325 s with a cold image build, 25 s warm
+    "tests/integration/test_published_grading.py",  # 150 s (mbpp's hostile and canonical sweeps)
     "tests/integration/test_train_ray.py",  # 120 s
+    "tests/integration/test_trainer_fsdp.py",  # 110 s (torchrun pairs)
     "tests/integration/test_swe_episodes.py",  # 110 s
     "tests/integration/test_fleet.py",  # 100 s
     "tests/integration/test_attacks_candidate_failures.py",  # 105 s (40 s of it building the shipped SWE instances)
     "tests/integration/test_cp_timing.py",  # 100 s
     "tests/integration/test_trainer_eval_summary.py",  # 95 s
+    "tests/unit/test_math_published_golds.py",  # 80 s
+    "tests/integration/test_train_fsdp_cli.py",  # 75 s (two torchrun trainings)
     "tests/integration/test_trainer_distributed.py",  # 77 s
     "tests/integration/test_remote_engine.py",  # 70 s
     "tests/integration/test_verifier_learning.py",  # 59 s
     "tests/integration/test_killtest_catalog.py",  # 56 s
+    "tests/integration/test_sharded_checkpoint.py",  # 45 s
 )
 
 
