@@ -129,7 +129,8 @@ class Trajectory(BaseModel):
     placement: dict[str, str] = Field(
         default_factory=dict,
         description="Where the episode ran: 'engine' = the Docker engine URL of its workspace, 'node' = the Ray "
-        "node of its rollout worker (gym train --ray), 'error' = why a group lost with its node came back masked; "
+        "node of its rollout worker (gym train --ray), 'error' = why a group lost with its node came back masked, "
+        "'engine_error' = why the trainer masked it (a weights version newer than its own); "
         "empty for trajectories built outside an episode.",
     )
 

@@ -43,7 +43,7 @@ from trainer.learner import Learner, follow
 from trainer.masking import MaskedTally
 from trainer.sample import Group
 from trainer.selection import BatchFiller, Scored, select_group
-from trainer.staleness import token_staleness
+from trainer.staleness import mask_ahead, token_staleness
 
 log = logging.getLogger(__name__)
 
@@ -425,7 +425,7 @@ class Loop:
         waited = 0.0
         while not filler.done:
             started = time.monotonic()
-            group = await receive.receive()
+            group = mask_ahead(await receive.receive(), self.learner.state.weights_version)
             waited += time.monotonic() - started
             offsets = await trio.to_thread.run_sync(self.learner.kl_reward_offsets, group)
             outcome = select_group(group, self.learner.state.weights_version, config.algorithm, config.loop, offsets)

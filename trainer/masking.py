@@ -31,6 +31,8 @@ def masked_reason(trajectory: Trajectory) -> str:
     """
     if not trajectory.masked:
         return "never graded (reward None)"
+    if "engine_error" in trajectory.placement:  # a version newer than the trainer's (trainer.staleness.mask_ahead)
+        return f"engine: {trajectory.placement['engine_error'][:REASON_CHARS]}"
     if "error" in trajectory.placement:  # a group no Ray node could run (trainer.ray_workers.lost_group)
         return f"rollout node: {trajectory.placement['error'][:REASON_CHARS]}"
     for event in trajectory.events:

@@ -12,12 +12,17 @@ weight while its oldest ones are dropped or down-weighted. Staleness is measured
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 import numpy as np
 
 from gym.trajectory import Trajectory
 from trainer.config import LoopConfig
+from trainer.sample import Group
+
+AHEAD = "engine_error"
+"""The `Trajectory.placement` key under which `mask_ahead` says why it masked a sample (`trainer.masking`)."""
 
 
 def staleness_weight(gap: int, loop: LoopConfig) -> float | None:
@@ -84,3 +89,23 @@ def token_staleness(trajectories: Iterable[Trajectory], current: int, max_stalen
         "staleness/token_stale_share": float((every > max_staleness).mean()),
         "staleness/multi_version_share": spanning / count,
     }
+
+
+def mask_ahead(group: Group, current: int) -> Group:
+    """``group`` with every sample masked whose tokens the engine says were drawn by weights newer than the trainer's
+    ``current`` version. Only the trainer makes versions, so such a sample is the engine's fault (a server that
+    lost count, or one that lies): its episode is masked and counted like any engine failure, and the run goes on
+    (`select_group` never sees a version ahead of it)."""
+    samples = []
+    for sample in group.samples:
+        versions = token_versions(sample.trajectory)
+        newest = int(max(versions.max(initial=-1), sample.trajectory.policy_version))
+        if newest <= current or sample.masked:
+            samples.append(sample)
+            continue
+        why = f"weights version {newest} reported, the trainer's newest is {current}"
+        trajectory = sample.trajectory.model_copy(
+            update={"masked": True, "reward": None, "placement": {**sample.trajectory.placement, AHEAD: why}}
+        )
+        samples.append(dataclasses.replace(sample, trajectory=trajectory))
+    return dataclasses.replace(group, samples=tuple(samples))

@@ -27,9 +27,10 @@ from tests.policy_support import small_model, wait_for_tokens
 from trainer.batch import collate
 from trainer.config import AlgorithmConfig, LoopConfig
 from trainer.generation_engine import BatchingEngine
+from trainer.masking import masked_reason
 from trainer.sample import Group, Sample
 from trainer.selection import select_group
-from trainer.staleness import token_staleness, token_weights
+from trainer.staleness import mask_ahead, token_staleness, token_weights
 from trainer.update import Denominators, micro_batch_loss, score
 
 TURN = 200  # tokens a turn may sample: the update lands within its first few
@@ -179,3 +180,29 @@ def test_token_weights_follow_each_tokens_gap() -> None:
     assert token_weights(old, 3, drop).tolist() == [0, 1, 1, 1, 0, 1, 1]
     with pytest.raises(ValueError, match="ahead of the trainer"):
         token_weights(t, 4, drop)
+
+
+def test_a_sample_the_engine_says_is_ahead_of_the_trainer_is_masked_not_a_crash() -> None:
+    """Only the trainer makes versions: a version newer than its own is the engine's fault (a server that lost
+    count or lies), so its episode is masked with an engine reason and the group goes on; an honest sample of the
+    same group is untouched and the selection no longer sees the bad one."""
+    honest = Trajectory(
+        task_id="t",
+        tokenizer="x",
+        policy_version=2,
+        prompt_ids=(1,),
+        ids=(1, 5, 6),
+        sampled=(False, True, True),
+        logprobs=(None, -1.0, -1.0),
+        token_versions=(None, 2, 3),
+        reward=1.0,
+    )
+    lying = honest.model_copy(update={"token_versions": (None, 3, 9), "reward": 0.0})
+    whole = honest.model_copy(update={"token_versions": None, "policy_version": 7, "reward": 0.0})
+    group = mask_ahead(Group(task_id="t", samples=tuple(Sample(t) for t in (honest, lying, whole))), current=3)
+    kept, bad, old = group.samples
+    assert kept.trajectory is honest and not kept.masked
+    assert bad.masked and bad.trajectory.reward is None and "version 9" in masked_reason(bad.trajectory)
+    assert old.masked and masked_reason(old.trajectory).startswith("engine: weights version 7")
+    outcome = select_group(group, 3, AlgorithmConfig(), LoopConfig(partial_rollouts=True, max_staleness=1))
+    assert outcome.counts["masked"] == 2
