@@ -79,6 +79,12 @@ def checkpoint_directory(path: Path) -> Path:
         newest = Checkpointer(directory).latest()
         if newest is not None and (newest / "config.json").is_file():
             return newest
+        if newest is not None:  # a LoRA run's checkpoints hold its adapters only (trainer/lora.py)
+            run = directory.parent if directory.name == "checkpoints" else directory
+            raise ConfigError(
+                f"{newest}: a checkpoint without config.json holds no whole model (a LoRA run's holds its adapters "
+                f"only); the merged model of a LoRA run's last step is {run / 'lora' / 'merged'}"
+            )
     raise ConfigError(
         f"{path}: not a model directory (no config.json), nor a run, a checkpoints/ directory or a `latest` "
         "pointer with a complete checkpoint"

@@ -14,7 +14,9 @@ from transformers import AutoModelForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 from tests.policy_support import HF_TINY
 from tests.trainer_support import config_data, train_with_fakes
+from trainer.checkpoint import checkpoint_directory
 from trainer.config import TrainConfig
+from trainer.errors import ConfigError
 
 
 @pytest.mark.slow
@@ -57,3 +59,7 @@ def test_a_lora_run_samples_on_merged_weights_and_exports_them(tmp_path):
         theirs = PeftModel.from_pretrained(base, run / "lora" / "adapter").eval()(input_ids=ids).logits
     # measured max |diff| 6e-8 (the merged product vs peft's adapter path), allowed 1e-5
     assert float((ours - theirs).abs().max()) <= 1e-5
+
+    # the run's checkpoints hold adapters only: a whole model is asked of them, the error names the merged export
+    with pytest.raises(ConfigError, match="lora/merged"):
+        checkpoint_directory(run)
