@@ -132,9 +132,6 @@ def driven(python: Path, module: str, *args: str, path: Sequence[Path] = ()) -> 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
 def files(folder: Path) -> list[str]:
     """The files under ``folder`` (bytecode caches aside)."""
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if "__pycache__" not in p.parts)

@@ -27,12 +27,13 @@ attention kernel, and the meta device runs only the math kernel, which keeps the
 fused kernel never stores). Per token of one decoder layer, in elements: each of the two RMSNorms keeps its
 input, the normalised row, its weighted output and 1/rms (3h + 1); attention keeps q after RoPE, k, v, its
 output and the kernel's logsumexp per head (2q + 2kv + heads); a SwiGLU MLP keeps gate, up, silu(gate) and
-their product (4i); a routed MoE layer keeps, per chosen expert, the row sent
-and returned (2h), the expert's SwiGLU (4 i_moe) and its gate (1), plus the router's logits and
-probabilities (2E) and any shared experts' SwiGLU. Our RDEP policy repeats k and v to every head before
-attention (2q instead of 2kv) and hands attention an additive mask, one row of T per token and layer. The final norm keeps 2h + 1 per token; the LM head runs on sampled tokens only through the fused
-logprob kernel (`kernels.token_logprob_entropy`) and keeps no (T x V) logits. A CPU test checks this count
-against the bytes autograd actually saves for a small Qwen2 model (tests/unit/test_memory_plan.py).
+their product (4i); a routed MoE layer keeps, per chosen expert, the row sent and returned (2h) and the
+expert's SwiGLU (4 i_moe), plus the router's logits (E) and any shared experts' SwiGLU (the router's
+probabilities and the chosen gates, a few more per token, are left out). Our RDEP policy repeats k and v to every
+head before attention (2q instead of 2kv) and hands attention an additive mask, one row of T per token and
+layer. The final norm keeps 2h + 1 per token; the LM head runs on sampled tokens only through the fused logprob
+kernel (`kernels.token_logprob_entropy`) and keeps no (T x V) logits. A CPU test checks this count against the
+bytes autograd actually saves for two small Qwen2 models and the RDEP policy (tests/unit/test_memory_plan.py).
 
 CPU offload moves parameters, gradients and optimizer state to host memory: they are reported as host bytes
 and leave the GPU with the gathered blocks only.
