@@ -2,7 +2,8 @@
 
 Routes (aiohttp, as the policy server):
   POST /run_code   SandboxFusion's API (sandbox/fusion.py): code in a fresh workspace, its outcome as data
-  POST /v1/grade   one dataset row and one answer -> its grade (gym/service/grade_request.py)
+  POST /v1/grade   one dataset row and one answer -> its grade (gym/service/grade_request.py); or a batch of SWE
+                   predictions -> the SWE-bench harness's report (gym/service/swe_request.py)
   GET  /v1/ping    "pong", as SandboxFusion answers it
   GET  /health     admission counts, runs waiting and running, languages, the owner label of its containers
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import logging
 import signal
 import socket
@@ -32,8 +34,10 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gym.integrations.scorer import Scorer, ScorerConfig
+from gym.service import swe_request
 from gym.service.admission import BODY_COPIES, VALUE_BYTES, Admission, Refused, check_shape, declared_size, read_body
 from gym.service.grade_request import BadRow, GradeRequest, answer_of, response_of, task_of
+from gym.service.swe_request import SweGradeOptions, SweRequestError
 from sandbox.config import SandboxConfig
 from sandbox.config_file import load_config
 from sandbox.fusion import (
@@ -109,6 +113,9 @@ class SandboxServeConfig(BaseModel):
     ``memory_limit_MB`` gets, ``calls.output_limit_bytes`` the output bound."""
     grade: ScorerConfig = Field(default_factory=ScorerConfig)
     """How ``/v1/grade`` grades (gym/integrations/scorer.py): its own sandbox, grader limits, concurrency."""
+    swe: SweGradeOptions = SweGradeOptions()
+    """SWE predictions on ``/v1/grade`` (gym/service/swe_request.py): the instances, their bounds and deadlines;
+    each grading container is ``grade.sandbox`` on the instance's image."""
 
     @model_validator(mode="after")
     def _fits(self) -> SandboxServeConfig:
@@ -170,6 +177,9 @@ class SandboxService:
         self.admission = Admission(self.options.max_requests, self.options.max_inflight_memory_bytes)
         self._parse = ThreadPoolExecutor(1, thread_name_prefix="sandbox-requests")  # one: a parse holds the GIL
         self._grading = ThreadPoolExecutor(self.options.max_requests, thread_name_prefix="sandbox-grade")
+        self._swe_grading = ThreadPoolExecutor(1, thread_name_prefix="sandbox-swe")  # one batch at a time, FIFO
+        self._swe_requests = 0  # waiting or grading (read and written on the event loop only)
+        self._swe_instances: dict | None = None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.options.max_body_bytes, middlewares=[_errors])
@@ -183,6 +193,7 @@ class SandboxService:
     async def _stop(self, _app: web.Application) -> None:
         self._parse.shutdown(wait=False, cancel_futures=True)
         self._grading.shutdown(wait=False, cancel_futures=True)
+        self._swe_grading.shutdown(wait=False, cancel_futures=True)
 
     async def _off_loop(self, executor: ThreadPoolExecutor, work, *args):
         return await asyncio.get_running_loop().run_in_executor(executor, work, *args)
@@ -223,17 +234,52 @@ class SandboxService:
             body = await read_body(request, self.options.max_body_bytes, self.options.read_timeout_s)
             task, answer, name = await self._off_loop(self._parse, self._grade_task, body)
             del body
-            score = await self._off_loop(self._grading, self.scorer.score, task, answer)
-            text = response_of(task, name, score).model_dump_json()
+            if name == "swe":
+                text = await self._grade_swe(task, answer)
+            else:
+                score = await self._off_loop(self._grading, self.scorer.score, task, answer)
+                text = response_of(task, name, score).model_dump_json()
         return web.Response(text=text, content_type="application/json")
 
+    async def _grade_swe(self, predictions, by_id) -> str:
+        """A batch of SWE predictions graded, one batch at a time (503 past ``swe.max_requests`` waiting)."""
+        options = self.config.swe
+        if self._swe_requests >= options.max_requests:
+            raise Refused(
+                503, f"server busy: {self._swe_requests} SWE requests in flight (swe.max_requests); retry later"
+            )
+        self._swe_requests += 1
+        try:
+            sandbox = self.config.grade.sandbox
+            report = await self._off_loop(self._swe_grading, swe_request.grade, predictions, by_id, options, sandbox)
+        finally:
+            self._swe_requests -= 1
+        return json.dumps(report)
+
     def _grade_task(self, body: bytes):
+        check_shape(body, self.options.max_json_values, self.options.max_json_depth)
+        document = swe_request.swe_document(body)
+        if document is not None:
+            try:
+                by_id = self._instances()
+                return swe_request.checked_predictions(document, self.config.swe, by_id), by_id, "swe"
+            except SweRequestError as exc:
+                raise RunCodeRefused(exc.status, exc.detail) from None
         request = self._parsed(body, GradeRequest)
         try:
             task, name = task_of(request)
         except BadRow as exc:
             raise RunCodeRefused(422, [{"type": "row_invalid", "loc": ["body", "row"], "msg": str(exc)}]) from None
         return task, answer_of(task, request.answer), name
+
+    def _instances(self) -> dict:
+        """The SWE instances predictions may name, read once (503 when the file is missing: a set-up step)."""
+        if self._swe_instances is None:
+            try:
+                self._swe_instances = swe_request.load_service_instances(self.config.swe)
+            except FileNotFoundError as exc:
+                raise Refused(503, str(exc)) from None
+        return self._swe_instances
 
     async def ping(self, _request: web.Request) -> web.Response:
         return web.json_response("pong")
@@ -246,6 +292,7 @@ class SandboxService:
                 "languages": list(RUNNERS),
                 "admission": self.admission.counts(),
                 "run_code": {"running": self.pool.running, "waiting": self.pool.waiting},
+                "swe": {"requests": self._swe_requests},
             }
         )
 

@@ -23,11 +23,12 @@ import gzip
 import io
 import json
 import logging
+import math
 import os
 import re
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from tasks.swe.grader import SweGrader, SweGraderConfig, grade_predictions, grad
 from tasks.swe.images import build_images
 from tasks.swe.instance import SweInstance, load_instances
 from tasks.swe.resolution import HarnessReport, InstanceResult, SweReport
+from tasks.swe.workspace import MAX_DIFF_BYTES
 from tasks.task_ids import unknown_ids_hint
 
 log = logging.getLogger(__name__)
@@ -88,8 +90,9 @@ def _object(pairs: list[tuple[str, Any]]) -> _Object:
     return obj
 
 
-def _json(text: str | bytes) -> Any | RowError:
-    """The JSON value of ``text``, or why it is not one (nesting past the parser's depth included)."""
+def json_value(text: str | bytes) -> Any | RowError:
+    """The JSON value of ``text``, objects as `_Object` (repeated keys kept), or why it is not one (nesting past
+    the parser's depth included)."""
     try:
         return json.loads(text, object_pairs_hook=_object)
     except RecursionError:
@@ -130,21 +133,30 @@ def _prediction_rows(raw: bytes) -> Iterator[tuple[int, Any]]:
     if opening not in (b"[", b"{"):
         yield 0, RowError(index=0, reason="not JSON rows: a predictions file opens with '[' or '{'")
         return
-    document = _json(raw)
-    if isinstance(document, list):
-        yield from enumerate(document)
-    elif isinstance(document, _Object) and any(not isinstance(document.get(k, {}), dict) for k in _ROW_KEYS):
-        yield 0, document  # one JSON Lines row
-    elif isinstance(document, _Object):
-        yield from _keyed_rows(document)
+    document = json_value(raw)
+    if isinstance(document, (list, _Object)):
+        yield from document_rows(document)
     else:  # one broken document, or JSON Lines
         lines = [(i, line) for i, line in enumerate(filter(bytes.strip, raw.splitlines()))]
-        rows = [(i, _json(line)) for i, line in lines] if opening == b"{" else []
+        rows = [(i, json_value(line)) for i, line in lines] if opening == b"{" else []
         if not any(isinstance(row, dict) for _, row in rows):
             what = "a JSON list" if opening == b"[" else "one JSON value or JSON Lines"
             yield 0, RowError(index=0, reason=f"not {what}: {document.reason}")
             return
         yield from ((i, RowError(index=i, reason=row.reason) if isinstance(row, RowError) else row) for i, row in rows)
+
+
+def document_rows(document: Any) -> Iterator[tuple[int, Any]]:
+    """``(index, row)`` of one JSON value read by `json_value`: a list of rows, an object that is one row, or
+    sb-cli's object keyed by instance id; anything else is one `RowError`."""
+    if isinstance(document, list):
+        yield from enumerate(document)
+    elif isinstance(document, _Object) and any(not isinstance(document.get(k, {}), dict) for k in _ROW_KEYS):
+        yield 0, document  # one row
+    elif isinstance(document, _Object):
+        yield from _keyed_rows(document)
+    else:
+        yield 0, RowError(index=0, reason=f"predictions are a list or an object, not a {_kind(document)}")
 
 
 def _keyed_rows(document: _Object) -> Iterator[tuple[int, Any]]:
@@ -193,9 +205,15 @@ def read_predictions(path: Path) -> tuple[list[Prediction], list[RowError]]:
     raw = _bounded_bytes(resolve(Path(path)))
     if isinstance(raw, RowError):
         return [], [raw]
+    return predictions_of(_prediction_rows(raw))
+
+
+def predictions_of(rows: Iterable[tuple[int, Any]]) -> tuple[list[Prediction], list[RowError]]:
+    """The predictions of ``(index, row)`` pairs (`document_rows`); a row that cannot be one, and every row of an
+    instance given different patches, is reported and skipped (identical repeats count once)."""
     read: list[tuple[int, Prediction]] = []
     errors: list[RowError] = []
-    for index, row in _prediction_rows(raw):
+    for index, row in rows:
         prediction = row if isinstance(row, RowError) else _prediction(index, row)
         if isinstance(prediction, RowError):
             errors.append(prediction)
@@ -220,12 +238,17 @@ def builtin_predictions(choice: str, instances: tuple[SweInstance, ...]) -> list
 
 
 def evaluate(
-    pairs: list[tuple[SweInstance, str]], repos_dir: Path | None, config: SweGraderConfig, sandbox: SandboxConfig
+    pairs: list[tuple[SweInstance, str]],
+    repos_dir: Path | None,
+    config: SweGraderConfig,
+    sandbox: SandboxConfig,
+    deadline_s: float = math.inf,
 ) -> SweReport:
-    """Build the images the pairs need, then grade every pair (synchronous entry point)."""
+    """Build the images the pairs need, then grade every pair (synchronous entry point); a pair not graded within
+    ``deadline_s`` of the grading's start is an ``infra_error`` (`grade_predictions`)."""
     needed = list({instance.instance_id: instance for instance, _ in pairs}.values())
     images, errors = build_images(needed, repos_dir)
-    results = trio.run(grade_predictions, pairs, images, SweGrader(config), sandbox)
+    results = trio.run(grade_predictions, pairs, images, SweGrader(config), sandbox, deadline_s)
     results = [
         r.model_copy(update={"detail": f"image build failed: {errors[r.instance_id]}"})
         if r.instance_id in errors
@@ -265,8 +288,52 @@ def empty_result(prediction: Prediction) -> InstanceResult:
     return InstanceResult(instance_id=prediction.instance_id, resolved=False, status="empty", detail=detail)
 
 
+def oversized_result(prediction: Prediction, size: int, limit: int) -> InstanceResult:
+    """A patch past the caller's bound, not run: the candidate's failure to apply (0, never masked)."""
+    detail = f"the patch is {size} bytes, over the {limit} bytes graded (max_patch_bytes): not run"
+    return InstanceResult(
+        instance_id=prediction.instance_id, resolved=False, status="patch_apply_failed", detail=detail
+    )
+
+
+def grade_swe(
+    predictions: Sequence[Prediction],
+    by_id: dict[str, SweInstance],
+    repos_dir: Path | None,
+    config: SweGraderConfig,
+    sandbox: SandboxConfig,
+    *,
+    run_empty: bool = False,
+    max_patch_bytes: int = MAX_DIFF_BYTES,
+    deadline_s: float = math.inf,
+) -> list[InstanceResult]:
+    """The results of the ``predictions`` that name an instance of ``by_id`` (the others are the caller's to
+    report): each graded in a fresh container, the graded ones first, then those not run. An empty patch is not run
+    (the harness's rule) unless ``run_empty`` (the control run of ``--solutions empty``); a patch past
+    ``max_patch_bytes`` is not run either (`oversized_result`); a prediction not graded within ``deadline_s`` is
+    an ``infra_error``. `gym grade --swe` and the sandbox service's ``/v1/grade`` both grade through here."""
+    known = [p for p in predictions if p.instance_id in by_id]
+    sizes = {p.instance_id: len(p.model_patch.encode("utf-8", errors="surrogatepass")) for p in known}
+    not_run = [
+        empty_result(p) if not p.model_patch else oversized_result(p, sizes[p.instance_id], max_patch_bytes)
+        for p in known
+        if (not p.model_patch and not run_empty) or sizes[p.instance_id] > max_patch_bytes
+    ]
+    skipped = {r.instance_id for r in not_run}
+    graded = [(by_id[p.instance_id], p.model_patch) for p in known if p.instance_id not in skipped]
+    log.info("grading %d predictions (%d not run)", len(graded), len(not_run))
+    results = list(evaluate(graded, repos_dir, config, sandbox, deadline_s).instances) if graded else []
+    return results + not_run
+
+
 def grading_sandbox(path: Path | None) -> SandboxConfig:
     return grading_budgets(SandboxConfig.from_yaml(path) if path is not None else SandboxConfig())
+
+
+def report_document(report: SweReport, harness: HarnessReport) -> dict[str, Any]:
+    """Our totals and per-instance results with the harness's report fields beside them (``--json``'s document,
+    and ``/v1/grade``'s answer to predictions)."""
+    return report.model_dump(mode="json") | harness.model_dump(mode="json")
 
 
 def run_swe(args: argparse.Namespace) -> int:
@@ -285,7 +352,7 @@ def run_swe(args: argparse.Namespace) -> int:
         log.warning("%s: skipped prediction row %d: %s", args.solutions, error.index, error.reason)
     prefix = getattr(args, "id_prefix", "") or ""  # --id-prefix names the instances as a pool's id_prefix would
     by_id = {prefix + instance_id: instance for instance_id, instance in loaded.by_id().items()}
-    pairs = [(by_id[p.instance_id], p.model_patch) for p in predictions if p.instance_id in by_id]
+    known = [p for p in predictions if p.instance_id in by_id]
     unknown = sorted({p.instance_id for p in predictions if p.instance_id not in by_id})
     hint = unknown_ids_hint(list(by_id), unknown)  # a few instances the file does hold
     if unknown:
@@ -297,24 +364,19 @@ def run_swe(args: argparse.Namespace) -> int:
         overrides["concurrency"] = args.concurrency
     if args.test_timeout is not None:
         overrides["test_timeout_s"] = args.test_timeout
-    # a file's empty patch is not run (the harness's rule); the builtin `empty` is the control run, graded
-    empty = {p.instance_id for p in predictions if p.instance_id in by_id and not p.model_patch and not builtin}
-    graded = [(instance, patch) for instance, patch in pairs if instance.instance_id not in empty]
-    log.info("grading %d predictions for %d instances", len(graded), len(loaded.instances))
     config = SweGraderConfig(**overrides)
-    results = list(evaluate(graded, args.repos_dir, config, sandbox).instances) if graded else []
-    results += [empty_result(p) for p in predictions if p.instance_id in empty]
+    results = grade_swe(predictions, by_id, args.repos_dir, config, sandbox, run_empty=builtin)
     report = SweReport.of(results)
     harness = HarnessReport.of(results, [i.instance_id for i in loaded.instances])
     print_report(report, harness)
     if args.json is not None:
-        document = json.loads(report.model_dump_json()) | harness.model_dump(mode="json")
+        document = report_document(report, harness)
         document["skipped_task_rows"] = [e.model_dump() for e in loaded.errors]
         document["skipped_solution_rows"] = [e.model_dump() for e in bad]
         document["unknown_instance_ids"] = unknown
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(document, indent=1) + "\n")
-    if predictions and not pairs:  # every prediction names an instance the file does not hold
+    if predictions and not known:  # every prediction names an instance the file does not hold
         print(f"grade: nothing graded: no prediction of {args.solutions} names an instance of {args.tasks}; {hint}",
               file=sys.stderr)  # fmt: skip
         return NOTHING_TO_GRADE

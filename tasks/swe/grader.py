@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import shlex
 import time
 from collections.abc import Sequence
@@ -535,10 +536,14 @@ async def grade_predictions(
     images: dict[str, str],
     grader: SweGrader,
     sandbox: SandboxConfig,
+    deadline_s: float = math.inf,
 ) -> list[InstanceResult]:
     """Grade ``(instance, model_patch)`` pairs, ``concurrency`` at a time; results in input order.
 
-    ``images`` maps instance ids to image tags; an instance without one is ``infra_error``.
+    ``images`` maps instance ids to image tags; an instance without one is ``infra_error``. Grading stops
+    ``deadline_s`` after it starts: the pairs not graded by then are ``infra_error`` (the time ran out on the
+    caller's side, not the candidate's: a caller keeps ``deadline_s`` past one whole grading, test timeout included,
+    so a candidate whose tests hang fails on its own test timeout first); their containers are destroyed.
     """
     results: list[InstanceResult | None] = [None] * len(predictions)
     limiter = trio.CapacityLimiter(grader.config.concurrency)
@@ -554,7 +559,12 @@ async def grade_predictions(
             done = sum(r is not None for r in results)
             log.info("graded %d/%d: %s %s", done, len(predictions), instance.instance_id, results[i].status)
 
-    async with trio.open_nursery() as nursery:
-        for i, (instance, patch) in enumerate(predictions):
-            nursery.start_soon(one, i, instance, patch)
-    return [r for r in results if r is not None]
+    with trio.move_on_after(deadline_s):
+        async with trio.open_nursery() as nursery:
+            for i, (instance, patch) in enumerate(predictions):
+                nursery.start_soon(one, i, instance, patch)
+    late = f"not graded within the {deadline_s:g} s the caller allows a request"
+    return [
+        r if r is not None else SweGrader._outcome(instance, "infra_error", late)
+        for r, (instance, _) in zip(results, predictions)
+    ]

@@ -54,6 +54,9 @@ def test_admission_refuses_past_either_total_and_gives_back_on_exit():
         ({"server": {"max_running": 0}}, "max_running"),
         ({"server": {"max_body_bytes": 1 << 30, "max_inflight_memory_bytes": 1 << 30}}, "could never be admitted"),
         ({"server": {"unknown": 1}}, "unknown"),
+        ({"swe": {"max_request_s": 100, "grader": {"test_timeout_s": 90}}}, "swe.max_request_s"),
+        ({"swe": {"max_patch_bytes": 1 << 30}}, "max_patch_bytes"),
+        ({"swe": {"max_predictions": 0}}, "max_predictions"),
     ],
 )
 def test_a_config_whose_limits_cannot_hold_is_refused(tmp_path, data, field):

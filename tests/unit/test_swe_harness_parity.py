@@ -249,7 +249,7 @@ def instances_file(tmp_path: Path, ids: list[str]) -> Path:
 def test_grade_writes_both_reports_and_never_runs_an_empty_patch(tmp_path, monkeypatch):
     graded: list[str] = []
 
-    def fake_evaluate(pairs, repos_dir, config, sandbox):
+    def fake_evaluate(pairs, repos_dir, config, sandbox, deadline_s=None):
         graded.extend(instance.instance_id for instance, _ in pairs)
         return SweReport.of([result(i.instance_id, "resolved") for i, _ in pairs])
 
@@ -280,7 +280,7 @@ def test_predictions_of_unknown_instances_name_a_few_known_ones_and_the_prefix(t
     match none are an error listing instances the file does hold, and the prefix that would match them."""
     graded: list[str] = []
 
-    def fake_evaluate(pairs, repos_dir, config, sandbox):
+    def fake_evaluate(pairs, repos_dir, config, sandbox, deadline_s=None):
         graded.extend(instance.instance_id for instance, _ in pairs)
         return SweReport.of([result(i.instance_id, "resolved") for i, _ in pairs])
 
