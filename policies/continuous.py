@@ -95,6 +95,11 @@ def left_padded(prompts, pad_token_id: int, device: torch.device) -> tuple[torch
     return ids, mask, (mask.cumsum(-1) - 1).clamp_min(0)
 
 
+Watch = Callable[[int, float], bool]
+"""Sees each sampled token of a row and its logprob, on the engine's thread, in order; True ends the row with
+finish_reason "stop" (the server's stop strings, `policies.stop_strings.TextWatch`, which also streams them)."""
+
+
 def append_sample(row, drawn: tuple[int, float, float]) -> None:
     """Append one row of a `Sample` (`Sample.per_row`) to a sequence's tokens and logprobs; set why it stops, if
     it does."""
@@ -106,6 +111,15 @@ def append_sample(row, drawn: tuple[int, float, float]) -> None:
         row.finish_reason = "stop"
     elif len(row.tokens) >= row.params.max_tokens:
         row.finish_reason = "length"
+    watch = getattr(row, "watch", None)
+    if watch is not None:
+        try:
+            stop = watch(token, logprob)
+        except Exception:  # the caller's code: it must not fail the batch's step; the row goes on unwatched
+            log.exception("a row's token watch failed; the row goes on without it")
+            row.watch, stop = None, False
+        if stop and row.finish_reason is None:
+            row.finish_reason = "stop"
 
 
 def completion_routes(prompt, fed: list, tokens: int) -> Routes:
@@ -154,6 +168,7 @@ class _Sequence:
     submitted: float = field(default_factory=time.perf_counter)
     first_token: float = 0.0
     stops: frozenset[int] = frozenset()  # params.stop_token_ids, as a set (`append_sample`)
+    watch: Watch | None = None  # sees each sampled token; True ends the row there (a stop string)
 
     def __post_init__(self) -> None:
         self.stops = frozenset(self.params.stop_token_ids)
@@ -250,13 +265,21 @@ class ContinuousBatcher:
             self.thread.join(timeout=30)
 
     # -- callers (any thread)
-    def submit(self, prompts: list[list[int]], params: list[SamplingParams], seeds: list[int]) -> Future:
+    def submit(
+        self,
+        prompts: list[list[int]],
+        params: list[SamplingParams],
+        seeds: list[int],
+        watches: list[Watch | None] | None = None,
+    ) -> Future:
         job = _Job(future=Future(), completions=[None] * len(prompts), remaining=len(prompts))
+        watches = watches or [None] * len(prompts)
         with self.condition:
             if self.closed:
                 raise EngineError("the generation engine was closed")
-            for i, (prompt, p, seed) in enumerate(zip(prompts, params, seeds)):
-                self.waiting.append(_Sequence(job=job, index=i, prompt=list(prompt), params=p, draws=RowDraws(seed)))
+            for i, (prompt, p, seed, watch) in enumerate(zip(prompts, params, seeds, watches, strict=True)):
+                row = _Sequence(job=job, index=i, prompt=list(prompt), params=p, draws=RowDraws(seed), watch=watch)
+                self.waiting.append(row)
             if not prompts:
                 resolve(job.future, [])
             self.condition.notify_all()

@@ -43,7 +43,7 @@ import torch
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import load_file
 
-from policies.continuous import ContinuousBatcher, append_sample, completion_routes, left_padded
+from policies.continuous import ContinuousBatcher, Watch, append_sample, completion_routes, left_padded
 from policies.hf_adapter import CausalLMPolicy
 from policies.sampler import RowSampling, sample
 from policies.sampling import Completion, SamplingParams, check_request, per_prompt
@@ -155,12 +155,20 @@ class GenerationEngine:
         for prompt, p in zip(prompts, params):
             self.check_request(prompt, p)
 
-    def submit(self, prompts: list[list[int]], params: list[SamplingParams]) -> Future:
-        """Continuous mode: queue the rows and return the future of their completions (any thread)."""
+    @property
+    def watches_tokens(self) -> bool:
+        """Whether `submit` takes a watch per row (`policies.continuous.Watch`): continuous mode."""
+        return self._batcher is not None
+
+    def submit(
+        self, prompts: list[list[int]], params: list[SamplingParams], watches: list[Watch | None] | None = None
+    ) -> Future:
+        """Continuous mode: queue the rows and return the future of their completions (any thread); each row's
+        ``watches`` entry sees its tokens as they are sampled and may end it."""
         if self._batcher is None:
             raise RuntimeError(f"submit needs the continuous mode, this engine runs {self.mode}")
         self._check(prompts, params)
-        return self._batcher.submit(prompts, params, self._seeds(params))
+        return self._batcher.submit(prompts, params, self._seeds(params), watches)
 
     def generate_batch(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
         if self._batcher is not None:

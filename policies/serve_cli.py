@@ -34,6 +34,26 @@ def listen(host: str, port: int) -> socket.socket:
     return socket.create_server(address, family=family, backlog=128)  # SO_REUSEADDR, as aiohttp's own bind
 
 
+def chat_renderer(config, path: Path):
+    """The chat format of the server's chat completions (`ServeConfig.chat_format`): a model family's, from the
+    gym's chat formats (`gym.format.openai_chat`, the environment's own choice for this tokenizer), or None for
+    Harmony and tokenizers without a chat template (the server renders those itself, without tools)."""
+    from policies.serve_config import ServeConfigError
+
+    if config.tokenizer is None:
+        if config.chat_format not in ("auto", "harmony"):
+            raise ServeConfigError(f"{path}: chat_format: {config.chat_format} needs `tokenizer:` (its chat template)")
+        return None
+    from gym.format.openai_chat import load_openai_chat
+    from gym.format.template import ChatFormatError
+    from gym.format.tokenizer import TokenizerError
+
+    try:
+        return load_openai_chat(Path(config.tokenizer), config.chat_format)
+    except (ChatFormatError, TokenizerError) as exc:
+        raise ServeConfigError(f"{path}: chat_format: {exc}") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from policies.memory_tuning import freeze_startup_objects, keep_freed_memory
     from policies.serve_config import ServeConfig, ServeConfigError, build_engine
@@ -49,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         tokenizer = TextTokenizer(config.tokenizer) if config.tokenizer else None
     except (OSError, ValueError) as exc:
         raise ServeConfigError(f"{args.config}: tokenizer: {exc}") from None
+    chat = chat_renderer(config, args.config)
     sock = listen(config.server.host, config.server.port)
     log.info("serve config: %s", config.model_dump_json())
 
@@ -74,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
             f"{args.config}: tokenizer {config.tokenizer} has {tokenizer.vocab_size} tokens but the policy's "
             f"vocabulary is {engine.vocab_size}: ids past it could not be embedded"
         )
-    server = PolicyServer(engine, config.server, tokenizer, scorer=scorer)
+    server = PolicyServer(engine, config.server, tokenizer, scorer=scorer, chat=chat)
     freeze_startup_objects()  # full collections skip what lives as long as the server (policies/memory_tuning.py)
     interrupted = False
     try:

@@ -141,7 +141,11 @@ class ServerOptions(BaseModel):
     """Estimated memory of every request in flight together, from the first byte of its body to its answer, and a
     weight upload's (503 above: retry later; an upload itself is never refused for load)."""
     served_model_name: str | None = None
-    """Name reported in responses and /v1/models; default: the policy's name."""
+    """Name reported in responses and /v1/models, and the only `model` a request may name (404 otherwise);
+    default: the policy's name."""
+    stream_write_timeout_s: float = Field(30.0, gt=0)
+    """Longest a streamed answer waits for its client to read (`stream: true`): past it the stream is abandoned
+    and its rows stop, as for a client that went away."""
 
     @model_validator(mode="after")
     def _budgets(self) -> ServerOptions:
@@ -163,6 +167,11 @@ class ServeConfig(BaseModel):
     server: ServerOptions = ServerOptions()
     tokenizer: Path | None = None
     """A `tokenizers` JSON file for text prompts and chat; token-id requests work without one."""
+    chat_format: Literal["auto", "harmony", "qwen", "llama3", "deepseek"] = "auto"
+    """The chat format of `/v1/chat/completions`, as the environment's ``chat_format``: auto picks the family
+    whose tool-call format the chat template beside the tokenizer (tokenizer_config.json or
+    chat_template.jinja in its directory) speaks, else Harmony; a family renders tools and parses tool calls,
+    Harmony (the project's policy) renders chats without tools (docs/policy.md)."""
     verifier: Path | None = None
     """A process-verifier checkpoint (`python -m gym verifier` writes OUT/checkpoint) served on
     `POST /v1/score`; without one that route answers 400."""

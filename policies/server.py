@@ -2,7 +2,8 @@
 
 Routes:
   POST /v1/completions               prompt as token ids (or text with a tokenizer) -> token ids + logprobs
-  POST /v1/chat/completions          messages -> text (needs a tokenizer); for humans
+  POST /v1/chat/completions          messages (and tools) -> content or tool calls, in the model family's chat
+                                     format (policies/chat_tools.py; needs a tokenizer)
   GET  /v1/models, GET /health
   POST /update_weights               {"path": ..., "version": ...}: load a checkpoint
   POST /update_weights_from_tensors  body = safetensors bytes, ?version=N
@@ -15,7 +16,15 @@ memory is estimated and reserved before it is allocated (413 past max_request_me
 max_inflight_memory_bytes), and engine and verifier requests are admitted up to max_queued_requests (503 beyond).
 Parsing, checking and answering run in a worker thread, so the event loop keeps answering /health. One worker
 drains admitted jobs into engine batches of up to `max_batch_size` sequences. Bad requests answer 400 with the
-reason. Every response carries the newest weights version that sampled any of its tokens, and every choice the
+reason; a request naming another model than the served one is a 404 (``model_not_found``).
+
+``stream: true`` answers Server-Sent Events (policies/event_stream.py) as the engine samples: the continuous engine
+hands each row's tokens to a `policies.stop_strings.TextWatch` as it samples them, which decodes them, ends the
+row at a `stop` string and releases the text no stop string can still claim; an engine that hands whole
+completions (batch modes, replicas) is watched the same way once it is done, so the answer is the same either way.
+A client that goes away mid-stream, or reads nothing for stream_write_timeout_s, cancels its rows.
+
+Every response carries the newest weights version that sampled any of its tokens, and every choice the
 version of each token (``token_versions``: with partial rollouts a completion may span a weight update).
 """
 
@@ -34,6 +43,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import aiohttp
+import numpy as np
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
 from safetensors import SafetensorError
@@ -50,9 +60,10 @@ from policies.admission import (
     parse_bytes,
     score_bytes,
 )
+from policies.chat_tools import ChatRenderer, assistant_turn, conversation, schema_characters, tool_schemas
+from policies.event_stream import ChatChunks, CompletionChunks, EventStream, StreamStalled
 from policies.protocol import (
     MAX_WEIGHTS_VERSION,
-    AssistantMessage,
     ChatChoice,
     ChatChoiceLogprobs,
     ChatCompletionRequest,
@@ -66,9 +77,10 @@ from policies.protocol import (
     Usage,
 )
 from policies.request_bounds import BodyRefused, JsonBounds, load, measure, scan_bytes
-from policies.sampling import Completion, EngineError, SamplingParams, ServingEngine, per_prompt
+from policies.sampling import Completion, EngineError, Routes, SamplingParams, ServingEngine, per_prompt
 from policies.scorer import ScoreError, ScoreRequest, ScoreResponse, StepScorer
 from policies.serve_config import ServerOptions
+from policies.stop_strings import TextWatch
 from policies.tokenizer import TextTokenizer
 
 log = logging.getLogger(__name__)
@@ -82,15 +94,22 @@ class BadRequest(Exception):
     """A request the server refuses with 400 and this message."""
 
 
+class ModelNotFound(Exception):
+    """A request naming a model this server does not serve: 404 with OpenAI's ``model_not_found``."""
+
+
 @dataclass
 class _Job:
     prompts: list[list[int]]
     params: list[SamplingParams]
+    watches: list[TextWatch] | None = None  # one per row: stop strings and streaming (`TextWatch`)
     done: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
-def _error(status: int, message: str, kind: str) -> web.Response:
-    body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
+def _error(
+    status: int, message: str, kind: str, param: str | None = None, code: str | int | None = None
+) -> web.Response:
+    body = {"error": {"message": message, "type": kind, "param": param, "code": status if code is None else code}}
     return web.json_response(body, status=status, headers={"Retry-After": "1"} if status == 503 else None)
 
 
@@ -124,6 +143,8 @@ async def _json_errors(request: web.Request, handler) -> web.StreamResponse:
         return _error(408, str(exc), "invalid_request_error")
     except BadRequest as exc:
         return _error(400, str(exc), "invalid_request_error")
+    except ModelNotFound as exc:
+        return _error(404, str(exc), "invalid_request_error", param="model", code="model_not_found")
     except BodyRefused as exc:
         return _error(exc.status, str(exc), "invalid_request_error")
     except Refused as exc:
@@ -140,9 +161,11 @@ class PolicyServer:
         options: ServerOptions,
         tokenizer: TextTokenizer | None = None,
         scorer: StepScorer | None = None,
+        chat: ChatRenderer | None = None,
     ) -> None:
         self.engine = engine
         self.scorer = scorer
+        self.chat = chat  # the model family's chat format; None: Harmony (or a plain transcript), without tools
         self.options = options
         self.tokenizer = tokenizer
         self.max_batch = getattr(engine, "max_batch_size", 32)
@@ -169,6 +192,8 @@ class PolicyServer:
         self._requests = ThreadPoolExecutor(1, thread_name_prefix="policy-requests")
         self._upload = asyncio.Lock()  # weight updates, one at a time (`_one_update`)
         self.cancelled_requests = 0  # continuous engine: jobs stopped in the engine because their client went away
+        # whether the engine hands each row's tokens to its watch as it samples them (else: once it is done)
+        self.live_watches = bool(getattr(engine, "watches_tokens", False))
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.options.max_body_bytes, middlewares=[_json_errors])
@@ -241,7 +266,11 @@ class PolicyServer:
         """Continuous engine: hand the job over now; it stays counted against the queue bound until done."""
         self._inflight += 1
         try:
-            future = asyncio.wrap_future(self.engine.submit(job.prompts, job.params))
+            if job.watches is not None and self.live_watches:
+                submitted = self.engine.submit(job.prompts, job.params, job.watches)  # type: ignore[attr-defined]
+            else:
+                submitted = self.engine.submit(job.prompts, job.params)  # type: ignore[attr-defined]
+            future = asyncio.wrap_future(submitted)
         except Exception as exc:  # refused before it ran (the engine is closed)
             self._inflight -= 1
             job.done.set_exception(exc)
@@ -283,12 +312,97 @@ class PolicyServer:
                 f"{self.options.max_sequences_per_request} (max_sequences_per_request)"
             )
 
-    async def _run(self, prompts: list[list[int]], params: list[SamplingParams]) -> list[Completion]:
-        """Hand admitted rows to the engine and wait for their completions."""
-        job = _Job(prompts, params)
+    def _enqueue(
+        self, prompts: list[list[int]], params: list[SamplingParams], watches: list[TextWatch] | None = None
+    ) -> _Job:
+        """Hand admitted rows to the engine; the job's ``done`` is the future of their completions."""
+        job = _Job(prompts, params, watches)
         self._pending.append(job)
         self._arrived.set()
-        return await job.done
+        return job
+
+    async def _run(
+        self, prompts: list[list[int]], params: list[SamplingParams], watches: list[TextWatch] | None = None
+    ) -> list[Completion]:
+        """Hand admitted rows to the engine and wait for their completions, settled by their watches."""
+        job = self._enqueue(prompts, params, watches)
+        try:
+            results = await job.done
+        finally:
+            job.done.cancel()  # a no-op once done; the client went away otherwise: its rows stop
+        if watches is None:
+            return results
+        return [self._settle(c, w, len(p)) for c, w, p in zip(results, watches, prompts)]
+
+    def _settle(self, completion: Completion, watch: TextWatch, prompt_length: int) -> Completion:
+        """``completion`` as its watch saw it: fed its tokens where the engine did not, flushed, and cut after the
+        token that completed a stop string (finish_reason "stop")."""
+        if not self.live_watches:
+            for token, logprob in zip(completion.token_ids, completion.logprobs):
+                if watch(token, logprob):
+                    break
+        watch.finish()
+        if watch.stopped_at is None:
+            return completion
+        return _cut(completion, watch.stopped_at + 1, prompt_length)
+
+    def _check_model(self, model: str | None) -> None:
+        if model is not None and model != self.model_name:
+            raise ModelNotFound(
+                f"The model `{model[:200]}` does not exist: this server serves `{self.model_name}` (GET /v1/models)"
+            )
+
+    def _watches(
+        self, stops: list[str], rows: int, silent: frozenset[int] = frozenset(), stream: bool = False
+    ) -> list[TextWatch] | None:
+        """One `TextWatch` a row where stop strings or a stream need one (else None: nothing is decoded per
+        token)."""
+        if not stops and not stream:
+            return None
+        if stops:
+            self._require_tokenizer("stop strings")
+        return [TextWatch(self._text, stops, silent) for _ in range(rows)]
+
+    async def _stream(
+        self, request: web.Request, prompt: list[int], params: SamplingParams, watch: TextWatch, chunks
+    ) -> web.StreamResponse:
+        """Stream one row's completion as Server-Sent Events (``chunks``: `CompletionChunks` or `ChatChunks`)."""
+        loop = asyncio.get_running_loop()
+        pieces: asyncio.Queue = asyncio.Queue()  # at most one piece per token: bounded by max_tokens
+        watch.sink = lambda piece: loop.call_soon_threadsafe(pieces.put_nowait, piece)
+        job = self._enqueue([prompt], [params], [watch])
+        job.done.add_done_callback(lambda _: loop.call_soon_threadsafe(pieces.put_nowait, None))
+        stream = EventStream(request, self.options.stream_write_timeout_s)
+        try:
+            await stream.open()
+            for chunk in chunks.opening():
+                await stream.send(chunk)
+            while (piece := await pieces.get()) is not None:
+                for chunk in chunks.piece(piece):
+                    await stream.send(chunk)
+            try:
+                (completion,) = job.done.result()
+            except Exception as exc:  # the engine failed after the headers went out: an error event
+                log.exception("a streamed request failed")
+                await stream.error(500, f"{type(exc).__name__}: {exc}", "server_error")
+                return await stream.close()
+            completion = self._settle(completion, watch, len(prompt))  # releases what it held back
+            loop.call_soon_threadsafe(pieces.put_nowait, None)  # after the pieces `_settle` released
+            while (piece := await pieces.get()) is not None:
+                for chunk in chunks.piece(piece):
+                    await stream.send(chunk)
+            for chunk in await self._off_loop(chunks.closing, completion, watch):
+                await stream.send(chunk)
+            if chunks.include_usage:
+                await stream.send(chunks.usage(_usage([prompt], [completion])))
+            return await stream.close()
+        except StreamStalled as exc:  # a client that reads nothing: abandon it (its rows stop below)
+            log.info("%s %s: %s", request.method, request.path, exc)
+            if request.transport is not None:
+                request.transport.abort()
+            return stream.response
+        finally:
+            job.done.cancel()  # a no-op once done; the client went away otherwise: its rows stop
 
     async def _body(self, request: web.Request, hold: Hold) -> bytes:
         """The JSON body, at most max_json_body_bytes (413), arriving within read_timeout_s (408); its bytes are
@@ -378,22 +492,39 @@ class PolicyServer:
     def _text(self, tokens: list[int]) -> str:
         return self.tokenizer.decode(tokens) if self.tokenizer else ""
 
-    async def completions(self, request: web.Request) -> web.Response:
+    async def completions(self, request: web.Request) -> web.StreamResponse:
         with self.admission.hold() as hold:
             body = await self._body(request, hold)
-            prompts, params = await self._off_loop(self._completion_rows, body, hold)
-            results = await self._run(prompts, params)
-            return await self._off_loop(self._completion_answer, prompts, results)
+            req, prompts, params = await self._off_loop(self._completion_rows, body, hold)
+            watches = self._watches(req.stop_strings, len(prompts), stream=req.stream)
+            if req.stream:
+                assert watches is not None
+                chunks = CompletionChunks(self, req, prompts[0])
+                return await self._stream(request, prompts[0], params[0], watches[0], chunks)
+            results = await self._run(prompts, params, watches)
+            return await self._off_loop(self._completion_answer, prompts, results, watches)
 
-    def _completion_rows(self, body: bytes, hold: Hold) -> tuple[list[list[int]], list[SamplingParams]]:
+    def _completion_rows(
+        self, body: bytes, hold: Hold
+    ) -> tuple[CompletionRequest, list[list[int]], list[SamplingParams]]:
         req = self._validate(body, CompletionRequest, hold)
+        self._check_model(req.model)
         count = 1 if isinstance(req.prompt, str) or isinstance(req.prompt[0], int) else len(req.prompt)
         self._check_count(count * req.n)  # before tokenizing: a body of a million short texts is refused at once
+        if req.stream and count > 1:
+            raise BadRequest(f"stream: true streams one sequence; this request has {count} prompts")
+        if req.stop_strings:
+            self._require_tokenizer("stop strings")
         prompts = self._prompts(req.prompt, hold)
-        return self._admit_rows(hold, prompts, req.n, _sampling(req, req.max_tokens))
+        rows, params = self._admit_rows(hold, prompts, req.n, _sampling(req, req.max_tokens))
+        return req, rows, params
 
-    def _completion_answer(self, prompts: list[list[int]], results: list[Completion]) -> web.Response:
-        choices = [self._completion_choice(i, prompts[i], c) for i, c in enumerate(results)]
+    def _completion_answer(
+        self, prompts: list[list[int]], results: list[Completion], watches: list[TextWatch] | None
+    ) -> web.Response:
+        choices = [
+            self._completion_choice(i, prompts[i], c, watches[i] if watches else None) for i, c in enumerate(results)
+        ]
         body = CompletionResponse(
             id=f"cmpl-{uuid.uuid4().hex}",
             created=int(time.time()),
@@ -404,17 +535,24 @@ class PolicyServer:
         )
         return web.json_response(body.model_dump())
 
-    def _completion_choice(self, index: int, prompt: list[int], c: Completion) -> CompletionChoice:
-        pieces = [self._token_text(t) for t in c.token_ids]
-        offsets, at = [], 0
+    def completion_logprobs(self, tokens: list[int], logprobs: list[float], start: int = 0) -> CompletionLogprobs:
+        """Each token's text, logprob and offset (from ``start``: a stream's earlier tokens)."""
+        pieces = [self._token_text(t) for t in tokens]
+        offsets, at = [], start
         for piece in pieces:
             offsets.append(at)
             at += len(piece)
+        return CompletionLogprobs(tokens=pieces, token_logprobs=logprobs, text_offset=offsets)
+
+    def _completion_choice(
+        self, index: int, prompt: list[int], c: Completion, watch: TextWatch | None
+    ) -> CompletionChoice:
         return CompletionChoice(
             index=index,
-            text=self._text(c.token_ids),
-            logprobs=CompletionLogprobs(tokens=pieces, token_logprobs=c.logprobs, text_offset=offsets),
+            text=watch.text if watch is not None else self._text(c.token_ids),
+            logprobs=self.completion_logprobs(c.token_ids, c.logprobs),
             finish_reason=c.finish_reason,
+            stop_reason=watch.stop_reason if watch is not None else None,
             token_ids=c.token_ids,
             raw_logprobs=c.raw_logprobs,
             routed_experts=c.routed_experts,
@@ -422,39 +560,86 @@ class PolicyServer:
             prompt_token_ids=prompt,
         )
 
-    async def chat_completions(self, request: web.Request) -> web.Response:
+    async def chat_completions(self, request: web.Request) -> web.StreamResponse:
         with self.admission.hold() as hold:
             body = await self._body(request, hold)
             req, prompts, params = await self._off_loop(self._chat_rows, body, hold)
-            results = await self._run(prompts, params)
-            return await self._off_loop(self._chat_answer, req, prompts[0], results)
+            silent = frozenset(params[0].stop_token_ids)  # the turn's end adds no text
+            watches = self._watches(req.stop_strings, len(prompts), silent, stream=req.stream)
+            if req.stream:
+                assert watches is not None
+                chunks = ChatChunks(self, req, prompts[0], silent)
+                return await self._stream(request, prompts[0], params[0], watches[0], chunks)
+            results = await self._run(prompts, params, watches)
+            return await self._off_loop(self._chat_answer, req, prompts[0], results, watches, silent)
 
     def _chat_rows(
         self, body: bytes, hold: Hold
     ) -> tuple[ChatCompletionRequest, list[list[int]], list[SamplingParams]]:
         req = self._validate(body, ChatCompletionRequest, hold)
+        self._check_model(req.model)
         tokenizer = self._require_tokenizer("chat completions")
         self._check_count(req.n)
-        messages = [(m.role, m.content) for m in req.messages]
+        messages, tools = conversation(req), tool_schemas(req)
         # each message takes at least its 3 special tokens: so many messages, or so much text, cannot fit
         if 3 * len(messages) > self.engine.context_length:
             raise BadRequest(
                 f"{len(messages)} messages cannot fit the context of {self.engine.context_length} tokens "
                 "(each takes at least 3)"
             )
-        characters = sum(len(role) + len(content) for role, content in messages)
+        characters = schema_characters(tools) + sum(
+            len(m["role"])
+            + len(m["content"])
+            + sum(len(c["name"]) + len(c["arguments"]) for c in m.get("tool_calls", ()))
+            for m in messages
+        )
         self._check_text([characters], tokenizer)
         hold.add(TOKENIZE_BYTES_PER_CHAR * characters, f"rendering {characters} characters of chat")
-        prompt, stops = tokenizer.render_chat(messages)
+        prompt, stops = self._render_chat(tokenizer, messages, tools)
         max_tokens = req.max_completion_tokens or req.max_tokens or 256
         rows, params = self._admit_rows(hold, [prompt], req.n, _sampling(req, max_tokens, stops))
         return req, rows, params
 
-    def _chat_answer(self, req: ChatCompletionRequest, prompt: list[int], results: list[Completion]) -> web.Response:
+    def _render_chat(
+        self, tokenizer: TextTokenizer, messages: list[dict], tools: list[dict]
+    ) -> tuple[list[int], list[int]]:
+        """(prompt ids, stop ids) in the model family's chat format, or in Harmony / a plain transcript."""
+        if self.chat is not None:
+            try:
+                return self.chat.render(messages, tools), self.chat.stop_ids()
+            except ValueError as exc:
+                raise BadRequest(f"cannot render the chat in the {self.chat.name} format: {exc}") from exc
+        if tools or any(m["role"] == "tool" or "tool_calls" in m for m in messages):
+            raise BadRequest(
+                "tools and tool messages need a model family's chat format (a tokenizer directory with a chat "
+                "template: Qwen, Llama 3, DeepSeek); this server renders chats in Harmony or as a plain transcript"
+            )
+        return tokenizer.render_chat([(m["role"], m["content"]) for m in messages])
+
+    def chat_message(self, req: ChatCompletionRequest, c: Completion, watch: TextWatch | None, silent: frozenset[int]):
+        """The response's assistant message and finish reason of one completion (policies/chat_tools.py)."""
         tokenizer = self._require_tokenizer("chat completions")
+        if watch is not None:
+            text = watch.text
+        else:  # the turn's end adds no text
+            text = tokenizer.decode(c.token_ids[:-1] if c.token_ids and c.token_ids[-1] in silent else c.token_ids)
+        offered = {tool.function.name for tool in req.offered_tools}
+        cut = watch is not None and watch.stopped
+        reply = self.chat.parse(c.token_ids) if self.chat is not None and offered and not cut else None
+        return assistant_turn(reply, text, offered, c.finish_reason)
+
+    def _chat_answer(
+        self,
+        req: ChatCompletionRequest,
+        prompt: list[int],
+        results: list[Completion],
+        watches: list[TextWatch] | None,
+        silent: frozenset[int],
+    ) -> web.Response:
         choices = []
         for i, c in enumerate(results):
-            answer = c.token_ids[:-1] if c.finish_reason == "stop" else c.token_ids  # drop the stop token
+            watch = watches[i] if watches else None
+            message, finish_reason = self.chat_message(req, c, watch, silent)
             logprobs = None
             if req.logprobs:
                 logprobs = ChatChoiceLogprobs(
@@ -466,9 +651,10 @@ class PolicyServer:
             choices.append(
                 ChatChoice(
                     index=i,
-                    message=AssistantMessage(content=tokenizer.decode(answer)),
+                    message=message,
                     logprobs=logprobs,
-                    finish_reason=c.finish_reason,
+                    finish_reason=finish_reason,
+                    stop_reason=watch.stop_reason if watch is not None else None,
                     token_ids=c.token_ids,
                     raw_logprobs=c.raw_logprobs,
                     routed_experts=c.routed_experts,
@@ -668,6 +854,23 @@ def _newest(results: list[Completion]) -> int:
     """The response's ``weights_version``: the newest version that sampled any of its tokens (every token's is at
     most this, which a client checks)."""
     return max(max(c.versions, default=c.weights_version) for c in results)
+
+
+def _cut(c: Completion, tokens: int, prompt_length: int) -> Completion:
+    """``c`` ended after its first ``tokens`` tokens by a stop string: finish_reason "stop", the lists cut alike."""
+    update: dict = {"finish_reason": "stop"}
+    if tokens < len(c.token_ids):
+        update.update(
+            token_ids=c.token_ids[:tokens],
+            logprobs=c.logprobs[:tokens],
+            raw_logprobs=c.raw_logprobs[:tokens],
+            token_versions=c.versions[:tokens],
+        )
+        if c.routed_experts is not None:  # (L, P + T, K): the new last token is never fed forward either
+            routes = np.array(c.routed_experts)[:, : prompt_length + tokens].copy()
+            routes[:, -1] = -1
+            update["routed_experts"] = Routes(routes)
+    return c.model_copy(update=update)
 
 
 def _usage(prompts: list[list[int]], results: list[Completion]) -> Usage:

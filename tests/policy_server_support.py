@@ -57,8 +57,16 @@ class ServedReference:
 @contextmanager
 def serving(engine: ServedReference) -> Iterator[str]:
     """Serve ``engine`` on a free local port in a thread; yields its base URL, stops the server on exit."""
+    with serving_server(PolicyServer(engine, ServerOptions(port=0))) as url:
+        yield url
+
+
+@contextmanager
+def serving_server(server: PolicyServer) -> Iterator[str]:
+    """Serve ``server`` on a free local port in a thread (as `policies.server.serve` runs it: a client that goes
+    away cancels its handler); yields its base URL, stops the server on exit."""
     loop = asyncio.new_event_loop()
-    runner = web.AppRunner(PolicyServer(engine, ServerOptions(port=0)).app(), access_log=None)
+    runner = web.AppRunner(server.app(), access_log=None, handler_cancellation=True)
     loop.run_until_complete(runner.setup())
     site = web.TCPSite(runner, "127.0.0.1", 0)
     loop.run_until_complete(site.start())

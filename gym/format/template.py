@@ -174,7 +174,11 @@ class TemplateText:
     def render(self, template: ChatTemplate, conversation: Sequence[dict[str, Any]], **options: Any) -> list[Piece]:
         """``conversation`` rendered by ``template`` as pieces: specials from the template's text, every message's
         content as text (see the module docstring); ChatFormatError when the template changes a content."""
-        marked = [{**message, "content": _SENTINEL.format(i)} for i, message in enumerate(conversation)]
+        # an empty content stays empty: templates test it (`if message.content`), and it holds no text to place
+        marked = [
+            {**message, "content": _SENTINEL.format(i) if message.get("content") else message.get("content")}
+            for i, message in enumerate(conversation)
+        ]
         layout = template.render(marked, **options)
         pieces: list[Piece] = []
         for index, part in enumerate(_MARKED.split(layout)):

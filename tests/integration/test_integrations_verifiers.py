@@ -53,6 +53,7 @@ def served(tmp_path_factory):
     config = {
         "policy": {"type": "rdep_moe", "seed": 0, "model": MODEL},
         "engine": {"max_batch_size": 8, "threads": 1},
+        "server": {"served_model_name": "policy"},  # the model verifiers' eval names (any other is a 404)
         "tokenizer": str(train_tokenizer(tmp / "tokenizer.json")),
     }
     (tmp / "serve.yaml").write_text(yaml.safe_dump(config))

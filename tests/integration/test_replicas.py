@@ -211,7 +211,7 @@ def test_gym_serve_with_two_replicas_serves_and_updates_weights(tmp_path) -> Non
         assert any("2 engine replicas" in line for line in log), "".join(log)
 
         def complete(i: int) -> requests.Response:  # distinct prompts, sent together: both replicas get some
-            body = {"model": "policy", "prompt": [5 + i, 6, 7], "max_tokens": 40, "seed": i, "logprobs": 1}
+            body = {"prompt": [5 + i, 6, 7], "max_tokens": 40, "seed": i, "logprobs": 1}
             return requests.post(f"{url}/v1/completions", json=body, timeout=120)
 
         with ThreadPoolExecutor(8) as pool:

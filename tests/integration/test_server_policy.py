@@ -24,7 +24,7 @@ def server(tmp_path_factory):
     config = {
         "policy": {"type": "rdep_moe", "seed": 0, "model": MODEL},
         "engine": {"max_batch_size": 8, "threads": 1},
-        "server": {"max_queued_requests": 16},
+        "server": {"max_queued_requests": 16, "served_model_name": "policy"},  # the name the requests give
         "tokenizer": str(train_tokenizer(tmp / "tokenizer.json")),
     }
     (tmp / "serve.yaml").write_text(yaml.safe_dump(config))
@@ -105,7 +105,7 @@ def test_text_prompt_and_chat_for_humans(client) -> None:
         ({"prompt": [1] * 250, "max_tokens": 16}, "exceeds the context of 256"),
         ({"prompt": [1, 2], "temperature": -1}, "temperature"),
         ({"prompt": [1, 2], "top_p": 0}, "top_p"),
-        ({"prompt": [1, 2], "stream": True}, "stream"),
+        ({"prompt": [1, 2], "stream": True, "n": 2}, "stream"),
         ({"prompt": [1, 9999]}, "outside the vocabulary"),
         ({"prompt": []}, "prompt"),
     ],

@@ -48,6 +48,11 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("gym.policy_client", "policies.generation"): "same `checkpoint:DIR` loader: the generation engine in process",
     ("policies.serve_config", "sandbox.config_file"): "the project's one YAML/TOML config loader and error "
     "formatter (issue 18 item 5); dependency-free, it has no home below both stacks",
+    ("policies.serve_cli", "gym.format.openai_chat"): "`gym serve`'s chat completions speak the model family's chat "
+    "format, which the gym owns (torch-free): imported only when serve starts, handed to the server as a "
+    "`policies.chat_tools.ChatRenderer`, so the server itself never imports the gym",
+    ("policies.serve_cli", "gym.format.template"): "same: the chat format's error type, for a one-line config error",
+    ("policies.serve_cli", "gym.format.tokenizer"): "same: the tokenizer's error type, for a one-line config error",
 }
 # packages that never import torch, at any level (STYLE.md rule 1)
 TORCH_FREE = ("sandbox", "images", "tasks", "gym")
