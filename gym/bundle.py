@@ -27,7 +27,7 @@ import hashlib
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import docker
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -136,6 +136,9 @@ class Bundle(BaseModel):
     grader: GraderConfig = Field(description="Grader configuration.")
     swe: SweFamilyConfig | None = Field(None, description="SWE workspaces and grading (SWE instances only).")
     math: MathGraderConfig | None = Field(None, description="Math answer checks (math tasks only).")
+    families: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="The task's plugin family's own settings, when it has any."
+    )
     rubric: RubricConfig = Field(description="Reward terms.")
     episode: EpisodeConfig = Field(description="Budgets (the length term needs the token budget).")
     seeds: Seeds = Field(description="Episode, rollout, group and member seeds.")
@@ -309,13 +312,16 @@ def bundle_of(
     config, trajectory = env.config, result.trajectory
     task = env.tasks[trajectory.task_id]
     result, cuts = bounded(result, bundle_bound(config.replay, trajectory.num_sampled))
-    section = kind_of(task).settings  # the task's family's own settings, if it has any (swe, math)
+    kind = kind_of(task)
+    section = kind.settings  # the task's family's own settings, if it has any (swe, math)
+    plugin = {kind.name: config.families[kind.name]} if kind.name in config.families else {}
     return Bundle(
         reason=reason,
         environment=env.name,
         tokenizer=config.tokenizer,
         task=task,
         **({section: getattr(config, section)} if section else {}),
+        families=plugin,
         image=config.sandbox.image if image is None else image,
         image_digest=digest,
         sandbox=config.sandbox,

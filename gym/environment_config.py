@@ -41,6 +41,7 @@ from gym.rubric import RubricConfig
 from gym.tools import ToolsConfig
 from sandbox.config import SandboxConfig
 from sandbox.config_file import read_config, validate_config
+from tasks.families import check_family_settings
 from tasks.grader import GraderConfig
 from tasks.loader import formats
 from tasks.math.grader import MathGraderConfig
@@ -233,8 +234,18 @@ class EnvironmentConfig(_Config):
     grader: GraderConfig = Field(default_factory=GraderConfig, description="How the answer is graded.")
     swe: SweFamilyConfig = Field(default_factory=SweFamilyConfig, description="SWE workspaces and grading.")
     math: MathGraderConfig = Field(default_factory=MathGraderConfig, description="Math answer checks (math-verify).")
+    families: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Installed task families' own settings (plugins: docs/tasks.md), by family name, each checked "
+        "by the family's settings model; a family left out takes its defaults.",
+    )
     replay: ReplayConfig = Field(default_factory=ReplayConfig, description="Replay bundle sampling.")
     concurrency: int = Field(4, ge=1, le=256, description="Episodes run at once (each holds one workspace).")
+
+    @field_validator("families")
+    @classmethod
+    def _family_settings(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return check_family_settings(value)
 
     @field_validator("chat_format")
     @classmethod

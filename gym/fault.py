@@ -93,6 +93,12 @@ KNOWN: tuple[tuple[str, str, ExitCode, str | None], ...] = (
         "fix the file or the field named (every key: policies/serve_config.py)",
     ),
     ("trainer.errors", "ConfigError", ExitCode.USAGE, "fix the file or the field named (every key: trainer/config.py)"),
+    (
+        "gym.commands.grade",
+        "GradeConfigError",
+        ExitCode.USAGE,
+        "fix the file or the field named (a family's keys: its settings model, docs/tasks.md)",
+    ),
     ("gym.registry", "RegistryError", ExitCode.USAGE, None),  # an environment name: its message ends with the fix
     (
         "gym.environment",

@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
+from pydantic import BaseModel
+
 from sandbox.config import SandboxConfig
 from sandbox.on_demand import on_demand
 from tasks.result import TaskResult
@@ -149,6 +151,9 @@ class FamilyKind(ABC):
     answer: ClassVar[AnswerKind]  # what its answer is (``AnswerKind``)
     instructions: ClassVar[str]  # the field of the environment's prompt settings with its developer instructions
     settings: ClassVar[str | None] = None  # the environment's (and a bundle's) section of its own settings
+    # a plugin's own settings: the pydantic model of its section under ``families: {NAME: ...}`` of an environment,
+    # a bundle, the sandbox service's ``grade`` (`tasks.families.check_family_settings`); None: it takes none
+    settings_model: ClassVar[type[BaseModel] | None] = None
     takes_solutions: ClassVar[bool] = True  # whether a pool's solutions file gives its tasks' references
     # a plugin's row formats: format name -> module with looks_like(row) and parse(index, row, name) (`tasks.plugins`;
     # the shipped families' formats are `tasks.loader.FORMATS`)
@@ -165,7 +170,11 @@ class FamilyKind(ABC):
 
     def settings_of(self, holder: object) -> Any:
         """This family's settings section of ``holder`` (an environment's configuration, a bundle); None when the
-        family has none or there is no holder (its defaults)."""
+        family has none or there is no holder (its defaults). A plugin's (``settings_model``) is read from the
+        holder's ``families`` mapping and validated by its model: its defaults where the holder has none."""
+        if self.settings_model is not None:
+            sections = getattr(holder, "families", None) or {}
+            return self.settings_model.model_validate(sections.get(self.name, {}))
         return getattr(holder, self.settings) if self.settings and holder is not None else None
 
     @abstractmethod

@@ -81,12 +81,12 @@ class Service:
 
 
 @contextmanager
-def sandbox_service(tmp: Path, config: dict | None = None) -> Iterator[Service]:
-    """The service on ``config`` (default `CONFIG`); on exit it is stopped (SIGTERM) and none of its containers may
-    be left."""
+def sandbox_service(tmp: Path, config: dict | None = None, python: Path | None = None) -> Iterator[Service]:
+    """The service on ``config`` (default `CONFIG`), run by ``python`` (default this interpreter); on exit it is
+    stopped (SIGTERM) and none of its containers may be left."""
     path = tmp / "sandbox_serve.yaml"
     path.write_text(json.dumps(config or CONFIG))
-    proc, url = start_server(path, command="sandbox-serve")
+    proc, url = start_server(path, command="sandbox-serve", python=python)
     service = Service(proc, url)
     try:
         yield service

@@ -18,12 +18,16 @@ REPO = Path(__file__).resolve().parents[1]
 MODEL = {**SMALL, "vocab_size": 512, "max_position_embeddings": 256}
 
 
-def start_server(config: Path, seen: list[str] | None = None, command: str = "serve") -> tuple[subprocess.Popen, str]:
+def start_server(
+    config: Path, seen: list[str] | None = None, command: str = "serve", python: Path | None = None
+) -> tuple[subprocess.Popen, str]:
     """The server of ``command`` (`gym serve`, `gym sandbox-serve`) and its URL; ``seen`` collects its log lines up
-    to "listening"."""
+    to "listening". ``python``: another interpreter (a test venv), running this checkout's gym."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "2"}
+    if python is not None:
+        env["PYTHONPATH"] = str(REPO)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gym", command, str(config), "--port", "0"],
+        [str(python or sys.executable), "-m", "gym", command, str(config), "--port", "0"],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,

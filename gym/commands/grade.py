@@ -44,6 +44,11 @@ NOTHING_TO_GRADE = 5
 ALL_INFRA = 3
 """Exit code when every graded solution was an infra_error (gym/fault.py's infrastructure class)."""
 
+
+class GradeConfigError(ValueError):
+    """A ``--family-settings`` file that cannot be used; the message names the file and the field (exit 2)."""
+
+
 FORMATS = ("auto", "nemotron", "taco", "apps", "codecontests", "lcb", "humaneval", "mbpp", "verl")
 
 
@@ -53,11 +58,14 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     cp.add_argument(
         "--tasks", type=Path, metavar="FILE", required=True, help="dataset file (jsonl[.gz], json, parquet, arrow, dir)"
     )
+    from tasks.loader import formats
+
+    plugins = [name for name in formats() if name not in FORMATS]  # installed task families' formats
     cp.add_argument(  # math rows are graded in episodes (configs/math_smoke.yaml), not as programs
         "--format",
-        choices=[f for f in FORMATS if f != "math"],
+        choices=[*(f for f in FORMATS if f != "math"), *plugins],
         default="auto",
-        help="dataset format (default: recognised)",
+        help="dataset format (default: recognised); an installed task family's format is graded by its family",
     )
     cp.add_argument(
         "--reader",
@@ -92,6 +100,13 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     swe.add_argument("--repos-dir", type=Path, default=None, metavar="DIR", help="local clones as DIR/owner__name")
     swe.add_argument("--test-timeout", type=float, default=None, help="wall clock of one test run (default 900 s)")
     swe.add_argument("--swe-log-dir", type=Path, default=None, metavar="DIR", help="keep diffs, test logs, results")
+    parser.add_argument(
+        "--family-settings",
+        type=Path,
+        default=None,
+        metavar="YAML",
+        help="installed task families' own settings, {NAME: {...}} (each checked by its family's model)",
+    )
     parser.add_argument("--sandbox-config", type=Path, default=None, metavar="YAML", help="SandboxConfig YAML")
     parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the full report as JSON")
 
@@ -120,6 +135,22 @@ def _sandbox_config(args: argparse.Namespace):
     config = SandboxConfig()
     # A task's tests run in one batch: let a long task finish instead of tripping the episode clock.
     return config.model_copy(update={"episode": config.episode.model_copy(update={"wall_s": 3600.0})})
+
+
+def _family_settings(path: Path | None) -> dict:
+    """The ``--family-settings`` YAML, each family's section checked by its model (exit 2 naming the field)."""
+    if path is None:
+        return {}
+    from sandbox.config_file import read_config
+    from tasks.families import check_family_settings
+
+    data = read_config(path, GradeConfigError)
+    if not isinstance(data, dict):
+        raise GradeConfigError(f"{path}: a mapping of task family names to their settings, not a {type(data).__name__}")
+    try:
+        return check_family_settings(data)
+    except ValueError as exc:
+        raise GradeConfigError(f"{path}: {exc}") from None
 
 
 def _print_results(report) -> None:
@@ -188,7 +219,7 @@ def _grade_with_bar(pairs, config, sandbox) -> list:
 
 def _run_cp(args: argparse.Namespace) -> int:
     from tasks.errors import UnknownFormat
-    from tasks.families import kind_of
+    from tasks.families import grade_plugin_pairs, is_plugin, kind_of
     from tasks.grader import GradeReport, pair_submissions
     from tasks.loader import load_tasks
     from tasks.submission import read_submissions
@@ -204,11 +235,12 @@ def _run_cp(args: argparse.Namespace) -> int:
             f"{args.tasks}: math rows are answers, not programs: grade them with `python -m gym "
             "rollout` on an environment of format math (configs/math_smoke.yaml)"
         )
-    # a verl file mixes code and math rows: only the tasks answered by a program are graded here
-    programs = [task for task in tasks if kind_of(task).answer == "program"]
+    # a verl file mixes code and math rows: only the tasks answered by a program, or by a plugin family, are graded
+    programs = [task for task in tasks if kind_of(task).answer == "program" or is_plugin(task)]
     if len(programs) < len(tasks):
         log.warning("%s: %d math rows skipped: answers, not programs", args.tasks, len(tasks) - len(programs))
         tasks = programs
+    sections = _family_settings(args.family_settings)
     submissions, bad_solutions = read_submissions(args.solutions)
     for error in bad_solutions:
         log.warning("%s: skipped solution row %d: %s", args.solutions, error.index, error.reason)
@@ -224,7 +256,10 @@ def _run_cp(args: argparse.Namespace) -> int:
         )
     log.info("grading %d solutions for %d tasks (%s)", len(pairs), len(tasks), loaded.format)
     config = _grader_config(args)
-    results = _grade_with_bar(pairs, config, sandbox) if pairs else []  # no pool for nothing
+    shipped = [(task, submission) for task, submission in pairs if not is_plugin(task)]
+    results = _grade_with_bar(shipped, config, sandbox) if shipped else []  # no pool for nothing
+    plugin = [(task, submission.completion) for task, submission in pairs if is_plugin(task)]
+    results += grade_plugin_pairs(plugin, config, sandbox, sections) if plugin else []
     skipped = {"unknown task id": len(submissions) - len(pairs), "unparseable row": len(bad_solutions)}
     report = GradeReport.of(results, config, skipped)
     _print_results(report)

@@ -23,16 +23,17 @@ import threading
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import trio
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from sandbox.config import SandboxConfig
 from sandbox.config_file import load_config
 from sandbox.failure import Verdict
 from sandbox.fleet import open_pool
-from tasks.families import kind_of
+from tasks.families import check_family_settings, grade_with_family, is_plugin, kind_of
+from tasks.family import FamilyResources
 from tasks.grader import Grader, GraderConfig
 from tasks.math.family import MATH
 from tasks.math.golds import unread_golds
@@ -83,6 +84,15 @@ class ScorerConfig(BaseModel):
         32 << 20, ge=1, description="longest ground truth read; a longer one scores 0 before it is decoded"
     )
     gold_cache: int = Field(4096, ge=1, description="math golds whose reading is remembered")
+    families: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="installed task families' own settings by name, each checked by the family's settings model",
+    )
+
+    @field_validator("families")
+    @classmethod
+    def _family_settings(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return check_family_settings(value)
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScorerConfig:
@@ -249,13 +259,20 @@ class Scorer:
                 self.in_flight += 1
                 self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
                 try:
-                    result = await grader.grade(task, Submission(task_id=task.task_id, completion=answer))
+                    result = await self._grade(grader, task, answer)
                 finally:
                     self.in_flight -= 1
             return score_of(result, self.config.reward)
         except Exception as exc:  # the pool could not open (no Docker engine), a grader crash: the host's failure
             log.warning("%s: the sandbox failed: %r", task.task_id, exc)
             return masked(repr(exc))
+
+    async def _grade(self, grader: Grader, task: Task | MathTask, answer: str) -> TaskResult:
+        if is_plugin(task):  # an installed family grades its own tasks, with its settings
+            kind = kind_of(task)
+            resources = FamilyResources(grader.pool, grader, self.config.sandbox, kind.settings_of(self.config))
+            return await grade_with_family(task, answer, resources)
+        return await grader.grade(task, Submission(task_id=task.task_id, completion=answer))
 
     async def _program_grader(self) -> Grader:
         async with self._pool_lock:

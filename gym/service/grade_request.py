@@ -1,13 +1,16 @@
 """``POST /v1/grade`` of the sandbox service: one dataset row and one answer in, its grade out.
 
-The row is in any format the loader reads (`tasks.loader.FORMATS`: CP rows with their hidden tests, TACO/APPS,
-CodeContests, LiveCodeBench, HumanEval, MBPP, Nemotron, verl rows, and math rows of GSM8K, MATH or plain
-problem/answer), recognised from its fields unless ``format`` names one. A CP answer is a program, or a reply
-whose last Python block is one; it is graded by `tasks.grader.Grader` in a fresh container, the hidden tests'
-expected outputs never entering it. A math answer is read from the reply as every adapter of the gym reads it
-(`gym.integrations.ground_truth.final_answer`: what it boxes, two different boxes a hedge; else what follows
-``####``; else the whole reply) and checked against the gold on the host (`tasks.math.grader`). Grading is `gym.integrations.scorer.Scorer`'s: a sample the sandbox failed is graded
-again, then masked (``reward`` null, ``masked`` true), never a 0.
+The row is in any format the loader reads (`tasks.loader.formats`: CP rows with their hidden tests, TACO/APPS,
+CodeContests, LiveCodeBench, HumanEval, MBPP, Nemotron, verl rows, math rows of GSM8K, MATH or plain
+problem/answer, and the formats of installed task family plugins), recognised from its fields unless ``format``
+names one. A CP answer is a program, or a reply whose last Python block is one; it is graded by
+`tasks.grader.Grader` in a fresh container, the hidden tests' expected outputs never entering it. A math answer is
+read from the reply as every adapter of the gym reads it (`gym.integrations.ground_truth.final_answer`: what it
+boxes, two different boxes a hedge; else what follows ``####``; else the whole reply) and checked against the gold
+on the host (`tasks.math.grader`). A plugin family's answer is what the family reads of a final-channel message,
+graded by the family with its settings (``grade.families``; `tasks.families.grade_with_family`). Grading is
+`gym.integrations.scorer.Scorer`'s: a sample the sandbox failed is graded again, then masked (``reward`` null,
+``masked`` true), never a 0.
 """
 
 from __future__ import annotations
@@ -15,13 +18,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gym.integrations.ground_truth import final_answer
 from gym.integrations.scorer import Score
 from tasks.errors import MalformedRow
-from tasks.families import kind_of
-from tasks.loader import FORMATS, FormatChoice, detect_format
+from tasks.families import is_plugin, kind_of
+from tasks.loader import detect_format, formats
 from tasks.math.family import MATH
 from tasks.math.problem import MathTask
 from tasks.task import Task
@@ -33,7 +36,18 @@ class GradeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     row: dict[str, Any] = Field(description="a dataset row, with its hidden tests (CP) or its gold (math)")
-    format: FormatChoice = Field("auto", description="the row's format; auto: recognised from its fields")
+    format: str = Field(
+        "auto", description="the row's format; auto: recognised from its fields; or an installed task family's format"
+    )
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        known = ["auto", *formats()]
+        if value not in known:
+            raise ValueError(f"unknown format {value[:80]!r}; known: {', '.join(known)}")
+        return value
+
     answer: str = Field(description="the model's response: a program or a reply holding one, or a math reply")
 
 
@@ -42,7 +56,7 @@ class GradeResponse(BaseModel):
 
     task_id: str
     format: str = Field(description="the format the row was read in")
-    family: str = Field(description="the task family that graded it: cp or math")
+    family: str = Field(description="the task family that graded it: cp, math or an installed family's name")
     reward: float | None = Field(description="1.0 when every test passes (math: the answer is the gold), else 0.0; "
                                  "null: masked, the sandbox or the host failed")  # fmt: skip
     masked: bool
@@ -62,7 +76,7 @@ def task_of(request: GradeRequest) -> tuple[Task | MathTask, str]:
     if name is None:
         raise BadRow(f"the row matches no known format (fields: {sorted(request.row)[:12]}); name one in `format`")
     try:
-        task = importlib.import_module(FORMATS[name]).parse(0, request.row, name)
+        task = importlib.import_module(formats()[name]).parse(0, request.row, name)
         task.model_dump_json()  # a lone surrogate loads, then fails every later write of the task
     except MalformedRow as exc:
         raise BadRow(f"{name} row: {exc}") from None
@@ -73,8 +87,10 @@ def task_of(request: GradeRequest) -> tuple[Task | MathTask, str]:
 
 def answer_of(task: Task | MathTask, answer: str) -> str:
     """What is graded of ``answer``: a CP answer whole (the grader takes its last Python block), a math reply's
-    final answer."""
-    return final_answer(answer) if kind_of(task) is MATH else answer
+    final answer, what a plugin family reads of a final-channel message (`FamilyKind.final_answer`)."""
+    if kind_of(task) is MATH:
+        return final_answer(answer)
+    return kind_of(task).final_answer(task, answer) if is_plugin(task) else answer
 
 
 def response_of(task: Task | MathTask, name: str, score: Score) -> GradeResponse:
