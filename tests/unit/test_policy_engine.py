@@ -84,6 +84,29 @@ def test_stop_tokens_and_max_tokens(policy) -> None:
         assert short.token_ids == expected
 
 
+def test_a_rows_watch_sees_each_token_as_sampled_and_may_end_the_row(policy) -> None:
+    """The continuous engine hands each sampled token to its row's watch on the worker (a server's stop strings and
+    streams): a watch that says stop at the third token ends that row there, its neighbours go on."""
+    engine = GenerationEngine(policy)
+    params = [SamplingParams(max_tokens=8, temperature=0.0)] * 3
+    greedy = engine.generate_batch(PROMPTS, params)
+    seen: list[tuple[int, float]] = []
+
+    def watch(token: int, logprob: float) -> bool:
+        seen.append((token, logprob))
+        return len(seen) == 3
+
+    def broken(token: int, logprob: float) -> bool:
+        raise RuntimeError("a watch that fails")
+
+    out = engine.submit(PROMPTS, params, [watch, None, broken]).result(timeout=60)
+    assert out[0].token_ids == greedy[0].token_ids[:3] and out[0].finish_reason == "stop"
+    assert seen == list(zip(greedy[0].token_ids[:3], greedy[0].logprobs[:3]))
+    assert [c.token_ids for c in out[1:]] == [c.token_ids for c in greedy[1:]]  # a failing watch fails nothing
+    assert engine.watches_tokens and not GenerationEngine(policy, mode="kv_cache").watches_tokens
+    engine.close()
+
+
 def test_per_row_budgets_in_one_batch(policy) -> None:
     params = [SamplingParams(max_tokens=n, temperature=0.0) for n in (1, 4, 9)]
     out = GenerationEngine(policy).generate_batch(PROMPTS, params)
