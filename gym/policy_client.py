@@ -13,6 +13,7 @@ token and, for MoE policies, routed experts out. Implementations, picked by a po
 | ``scripted:empty`` | the same, submitting nothing of worth at once (every reward 0) |
 | ``scripted:wrong`` | a wrong answer to every math task (its gold plus one), ``scripted:empty`` on code tasks |
 | ``http://HOST:PORT`` | ``HttpEngine``: the policy server's ``POST /v1/completions`` with token-id prompts |
+| ``vllm:http://HOST:PORT`` | ``policies.vllm_engine.VllmEngine``: a vLLM server's ``/v1/completions`` with token-id prompts (docs/vllm.md) |
 | ``checkpoint:DIR`` | ``InProcessEngine`` over ``policies.generation.GenerationEngine`` loading DIR (torch loads lazily, here only) |
 
 The gym runs on trio. ``policies`` engines are synchronous underneath
@@ -35,8 +36,8 @@ from policies.sampling import (
     EngineError,
     RolloutEngine,
     SamplingParams,
-    context_exceeded,
     per_prompt,
+    reply_json,
     token_versions_problem,
 )
 
@@ -56,6 +57,7 @@ ENGINES: dict[str, str] = {
     "http": "gym.policy_client:load_http",
     "https": "gym.policy_client:load_http",
     "checkpoint": "gym.policy_client:load_checkpoint",
+    "vllm": "gym.policy_client:load_vllm",
 }
 
 
@@ -125,15 +127,7 @@ class HttpEngine:
                 if response.status_code != 503 or attempt == self.busy_retries:
                     break
                 await trio.sleep(busy_delay(attempt, response.headers.get("Retry-After")))
-        if response.is_error:
-            too_long = context_exceeded(response.text) if response.status_code == 400 else None
-            if too_long is not None:  # the request's size, not the server's health (gym.episode ends it, scored)
-                raise too_long
-            raise EngineError(f"{self.url}: HTTP {response.status_code}: {response.text[:500]}")
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise EngineError(f"{self.url}: reply is not JSON ({exc}): {response.text[:300]}") from None
+        return reply_json(self.url, response)
 
     async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Completion]:
         reply = await self._post(self.request_body(prompts, params))
@@ -197,6 +191,18 @@ def load_http(argument: str, env: Environment) -> HttpEngine:
     if not url.host:
         raise PolicySpecError(f"policy spec {argument!r} names no host: use http://HOST:PORT")
     return HttpEngine(argument)
+
+
+def load_vllm(argument: str, env: Environment) -> RolloutEngine:
+    """A vLLM server at the URL after ``vllm:``; sampled ids are bounded by the environment's tokenizer (the ids
+    its chat format can render). Nobody pushes weights through it: every completion is version 0."""
+    try:
+        load_http(argument, env)  # the same URL checks
+    except PolicySpecError as exc:
+        raise PolicySpecError(f"{exc} (a vLLM server: vllm:http://HOST:PORT)") from None
+    from policies.vllm_engine import VllmEngine
+
+    return VllmEngine(argument, env.tokenizer.vocab_size)
 
 
 def load_checkpoint(argument: str, env: Environment) -> InProcessEngine:

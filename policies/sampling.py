@@ -261,6 +261,21 @@ def context_exceeded(message: str) -> ContextExceeded | None:
     return None
 
 
+def reply_json(url: str, response: Any) -> Any:
+    """The JSON body of a policy server's reply to a completion request (an httpx response), or: ContextExceeded
+    for a 400 that says the request is too long (its size, not the server's health: `gym.episode` ends the episode
+    there, scored), EngineError naming ``url`` for any other HTTP error or a body that is not JSON."""
+    if response.is_error:
+        too_long = context_exceeded(response.text) if response.status_code == 400 else None
+        if too_long is not None:
+            raise too_long
+        raise EngineError(f"{url}: HTTP {response.status_code}: {response.text[:500]}")
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise EngineError(f"{url}: reply is not JSON ({exc}): {response.text[:300]}") from None
+
+
 def check_request(prompt: list[int], params: SamplingParams, vocab_size: int, context_length: int) -> None:
     """Raise EngineError naming the problem when a model with these sizes cannot serve the request
     (ContextExceeded when it is too long for the model's context)."""

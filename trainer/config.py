@@ -162,15 +162,58 @@ class RolloutConfig(BaseModel):
     """Seed of episode sampling (each episode's seed hashes it with the task position and member)."""
 
 
+class VllmLaunchConfig(BaseModel):
+    """A vLLM server the trainer starts itself (``engine.type: vllm`` without ``url``): on the trainer's initial
+    weights, written with the policy directory's config and tokenizer files to ``WEIGHTS_DIR/model``, with
+    ``VLLM_SERVER_DEV_MODE=1`` (the weight-push routes); stopped when the run ends (policies/vllm_server.py)."""
+
+    model_config = _CONFIG
+
+    python: Path
+    """The Python interpreter of an environment where vLLM is installed (its own venv: vLLM pins its own torch);
+    the server runs as ``PYTHON -m vllm.entrypoints.openai.api_server``."""
+    args: tuple[str, ...] = ()
+    """More ``vllm serve`` arguments, e.g. ``[--dtype, float32, --max-model-len, "4096"]`` (on the CPU also
+    ``--kv-cache-memory-bytes``: vLLM otherwise takes most of the host's memory for its cache). The launcher sets
+    --model, --served-model-name, --host, --port and --logprobs-mode (processed_logprobs: behaviour logprobs)."""
+    host: str = "127.0.0.1"
+    """Address the server listens on."""
+    port: int | None = Field(None, ge=1, le=65535)
+    """Its port; null picks a free one."""
+    startup_timeout_s: float = Field(600.0, gt=0)
+    """Give up (and stop it) when ``/health`` does not answer 200 within this many seconds."""
+
+    @model_validator(mode="after")
+    def _check(self) -> VllmLaunchConfig:
+        from policies.vllm_server import FORCED_FLAGS, forced_flag
+
+        if not self.python.is_file():
+            raise ValueError(f"python: {self.python} is not a file (the interpreter of a venv with vLLM installed)")
+        flag = forced_flag(self.args)
+        if flag is not None:
+            raise ValueError(f"args: {flag} is set by the launcher ({', '.join(FORCED_FLAGS)}): remove it")
+        return self
+
+
 class RolloutEngineConfig(BaseModel):
     """The rollout engine the trainer feeds."""
 
     model_config = _CONFIG
 
-    type: Literal["in_process", "http"] = "in_process"
-    """in_process: a generation engine over a copy of the trainer's weights; http: a `python -m gym serve` server."""
+    type: Literal["in_process", "http", "vllm"] = "in_process"
+    """in_process: a generation engine over a copy of the trainer's weights; http: a `python -m gym serve` server;
+    vllm: a vLLM server (``url`` to attach to a running one, ``vllm`` to start one), weights pushed by reload
+    after each sync (docs/vllm.md)."""
     url: str | None = None
-    """Base URL of the policy server (http only), e.g. http://policy:8000."""
+    """Base URL of the policy server (http), or of a running vLLM server (vllm: started with
+    ``VLLM_SERVER_DEV_MODE=1`` and ``--logprobs-mode processed_logprobs``), e.g. http://policy:8000."""
+    vllm: VllmLaunchConfig | None = None
+    """vllm without url: the server the trainer starts and stops."""
+    weights_dir: Path | None = None
+    """vllm: the directory pushed weights are written to, which the server must be able to read (a shared path
+    when it runs elsewhere); default RUN/vllm."""
+    request_timeout_s: float = Field(600.0, gt=0)
+    """vllm: seconds a completion request may take (connect, read, write each), and a draining push may wait."""
     max_batch_size: int = Field(32, ge=1)
     """Most episodes' turns decoded together (in_process; continuous: the KV cache's slots)."""
     mode: Literal["continuous", "kv_cache"] | None = None
@@ -181,8 +224,16 @@ class RolloutEngineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _url(self) -> RolloutEngineConfig:
-        if (self.type == "http") != (self.url is not None):
-            raise ValueError("url is required with type: http and only then")
+        if self.type == "http" and self.url is None:
+            raise ValueError("url is required with type: http")
+        if self.type == "vllm" and (self.url is None) == (self.vllm is None):
+            raise ValueError("type: vllm takes url (attach to a running server) or vllm (start one), exactly one")
+        if self.type == "in_process" and self.url is not None:
+            raise ValueError("url is for type: http or vllm")
+        if self.type != "vllm":
+            chosen = [name for name in ("vllm", "weights_dir") if getattr(self, name) is not None]
+            if chosen:
+                raise ValueError(f"{', '.join(chosen)}: only with type: vllm")
         return self
 
 
@@ -448,6 +499,11 @@ class TrainConfig(BaseModel):
         if config.env.sampling.temperature <= 0:
             raise ConfigError(
                 f"{source}: environment.sampling.temperature: must be > 0 to train (greedy samples have no logprob)"
+            )
+        if config.engine.type == "vllm" and not isinstance(config.policy, HFPolicySource):
+            raise ConfigError(
+                f"{source}: engine.type: vllm serves a Hugging Face policy (policy.type: hf); the RDEP MoE policy "
+                f"(policy.type: {config.policy.type}) samples on our own engine (in_process or http)"
             )
         if config.lora is not None:
             _check_lora(config, source)

@@ -168,6 +168,7 @@ class Loop:
         self.bundle_budget = None  # the rollout workers' (gym.bundle.BundleBudget): summary.json's bundle_disk
         self.engine = None
         self.sync = None
+        self.vllm = None  # engine.type vllm: the engine, its sync and any server this run launched
 
     def command(self, command: Command) -> None:
         broadcast_command(command, self.world)
@@ -202,6 +203,8 @@ class Loop:
         finally:
             self.command(Stop())
             self.metrics.close()
+            if self.vllm is not None:
+                self.vllm.close()
         summary = self.summary(stopped)
         if stopped is not None:
             raise stopped
@@ -271,6 +274,9 @@ class Loop:
         from trainer.policy import HttpSync, InProcessSync, build_engine, build_model
 
         engine_config = self.config.engine
+        if engine_config.type == "vllm":
+            await self.start_vllm()
+            return
         if engine_config.type == "http":
             from gym.policy_client import HttpEngine
 
@@ -299,6 +305,34 @@ class Loop:
         self.sync = InProcessSync(generation)
         if self.learner.lora is not None and not self.world.distributed:  # merged, one tensor at a time
             await trio.to_thread.run_sync(self.push_weights, self.learner.state.weights_version)
+
+    async def start_vllm(self) -> None:
+        """engine.type vllm: attach to the server or launch it on the current weights (trainer/vllm_sync.py); an
+        attached server gets the current weights pushed, so it samples the trainer's policy from the first turn."""
+        from policies.vllm_engine import PROBE_PROMPT
+        from trainer.checkpoint import model_directory
+        from trainer.vllm_sync import start_vllm
+
+        version = self.learner.state.weights_version
+        model = self.learner.model
+        model = model.get_base_model() if hasattr(model, "get_base_model") else model  # LoRA: the base's names
+        weights = await trio.to_thread.run_sync(self.gather_weights)
+        self.vllm, push = await trio.to_thread.run_sync(
+            lambda: start_vllm(
+                self.config.engine,
+                self.run_dir,
+                model_directory(self.config.policy.path),
+                model,
+                weights,
+                version,
+                self.config.loop.partial_rollouts,
+            )
+        )
+        self.engine, self.sync = self.vllm.engine, self.vllm.sync
+        if push:
+            await trio.to_thread.run_sync(self.sync.push, weights, version)
+        mode = await self.engine.check_logprobs_mode(list(PROBE_PROMPT))
+        log.info("vLLM server %s returns %s logprobs", self.engine.url, mode)
 
     def gather_weights(self) -> dict:
         self.command(Gather())
@@ -355,6 +389,7 @@ class Loop:
                 producer.grant(config.rollout.groups_per_step)
                 done = time.monotonic()
                 figures.update(self.step_metrics(batch))
+                figures.update({f"sync/{k}": v for k, v in getattr(self.sync, "last", {}).items()})  # vLLM pushes
                 figures.update(
                     {
                         "time/wait_rollout": train_started - step_started,

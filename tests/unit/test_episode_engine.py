@@ -30,7 +30,8 @@ def test_policy_specs(env):
     assert isinstance(http, HttpEngine) and http.url == "http://127.0.0.1:8000"
     for spec, message in (
         ("gpt", "unknown policy spec"),
-        ("vllm:x", "unknown policy spec"),
+        ("vllm:x", "names no host.*vllm:http://HOST:PORT"),
+        ("sglang:x", "unknown policy spec"),
         ("scripted:random", "unknown scripted policy"),
         ("checkpoint:", "needs a directory"),
     ):

@@ -46,6 +46,8 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("gym.policy_client", "policies.hf_adapter"): "`checkpoint:DIR` policy spec: import_module only when that spec "
     "is named (torch loads there, never on `import gym`)",
     ("gym.policy_client", "policies.generation"): "same `checkpoint:DIR` loader: the generation engine in process",
+    ("gym.policy_client", "policies.vllm_engine"): "`vllm:URL` policy spec: the vLLM client lives with the other "
+    "engines in policies (torch-free: httpx on trio); imported only when that spec is named",
     ("policies.serve_config", "sandbox.config_file"): "the project's one YAML/TOML config loader and error "
     "formatter (issue 18 item 5); dependency-free, it has no home below both stacks",
     ("policies.serve_cli", "gym.format.openai_chat"): "`gym serve`'s chat completions speak the model family's chat "
