@@ -11,9 +11,16 @@ what this module defines. Importing this module needs verifiers; nothing else in
   sandbox, math answers by the math check: `gym.integrations.ground_truth.final_answer`). A sample the sandbox or
   host failed raises `SandboxUnavailable`: verifiers records an errored rollout (kept apart, re-run by
   ``--resume``), never a reward of 0.
-* `GymChatHarness` asks the model once through the rollout's interception endpoint, in process, without
-  streaming: verifiers' own chat harnesses (``null``, ``bash``) always stream and install their program with uv,
-  which ``gym serve`` (no ``stream``) and an offline runtime cannot follow.
+* Tools (``GymTaskConfig.tools``, ``load_environment(tools=True)``): each rollout gets
+  `gym.integrations.verifiers_workspace.GymWorkspaceToolset`, verifiers' per-rollout MCP tool server, whose
+  ``workspace_bash``, ``workspace_python``, ``workspace_write_file``, ... run in one hardened workspace of the gym's
+  sandbox, released when the rollout ends; what a call does (a path outside the allowlist, output past the bound)
+  comes back to the model as data.
+* `GymChatHarness` is the agent loop, in process, without streaming: it asks the model through the rollout's
+  interception endpoint with the rollout's MCP tools in OpenAI's ``tools`` form, runs each ``tool_calls`` entry on
+  its server (verifiers' own MCP client) and answers it with a ``tool`` message, up to ``max_turns`` replies; the
+  last reply is graded. verifiers' own chat harnesses (``null``, ``bash``) always stream and install their program
+  with uv, which ``gym serve`` (no ``stream``) and an offline runtime cannot follow.
 
 ``load_environment(tasks)`` returns the ``vf.Env``; from the shell: ``vf-eval gym-verifiers
 --env.taskset.tasks FILE --env.agent.runtime.type subprocess``.
@@ -22,16 +29,20 @@ what this module defines. Importing this module needs verifiers; nothing else in
 from __future__ import annotations
 
 import asyncio
+import json
+from contextlib import AsyncExitStack
 from functools import cache
 from pathlib import Path
 
 import httpx
 import verifiers.v1 as vf
+from verifiers.v1.harnesses.utils.mcp import call_mcp, connect_mcp
 from verifiers.v1.runtimes import ProgramResult, SubprocessConfig
 
 from gym.environment import task_text
 from gym.integrations.ground_truth import final_answer
 from gym.integrations.scorer import SandboxUnavailable, shared_scorer
+from gym.integrations.verifiers_workspace import GymToolsetConfig, GymWorkspaceToolset
 from tasks.families import kind_of
 from tasks.loader import load_tasks
 from tasks.math.family import MATH
@@ -59,9 +70,15 @@ class GymTaskData(vf.TaskData):
 class GymTaskConfig(vf.TaskConfig):
     scorer_config: str | None = None
     """A `ScorerConfig` YAML (sandbox, grader and math bounds, concurrency); None: the defaults."""
+    tools: GymToolsetConfig | None = None
+    """The rollout's tools in a workspace of the gym's sandbox (`GymWorkspaceToolset`); None: no tools."""
 
 
 class GymTask(vf.Task[GymTaskData, vf.State, GymTaskConfig]):
+    @classmethod
+    def toolsets(cls, config: GymTaskConfig) -> list[vf.Toolset]:
+        return [] if config.tools is None else [GymWorkspaceToolset(config.tools)]
+
     @vf.reward
     async def correct(self, trace: vf.Trace) -> float:
         """1.0 when the gym's grader passes the last reply (or the fraction of tests, per the scorer config)."""
@@ -105,14 +122,17 @@ class GymTaskset(vf.Taskset[GymTask, GymTasksetConfig]):
 
 class GymChatHarnessConfig(vf.HarnessConfig):
     id: str = TASKSET_ID
+    max_turns: int = 16
+    """Model replies per rollout at most (each may call tools); the last one is graded."""
 
 
 class GymChatHarness(vf.Harness[GymChatHarnessConfig]):
-    """One chat completion through the interception endpoint, in process (see the module docstring)."""
+    """The agent loop over the rollout's MCP tools, in process (see the module docstring)."""
 
     APPENDS_SYSTEM_PROMPT = True
-    EXECUTES_CODE = False
+    EXECUTES_CODE = False  # the tools run in the gym's Docker workspace, never in the harness's runtime
     NEEDS_CONTAINER = False
+    SUPPORTS_MCP = True
 
     async def launch(self, ctx, trace, runtime, endpoint, secret, mcp_urls, data, **_) -> ProgramResult:
         system, prompt = self.resolve_prompt(data)
@@ -121,27 +141,58 @@ class GymChatHarness(vf.Harness[GymChatHarnessConfig]):
             messages.append({"role": "user", "content": prompt})
         else:
             messages += [message.model_dump(mode="json", exclude_none=True) for message in prompt or []]
-        async with httpx.AsyncClient(timeout=REPLY_TIMEOUT_S) as client:
-            response = await client.post(
-                f"{endpoint}/chat/completions",
-                json={"model": ctx.model, "messages": messages},
-                headers={"Authorization": f"Bearer {secret}"},
-            )
-        if response.status_code >= 400:
-            return ProgramResult(exit_code=1, stdout="", stderr=f"HTTP {response.status_code}: {response.text[-2000:]}")
+        async with AsyncExitStack() as stack:
+            servers = {"mcpServers": {name: {"url": url} for name, url in (mcp_urls or {}).items()}}
+            schemas, dispatch, connections = await connect_mcp(servers, stack) if mcp_urls else ([], {}, {})
+            client = await stack.enter_async_context(httpx.AsyncClient(timeout=REPLY_TIMEOUT_S))
+            for _turn in range(self.config.max_turns):
+                body = {"model": ctx.model, "messages": messages} | ({"tools": schemas} if schemas else {})
+                headers = {"Authorization": f"Bearer {secret}"}
+                response = await client.post(f"{endpoint}/chat/completions", json=body, headers=headers)
+                if response.status_code >= 400:
+                    failed = f"HTTP {response.status_code}: {response.text[-2000:]}"
+                    return ProgramResult(exit_code=1, stdout="", stderr=failed)
+                message = response.json()["choices"][0]["message"]
+                calls = message.get("tool_calls") or []
+                messages.append({k: v for k, v in message.items() if k in ("role", "content", "tool_calls") and v})
+                if not calls:
+                    break
+                for call in calls:
+                    result = await _tool_result(connections, dispatch, call)
+                    messages.append({"role": "tool", "tool_call_id": call.get("id", ""), "content": result})
         return ProgramResult(exit_code=0, stdout=response.text[-2000:], stderr="")
 
 
+async def _tool_result(connections: dict, dispatch: dict, call: dict) -> str | list:
+    """A tool call's result for the model; a call it cannot make (an unknown tool, arguments that are not a JSON
+    object) is said as an error in its place, as the gym's episodes say a tool_error."""
+    function = call.get("function") or {}
+    name = function.get("name", "")
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except json.JSONDecodeError as exc:
+        return f"[tool_error] the arguments of {name!r} are not JSON: {exc}"
+    if name not in dispatch or not isinstance(arguments, dict):
+        return f"[tool_error] no tool {name!r} takes these arguments; tools: {', '.join(dispatch) or 'none'}"
+    return await call_mcp(connections, dispatch, name, arguments)
+
+
 def load_environment(
-    tasks: str | Path, *, format: str = "auto", scorer_config: str | Path | None = None, **agent
+    tasks: str | Path,
+    *,
+    format: str = "auto",
+    scorer_config: str | Path | None = None,
+    tools: bool | GymToolsetConfig = False,
+    **agent,
 ) -> vf.Env:
     """The verifiers environment over ``tasks``, its agent on `GymChatHarness` in the local subprocess runtime
-    (``agent``: other `vf.AgentConfig` fields, e.g. ``max_turns``). Needs examples/gym-verifiers installed (or on
-    the path): verifiers finds tasksets by package."""
+    (``agent``: other `vf.AgentConfig` fields); ``tools``: each rollout gets the workspace tools (True: their
+    defaults). Needs examples/gym-verifiers installed (or on the path): verifiers finds tasksets by package."""
+    toolset = GymToolsetConfig() if tools is True else tools or None
     taskset = GymTasksetConfig(
         tasks=str(tasks),
         format=format,
-        task=GymTaskConfig(scorer_config=None if scorer_config is None else str(scorer_config)),
+        task=GymTaskConfig(scorer_config=None if scorer_config is None else str(scorer_config), tools=toolset),
     )
     seat = vf.AgentConfig(harness=GymChatHarnessConfig(), runtime=SubprocessConfig(), **agent)
     return vf.load_environment(vf.SingleAgentEnvConfig(taskset=taskset, agent=seat))

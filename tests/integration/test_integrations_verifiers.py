@@ -11,6 +11,8 @@ rollout, never a reward of 0, while math (no engine needed) is still graded."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,37 @@ def test_verifiers_eval_loop_grades_with_our_graders(served):
         assert rollout["reward"] is None and not rollout["ok"], rollout
         assert any("SandboxUnavailable" in error for error in rollout["errors"]), rollout
     assert dead_engine["6 * 12 = 72\n#### 72"]["reward"] == 1.0  # math needs no engine
+
+
+def test_verifiers_rollouts_use_our_workspaces_as_tools(tmp_path):
+    """The workspace tools (gym/integrations/verifiers_workspace.py) through verifiers' own loop, driven by a scripted
+    model that emits OpenAI ``tool_calls`` (tests/verifiers_tools_driver.py): the honest agent's program, written and
+    run in its workspace, scores 1; the attacker's writes and cwd outside the workspace are refused as data, its
+    output flood is cut to the bound, its forged verdict scores 0; each rollout had a container of its own, a real
+    one of the gym's sandbox, and none is left once the rollouts end."""
+    python = cached_venv(f"verifiers-{VERIFIERS}", (f"verifiers=={VERIFIERS}",))
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(ROWS[1]) + "\n")  # the TACO row: a program, graded in a fresh container
+    out = driven(python, "tests.verifiers_tools_driver", str(tasks), str(tmp_path / "out"), path=[GYM_VERIFIERS])
+    assert out["toolsets"] == ["GymWorkspaceToolset"]
+    tools = [f"workspace_{name}" for name in ("bash", "list_dir", "python", "read_file", "write_file")]
+    assert out["tools"] == {"0": tools, "1": tools}
+    rewards = {r["reply"]: r["reward"] for r in out["rollouts"]}
+    assert rewards == {"```python\na, b = map(int, input().split())\nprint(a + b)\n```": 1.0, "print('PASSED')": 0.0}
+    assert all(not r["errors"] for r in out["rollouts"]), out["rollouts"]
+
+    honest, attack = out["tool_results"]["0"], out["tool_results"]["1"]
+    assert len(honest) == 3 and len(attack) == 6
+    assert "3" in honest[2].split() and honest[1].startswith("wrote")  # its program ran on the example, in /workspace
+    for refused in attack[1:4]:  # a write, a cwd and a read outside the allowlist: refused, said to the model
+        assert refused.startswith("[sandbox_denied]"), refused
+    for flood in attack[4:6]:  # 3 MB of output from bash and python: cut to the bound, never the whole
+        assert flood.startswith("[output_truncated]") and len(flood) < 4096 + 200, flood[:200]
+
+    # each workspace's container id, from its own mounts: two containers, and no trace of them once it is over
+    containers = {re.search(r"containers/([0-9a-f]{64})", result).group(1) for result in (honest[0], attack[0])}
+    assert len(containers) == 2, (honest[0], attack[0])
+    for container in containers:
+        listed = subprocess.run(["docker", "ps", "-a", "-q", "--filter", f"id={container}"], capture_output=True,
+                                text=True, check=True)  # fmt: skip
+        assert listed.stdout.strip() == "", f"workspace {container} left behind"
