@@ -11,14 +11,16 @@ ROOT = Path(__file__).resolve().parents[1]
 NO_DOCKER = {"DOCKER_HOST": "unix:///nonexistent.sock"}
 
 
-def gym(*args: str, env: dict[str, str] | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def gym(
+    *args: str, env: dict[str, str] | None = None, cwd: Path = ROOT, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     # 120 s bounds a run on a loaded 2-core machine; each takes a few seconds idle (serve and train import torch)
     return subprocess.run(
         [sys.executable, "-m", "gym", *args],
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=timeout,
         env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},  # the checkout from any cwd
     )
 

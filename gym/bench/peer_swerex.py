@@ -25,7 +25,10 @@ async def measure(spec: dict) -> dict:
 
     report: dict = {"version": version("swe-rex"), "samples_ms": {}, "errors": {}}
     deployment = DockerDeployment(
-        image=spec["image"], pull="never", docker_args=["--label", spec["label"]], startup_timeout=120.0
+        image=spec["image"],
+        pull="never",
+        docker_args=["--pull", "never", "--label", spec["label"]],
+        startup_timeout=120.0,
     )
     stdio, text = w.payload(w.STDIO_BYTES), w.payload(w.FILE_BYTES, seed=1)
 
@@ -65,7 +68,12 @@ async def measure(spec: dict) -> dict:
         calls = {"tiny": tiny, "stdio_1mib": stdio_1mib, "file_rw": file_rw, "session_50": session_50}
         return {**report, **await w.run_workloads_async(calls, spec)}
     finally:
-        await deployment.stop()
+        try:
+            await deployment.stop()
+        except Exception as exc:  # stopping a deployment that never came up asks its dead server to close
+            report["errors"].setdefault(
+                "setup" if "setup_ms" not in report else "teardown", f"{type(exc).__name__}: {exc}"
+            )
 
 
 if __name__ == "__main__":

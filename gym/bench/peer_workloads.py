@@ -28,6 +28,7 @@ WORKLOADS = ("tiny", "stdio_1mib", "file_rw", "session_50")
 STDIO_BYTES = 1 << 20
 FILE_BYTES = 64 << 10
 TURNS = 50
+REPORT = "gym-bench-peer-report: "  # what starts the line of a driver's report
 
 
 class WorkloadMismatch(RuntimeError):
@@ -120,6 +121,12 @@ def spec_from_argv() -> dict:
 
 
 def emit(report: dict) -> None:
-    """A driver's report, as JSON on its last stdout line (``setup_ms``, ``samples_ms`` {workload: [ms]},
-    ``errors`` {workload or "setup": message}, ``version``)."""
-    print(json.dumps(report), flush=True)
+    """A driver's report, as JSON on a stdout line of its own after `REPORT` (a peer may log on stdout too, even
+    after the report: SWE-ReX's deployment does when it is collected)."""
+    print(REPORT + json.dumps(report), flush=True)
+
+
+def reported(stdout: str) -> dict | None:
+    """The report a driver printed with `emit`, or None."""
+    lines = [line for line in stdout.splitlines() if line.startswith(REPORT)]
+    return json.loads(lines[-1][len(REPORT) :]) if lines else None

@@ -194,7 +194,7 @@ def measure_docker_exec(spec: dict) -> dict:
     name = f"gym-bench-peers-{spec['label_value']}"
     started = time.perf_counter()
     try:
-        _sh([docker, "run", "-d", "--rm", "--init", "--network", "none", "--label", spec["label"], "--name", name,
+        _sh([docker, "run", "-d", "--rm", "--init", "--pull", "never", "--network", "none", "--label", spec["label"], "--name", name,
              "-w", "/tmp", spec["image"], "sleep", "infinity"])  # fmt: skip
         _sh([docker, "exec", name, "true"])
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
@@ -250,11 +250,11 @@ def _driven(peer: str, driver: str, spec: dict, image: str) -> dict:
         )
     except subprocess.TimeoutExpired as exc:
         return failed(exc)
-    lines = done.stdout.strip().splitlines()
-    try:
-        return json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        return failed(RuntimeError(f"{driver} exited {done.returncode}: {done.stderr.strip()[-800:]}"))
+    report = w.reported(done.stdout)
+    if report is None:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]  # a traceback's last line: the exception
+        return failed(RuntimeError(f"{driver} exited {done.returncode}: {last[-800:]}"))
+    return report
 
 
 def measure_swerex(spec: dict) -> dict:
