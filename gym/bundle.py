@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import docker
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import to_json
 
 from gym.episode import EpisodeConfig, EpisodeResult
@@ -41,7 +41,7 @@ from gym.tools import ToolCallRecord, ToolsConfig
 from gym.trajectory import Seeds, Trajectory
 from sandbox.config import SandboxConfig
 from sandbox.errors import InfraError
-from tasks.families import AnyTask, kind_of
+from tasks.families import AnyTask, check_family_settings, kind_of
 from tasks.grader import GraderConfig
 from tasks.math.grader import MathGraderConfig
 from tasks.result import TaskResult
@@ -139,6 +139,12 @@ class Bundle(BaseModel):
     families: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="The task's plugin family's own settings, when it has any."
     )
+
+    @field_validator("families")
+    @classmethod
+    def _family_settings(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return check_family_settings(value)  # a bundle's section is checked by its family's model, as a config's
+
     rubric: RubricConfig = Field(description="Reward terms.")
     episode: EpisodeConfig = Field(description="Budgets (the length term needs the token budget).")
     seeds: Seeds = Field(description="Episode, rollout, group and member seeds.")

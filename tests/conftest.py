@@ -55,6 +55,7 @@ LONGEST_FIRST = (
     "tests/integration/test_remote_engine.py",  # 70 s
     "tests/integration/test_verifier_learning.py",  # 59 s
     "tests/integration/test_killtest_catalog.py",  # 56 s
+    "tests/integration/test_integrations_verifiers.py",  # 55 s (two verifiers evaluation runs, one with tools)
     "tests/integration/test_sharded_checkpoint.py",  # 45 s
 )
 

@@ -113,6 +113,11 @@ def test_an_environments_family_settings_are_checked_and_reach_its_bundles(venv,
     assert bundle["families"] == {"letters": {"case": "exact"}}
     replayed = gym(venv, "replay", "exact/bundles", cwd=tmp_path)
     assert replayed.returncode == 0 and "4/4 bundles replayed identically" in replayed.stdout + replayed.stderr
+    (tmp_path / "tampered").mkdir()  # a bundle whose section its family's model refuses is not a bundle
+    (tmp_path / "tampered" / "b.json").write_text(json.dumps(bundle | {"families": {"letters": {"case": "loud"}}}))
+    refused = gym(venv, "replay", "tampered", cwd=tmp_path)
+    assert refused.returncode == 5 and "not a replay bundle: families" in refused.stderr, refused.stderr[-2000:]
+    assert "letters.case" in refused.stderr and "Traceback" not in refused.stderr
 
 
 def test_v1_grade_grades_the_plugins_rows_with_its_settings(venv, tmp_path):
