@@ -8,6 +8,7 @@ response's message of it with OpenAI's rules:
 
 - a call to a function the request offered: ``message.tool_calls`` (a fresh id, type function, the name, the
   arguments as a JSON string), ``content`` the text before the call or null, finish_reason ``tool_calls``;
+- a valid answer turn: its answer's text (Harmony's final channel; a family's decoded answer);
 - anything else (no call, a malformed call, a call to a function not offered, a turn cut by a stop string or
   the length): plain ``content``, the decoded text (never an error).
 """
@@ -37,6 +38,9 @@ class ChatRenderer(Protocol):
 
     name: str
     """The format's name (qwen, llama3, deepseek, harmony)."""
+    tools_only: bool
+    """Whether it renders only chats with tools or tool messages (Harmony: the others are the server's own
+    rendering, which opens the final channel)."""
 
     def stop_ids(self) -> list[int]:
         """Ids that end a sampled turn."""
@@ -94,6 +98,8 @@ def assistant_turn(
 ) -> tuple[AssistantMessage, Literal["stop", "length", "tool_calls"]]:
     """The response's message and finish reason: a tool call when ``reply`` is a call to one of ``offered``,
     else ``text`` as content (module docstring)."""
+    if reply is not None and reply.call_name is None and reply.error is None and reply.content is not None:
+        return AssistantMessage(content=reply.content), reason  # an answer turn, read by the format
     if reply is None or reply.call_name is None or reply.call_name not in offered:
         return AssistantMessage(content=text), reason
     call = ToolCallOut(

@@ -604,15 +604,17 @@ class PolicyServer:
         self, tokenizer: TextTokenizer, messages: list[dict], tools: list[dict]
     ) -> tuple[list[int], list[int]]:
         """(prompt ids, stop ids) in the model family's chat format, or in Harmony / a plain transcript."""
-        if self.chat is not None:
+        with_tools = bool(tools) or any(m["role"] == "tool" or "tool_calls" in m for m in messages)
+        if self.chat is not None and (with_tools or not self.chat.tools_only):
             try:
                 return self.chat.render(messages, tools), self.chat.stop_ids()
             except ValueError as exc:
                 raise BadRequest(f"cannot render the chat in the {self.chat.name} format: {exc}") from exc
-        if tools or any(m["role"] == "tool" or "tool_calls" in m for m in messages):
+        if with_tools:
             raise BadRequest(
-                "tools and tool messages need a model family's chat format (a tokenizer directory with a chat "
-                "template: Qwen, Llama 3, DeepSeek); this server renders chats in Harmony or as a plain transcript"
+                "tools and tool messages need a chat format with tool calls: a model family's (a chat template "
+                "beside the tokenizer: Qwen, Llama 3, DeepSeek) or Harmony's (a tokenizer with every Harmony special "
+                "token); this server's tokenizer has neither"
             )
         return tokenizer.render_chat([(m["role"], m["content"]) for m in messages])
 

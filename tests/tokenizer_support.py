@@ -9,20 +9,31 @@ SPECIALS = ["<|start|>", "<|message|>", "<|end|>", "<|channel|>", "<|return|>", 
 
 
 def train_tokenizer(path: Path) -> Path:
+    """A tiny byte-level BPE with six of Harmony's special tokens as its first ids."""
+    return _train_bpe(path, SPECIALS, 300, ["def add(a, b):\n    return a + b\n", "hello world, print the answer"])
+
+
+def train_harmony_tokenizer(path: Path) -> Path:
+    """A tiny byte-level BPE whose first ids are every Harmony special token, as the project's own BPE."""
+    from gym.format.tokenizer import HARMONY_SPECIALS
+
+    lines = ["def add(a, b):\n    return a + b\n", 'functions commentary {"a": 2}']
+    return _train_bpe(path, list(HARMONY_SPECIALS.values()), 400, lines)
+
+
+def _train_bpe(path: Path, specials: list[str], vocab_size: int, lines: list[str]) -> Path:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=300,
-        special_tokens=SPECIALS,
+        vocab_size=vocab_size,
+        special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(
-        ["def add(a, b):\n    return a + b\n", "hello world, print the answer"] * 20, trainer=trainer
-    )
+    tok.train_from_iterator(lines * 20, trainer=trainer)
     tok.save(str(path))
     return path
 

@@ -16,8 +16,13 @@ served model reads its tools and tool results as it was trained to and as the gy
 
 A sampled turn is parsed by the family's own parser (`TemplateFamily.parse_completion`): a call becomes a
 ``Reply`` with its name and JSON arguments, anything else content; a malformed call is data, never an error.
-Harmony (the project's policy) is rendered by the server itself (`policies.tokenizer.TextTokenizer`), without
-tools.
+
+Harmony (the project's policy; `HarmonyChat`) renders a chat with tools or tool messages as the environment
+renders an episode: the gym's system message, the client's system and developer text as the developer message's
+instructions with the tools' ``# Tools`` section, then every message by `Harmony.render_message` (contents as text,
+a call on the commentary channel, a result from ``functions.NAME``), the assistant opened free to choose its
+channel. A chat without tools is left to the server's own Harmony rendering, which opens the final channel
+(``tools_only``). Tokenizers that lack one of Harmony's special tokens get no `HarmonyChat` (no tools).
 
 This module builds no ``policies`` object: it returns plain values the server's `policies.chat_tools.ChatRenderer`
 protocol names (``Reply`` has that module's fields).
@@ -33,10 +38,11 @@ from typing import Any
 
 from gym.format.chat_format import ChatFormatError, detect_chat_format, load_chat_format
 from gym.format.families.family import TemplateFamily, split_conversation
+from gym.format.harmony import Harmony
 from gym.format.message import Message
-from gym.format.prompt import ToolSpec
-from gym.format.tokenizer import load_tokenizer_json
-from gym.format.turn import ParseError
+from gym.format.prompt import SystemPrompt, ToolSpec, developer_message, system_message
+from gym.format.tokenizer import HARMONY_SPECIALS, load_tokenizer_json, read_tokenizer_file
+from gym.format.turn import ParsedTurn, ParseError
 
 
 @dataclass(frozen=True)
@@ -49,15 +55,19 @@ class Reply:
     error: str | None = None
 
 
-def load_openai_chat(tokenizer_file: Path, name: str = "auto") -> OpenAIChat | None:
+def load_openai_chat(tokenizer_file: Path, name: str = "auto") -> OpenAIChat | HarmonyChat | None:
     """The chat format ``name`` (``auto``: the one the tokenizer's directory's chat template speaks) for a
-    served tokenizer.json; None for Harmony (the server renders it itself). ChatFormatError names what is
-    wrong (no template for a family, markers the tokenizer lacks, a template that writes turns otherwise)."""
+    served tokenizer.json; for Harmony, `HarmonyChat` when the tokenizer has every Harmony special token, else
+    None (the server renders chats itself, without tools). ChatFormatError names what is wrong (no template for
+    a family, markers the tokenizer lacks, a template that writes turns otherwise)."""
     spec = f"hf:{tokenizer_file}"
     if name == "auto":
         name = detect_chat_format(spec)
     if name == "harmony":
-        return None
+        backend = read_tokenizer_file(Path(tokenizer_file))
+        if any(backend.token_to_id(text) is None for text in HARMONY_SPECIALS.values()):
+            return None  # a model never trained on the missing ones: no tool calls through it
+        return HarmonyChat(Harmony(load_tokenizer_json(str(tokenizer_file))))
     chat = load_chat_format(name, load_tokenizer_json(str(tokenizer_file)), spec)
     if not isinstance(chat, TemplateFamily):
         raise ChatFormatError(f"chat format {name!r} is not a model family's template format")
@@ -66,6 +76,8 @@ def load_openai_chat(tokenizer_file: Path, name: str = "auto") -> OpenAIChat | N
 
 class OpenAIChat:
     """One model family's format speaking OpenAI's chat messages (module docstring)."""
+
+    tools_only = False  # renders every chat
 
     def __init__(self, family: TemplateFamily) -> None:
         self.family = family
@@ -101,14 +113,7 @@ class OpenAIChat:
         return ids
 
     def parse(self, ids: list[int]) -> Reply:
-        turn = self.family.parse_completion(ids)
-        if isinstance(turn, ParseError):
-            return Reply(content=None, error=turn.reason)
-        if turn.tool_call is None:
-            return Reply(content=turn.final)
-        note = turn.messages[0].content if len(turn.messages) > 1 else None
-        arguments = json.dumps(turn.tool_call.arguments, ensure_ascii=False)
-        return Reply(content=note, call_name=turn.tool_call.name, call_arguments=arguments)
+        return _reply(self.family.parse_completion(ids), note_is_content=True)
 
     def _render_whole(self, family: TemplateFamily, messages: list[Message]) -> list[int]:
         """The whole conversation through the model's chat template (contents as text, `TemplateText.render`)."""
@@ -150,6 +155,43 @@ class OpenAIChat:
                 f"{what} hold the text of the special token {match.group()!r}: the chat template writes them "
                 "verbatim, where it would become the token"
             )
+
+
+class HarmonyChat:
+    """Harmony speaking OpenAI's chat messages with tools (module docstring)."""
+
+    name = "harmony"
+    tools_only = True  # a chat without tools or tool messages is the server's own rendering
+
+    def __init__(self, harmony: Harmony) -> None:
+        self.harmony = harmony
+
+    def stop_ids(self) -> list[int]:
+        return self.harmony.stop_ids()
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+        specs = [_tool_spec(tool["function"]) for tool in tools]
+        instructions = "\n\n".join(m["content"] for m in messages if m["role"] in ("system", "developer"))
+        rest = _gym_messages([m for m in messages if m["role"] not in ("system", "developer")], True)
+        prompt = [system_message(SystemPrompt(), has_tools=bool(specs))]
+        if instructions or specs:
+            prompt.append(developer_message(instructions, specs))
+        return self.harmony.render_prompt([*prompt, *rest])
+
+    def parse(self, ids: list[int]) -> Reply:
+        return _reply(self.harmony.parse_completion(ids), note_is_content=False)
+
+
+def _reply(turn: ParsedTurn | ParseError, note_is_content: bool) -> Reply:
+    """A parsed turn as a `Reply`: the call, with the text before it as content where the format writes that text
+    for the reader (a family's note; Harmony's is analysis, not content), or the final answer's text."""
+    if isinstance(turn, ParseError):
+        return Reply(content=None, error=turn.reason)
+    if turn.tool_call is None:
+        return Reply(content=turn.final)
+    note = turn.messages[0].content if note_is_content and len(turn.messages) > 1 else None
+    arguments = json.dumps(turn.tool_call.arguments, ensure_ascii=False)
+    return Reply(content=note, call_name=turn.tool_call.name, call_arguments=arguments)
 
 
 def _tool_spec(function: dict[str, Any]) -> ToolSpec:

@@ -11,6 +11,8 @@ and streams run on the server's after-the-fact path here (tests/integration/test
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,7 +30,7 @@ from policies.server import PolicyServer
 from policies.tokenizer import TextTokenizer
 from tests.chat_format_support import family_dir, hf_tokenizer
 from tests.policy_server_support import serving_server
-from tests.tokenizer_support import train_tokenizer
+from tests.tokenizer_support import train_harmony_tokenizer, train_tokenizer
 
 ADD = {
     "type": "function",
@@ -62,22 +64,23 @@ class Replay(ScriptedEngine):
         )
 
 
-@pytest.fixture(scope="module")
-def served():
-    directory = family_dir("qwen")
-    chat = chat_renderer(
-        ServeConfig.model_validate(
-            {"policy": {"type": "hf", "path": "."}, "tokenizer": str(directory / "tokenizer.json")}
-        ),
-        Path("serve.yaml"),
-    )
-    assert chat is not None and chat.name == "qwen"  # the family `gym serve` picks for this tokenizer
-    tokenizer = TextTokenizer(directory / "tokenizer.json")
+@contextmanager
+def _serving(tokenizer_file: Path, family: str) -> Iterator[SimpleNamespace]:
+    """The server `gym serve` builds for ``tokenizer_file`` (its chat format: ``family``) over a `Replay` engine."""
+    config = ServeConfig.model_validate({"policy": {"type": "hf", "path": "."}, "tokenizer": str(tokenizer_file)})
+    chat = chat_renderer(config, Path("serve.yaml"))
+    assert chat is not None and chat.name == family  # the format `gym serve` picks for this tokenizer
+    tokenizer = TextTokenizer(tokenizer_file)
     engine = Replay(tokenizer.vocab_size)
-    server = PolicyServer(engine, ServerOptions(port=0), tokenizer, chat=chat)
-    with serving_server(server) as url:
+    with serving_server(PolicyServer(engine, ServerOptions(port=0), tokenizer, chat=chat)) as url:
         client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
         yield SimpleNamespace(url=url, client=client, engine=engine, chat=chat, tokenizer=tokenizer)
+
+
+@pytest.fixture(scope="module")
+def served():
+    with _serving(family_dir("qwen") / "tokenizer.json", "qwen") as served:
+        yield served
 
 
 def _call(served, name: str = "add", **arguments) -> list[int]:
@@ -86,6 +89,16 @@ def _call(served, name: str = "add", **arguments) -> list[int]:
 
 def _text(served, text: str) -> list[int]:
     return served.tokenizer.encode(text) + [served.chat.family.ids["end"]]
+
+
+def _called(result: str) -> list[dict]:
+    """ASK, the assistant's call of add(2, 3), and the tool's ``result``."""
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
+    return [
+        *ASK,
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": result},
+    ]
 
 
 def _ask(served, **extra):
@@ -121,17 +134,7 @@ def test_a_streamed_call_arrives_whole_before_the_finish(served) -> None:
 
 def test_a_conversation_with_a_tool_result_renders_as_the_models_template(served) -> None:
     served.engine.turn = _text(served, "It is 5.")
-    history = [
-        *ASK,
-        {
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}
-            ],
-        },
-        {"role": "tool", "tool_call_id": "c1", "content": '{"result": 5}'},
-    ]
+    history = _called('{"result": 5}')
     out = served.client.chat.completions.create(model="scripted", messages=history, tools=[ADD], max_tokens=64)
     assert out.choices[0].message.content == "It is 5." and out.choices[0].finish_reason == "stop"
     template = [
@@ -270,3 +273,37 @@ def test_gym_serve_picks_the_family_of_the_tokenizers_template(tmp_path) -> None
     assert load_openai_chat(bpe, "harmony") is None
     with pytest.raises(ValueError, match="chat_format"):
         chat_renderer(config(bpe, "qwen"), Path("x"))  # no template beside it
+
+
+@pytest.fixture(scope="module")
+def harmony_served(tmp_path_factory):
+    """The same server in Harmony (a tokenizer with every Harmony special token, as the project's own BPE)."""
+    with _serving(train_harmony_tokenizer(tmp_path_factory.mktemp("harmony") / "tokenizer.json"), "harmony") as served:
+        yield served
+
+
+def test_harmony_calls_and_answers_with_tools(harmony_served) -> None:
+    served, harmony = harmony_served, harmony_served.chat.harmony
+    served.engine.turn = harmony.render_completion(
+        [Message.assistant("analysis", "Add them."), Message.tool_call("add", {"a": 2, "b": 3})]
+    )
+    out = _ask(served, tools=[ADD])
+    (call,) = out.choices[0].message.tool_calls
+    assert (call.function.name, json.loads(call.function.arguments)) == ("add", {"a": 2, "b": 3})
+    assert out.choices[0].finish_reason == "tool_calls" and out.choices[0].message.content is None
+    prompt = served.tokenizer.decode(served.engine.prompts[-1])
+    assert "namespace functions" in prompt and prompt.endswith("<|start|>assistant")  # free to pick its channel
+    served.engine.turn = harmony.render_completion(
+        [Message.assistant("analysis", "Done."), Message.assistant("final", "It is 5.")]
+    )
+    history = _called("5")
+    answer = served.client.chat.completions.create(model="scripted", messages=history, tools=[ADD], max_tokens=64)
+    assert answer.choices[0].message.content == "It is 5." and answer.choices[0].finish_reason == "stop"
+    assert "<|start|>functions.add to=assistant<|channel|>commentary<|message|>5<|end|>" in served.tokenizer.decode(
+        served.engine.prompts[-1]
+    )
+    # without tools, a chat is the server's own Harmony transcript, opened on the final channel
+    served.engine.turn = served.tokenizer.encode("Hi.") + [harmony.ids["end"]]
+    plain = _ask(served)
+    assert plain.choices[0].message.content == "Hi."
+    assert served.tokenizer.decode(served.engine.prompts[-1]).endswith("<|channel|>final<|message|>")
