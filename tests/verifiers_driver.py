@@ -60,25 +60,32 @@ async def stub() -> tuple[web.AppRunner, str]:
 
 
 async def evaluate(tasks: str, url: str, out: str, scorer_config: str | None) -> list[dict]:
+    from gym.integrations.verifiers import GymTaskConfig, GymTasksetConfig
+
+    taskset = GymTasksetConfig(tasks=tasks, task=GymTaskConfig(scorer_config=scorer_config))
+    return await run(taskset, url, out, model="policy", sampling={"max_tokens": 12, "temperature": 1.0})
+
+
+async def run(taskset, url: str, out: str, **options) -> list[dict]:
+    """verifiers' ``run_eval`` over ``taskset`` (a `GymTasksetConfig`), two rollouts a task, the model at ``url``
+    (``options``: other `EvalConfig` fields); one dict per rollout."""
     import verifiers.v1 as vf
     from verifiers.v1.cli.eval.runner import run_eval
     from verifiers.v1.configs.cli.eval import EvalConfig
     from verifiers.v1.runtimes import SubprocessConfig
 
-    from gym.integrations.verifiers import GymChatHarnessConfig, GymTaskConfig, GymTasksetConfig
+    from gym.integrations.verifiers import GymChatHarnessConfig
 
-    taskset = GymTasksetConfig(tasks=tasks, task=GymTaskConfig(scorer_config=scorer_config))
     config = EvalConfig(
         env=vf.SingleAgentEnvConfig(
             taskset=taskset, agent=vf.AgentConfig(harness=GymChatHarnessConfig(), runtime=SubprocessConfig())
         ),
-        model="policy",
         client={"type": "eval", "base_url": f"{url}/v1", "api_key_var": "GYM_VERIFIERS_TEST_KEY"},
-        sampling={"max_tokens": 12, "temperature": 1.0},
         num_rollouts=2,
         rich=None,
         push=False,
         output_dir=out,
+        **options,
     )
     rollouts = []
     for episode in await run_eval(config):

@@ -91,13 +91,9 @@ async def scripted_model() -> tuple[web.AppRunner, str, dict]:
 
 
 async def main() -> None:
-    import verifiers.v1 as vf
-    from verifiers.v1.cli.eval.runner import run_eval
-    from verifiers.v1.configs.cli.eval import EvalConfig
-    from verifiers.v1.runtimes import SubprocessConfig
-
-    from gym.integrations.verifiers import GymChatHarnessConfig, GymTaskConfig, GymTasksetConfig, load_environment
+    from gym.integrations.verifiers import GymTaskConfig, GymTasksetConfig, load_environment
     from gym.integrations.verifiers_workspace import GymToolsetConfig
+    from tests.verifiers_driver import run
 
     tasks, out = sys.argv[1:3]
     env = load_environment(tasks, tools=True)  # the public entry point builds an env with the tools
@@ -106,32 +102,9 @@ async def main() -> None:
     runner, url, state = await scripted_model()
     try:
         taskset = GymTasksetConfig(tasks=tasks, task=GymTaskConfig(tools=GymToolsetConfig(output_chars=4096)))
-        config = EvalConfig(
-            env=vf.SingleAgentEnvConfig(
-                taskset=taskset, agent=vf.AgentConfig(harness=GymChatHarnessConfig(), runtime=SubprocessConfig())
-            ),
-            model="scripted",
-            client={"type": "eval", "base_url": f"{url}/v1", "api_key_var": "GYM_VERIFIERS_TEST_KEY"},
-            num_rollouts=2,
-            max_concurrent=1,
-            rich=None,
-            push=False,
-            output_dir=out,
-        )
-        rollouts = []
-        for episode in await run_eval(config):
-            for trace in episode.traces:
-                correct = trace.rewards.get("correct")
-                rollouts.append(
-                    {
-                        "reward": None if correct is None else correct.score,
-                        "reply": trace.last_reply,
-                        "errors": [f"{e.type}: {e.message}" for e in (*episode.errors, *trace.errors)],
-                    }
-                )
+        result["rollouts"] = await run(taskset, url, out, model="scripted", max_concurrent=1)
     finally:
         await runner.cleanup()
-    result["rollouts"] = rollouts
     result["tool_results"] = {str(k): v for k, v in state["seen"].items()}
     result["tools"] = {str(k): v for k, v in state["tools"].items()}
     print(json.dumps(result))
