@@ -23,6 +23,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 WINDOW = 6  # tokens decoded before the new one: enough context for a tokenizer's spacing rules
+MAX_PENDING = 8
+"""Tokens a character may stay split over (UTF-8 has at most 4 bytes a character): past it the text is taken with
+its replacement character, so bytes that never form a character cannot make every step decode a growing window."""
 
 Decode = Callable[[Sequence[int]], str]
 
@@ -50,6 +53,7 @@ class TextWatch:
         self.decode = decode
         self.stops = tuple(stops)
         self.longest = max(map(len, self.stops), default=0)
+        self._firsts = frozenset(stop[0] for stop in self.stops)  # where a held-back tail can start
         self.silent = silent
         self.sink = sink
         self.tokens: list[int] = []
@@ -93,7 +97,8 @@ class TextWatch:
         window = [t for t in self.tokens[self._prefix :] if t not in self.silent]
         before = [t for t in self.tokens[self._prefix : self._read] if t not in self.silent]
         new, old = self.decode(window), self.decode(before)
-        if len(new) > len(old) and not new.endswith("\ufffd"):  # a character still split over tokens waits
+        whole = not new.endswith("\ufffd") or len(self.tokens) - self._read > MAX_PENDING
+        if len(new) > len(old) and whole:  # a character still split over tokens waits
             self.text += _after(new, old)
             self._read = len(self.tokens)
             self._prefix = max(0, self._read - WINDOW)
@@ -119,11 +124,12 @@ class TextWatch:
             self.sink(piece)
 
     def _held_back(self) -> int:
-        """Characters at the end of the text that begin some stop string (they wait for the next token)."""
-        for size in range(min(self.longest - 1, len(self.text)), 0, -1):
-            end = self.text[-size:]
-            if any(stop.startswith(end) for stop in self.stops):
-                return size
+        """Characters at the end of the text that begin some stop string (they wait for the next token); only the
+        positions holding a stop's first character are tried (a step costs a few comparisons, not 255 of them)."""
+        tail = self.text[len(self.text) - min(self.longest - 1, len(self.text)) :]
+        for start, character in enumerate(tail):
+            if character in self._firsts and any(stop.startswith(tail[start:]) for stop in self.stops):
+                return len(tail) - start
         return 0
 
 

@@ -253,6 +253,9 @@ def test_stop_strings_and_streams_on_an_engine_that_hands_whole_completions(serv
     kept = cut.choices[0].model_extra["token_ids"]
     assert kept == served.engine.turn[: len(kept)] and "the w" in served.tokenizer.decode(kept)
     assert cut.usage.completion_tokens == len(kept)
+    two = _ask(served, stop="the w", n=2)  # each row has its own watch
+    assert [c.message.content for c in two.choices] == ["print the answer and "] * 2
+    assert two.usage.completion_tokens == 2 * len(kept)
     released = ""
     for chunk in _ask(served, stop=["the w", "zz"], stream=True):
         released += chunk.choices[0].delta.content or ""

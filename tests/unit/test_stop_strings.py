@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from policies.stop_strings import Piece, TextWatch
+from policies.stop_strings import MAX_PENDING, WINDOW, Piece, TextWatch
 from tests.tokenizer_support import train_tokenizer
 
 VOCAB = {0: "Hel", 1: "lo", 2: " wo", 3: "rld", 4: "!", 5: "<end>", 6: "w", 7: "o", 8: "r"}
@@ -122,3 +122,20 @@ def test_random_streams_release_exactly_the_cut_text_and_never_a_partial_stop(bp
             assert watch.text.startswith(released)  # nothing beyond the cut was ever sent
         assert released == watch.text
         assert stop in decode(watch.tokens)  # the tokens kept reach the stop string
+
+
+def test_bytes_that_never_form_a_character_cost_a_bounded_window(bpe) -> None:
+    """A policy may sample lone continuation bytes for ever: each step still decodes a few tokens, not all."""
+    decoded = []
+
+    def decode(tokens):
+        decoded.append(len(tokens))
+        return bpe.decode(list(tokens), skip_special_tokens=False)
+
+    stray = bpe.encode("é").ids[-1:]  # the second byte of "é" alone: never a character
+    assert decode(stray * 3).endswith("\ufffd")
+    watch = TextWatch(decode, ["never"])
+    for _ in range(600):
+        watch(stray[0])
+    watch.finish()
+    assert max(decoded) <= 2 * (MAX_PENDING + WINDOW) and watch.text.count("\ufffd") > 0
