@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
+import openai
 import pytest
 import requests
 from openai import OpenAI
@@ -310,3 +311,17 @@ def test_harmony_calls_and_answers_with_tools(harmony_served) -> None:
     plain = _ask(served)
     assert plain.choices[0].message.content == "Hi."
     assert served.tokenizer.decode(served.engine.prompts[-1]).endswith("<|channel|>final<|message|>")
+
+
+def test_an_engine_failure_mid_stream_is_an_error_event(tmp_path) -> None:
+    class Broken(ScriptedEngine):
+        def generate_batch(self, prompts, params):
+            raise RuntimeError("engine exploded")
+
+    tokenizer = TextTokenizer(train_tokenizer(tmp_path / "tokenizer.json"))
+    with serving_server(PolicyServer(Broken(), ServerOptions(port=0), tokenizer)) as url:
+        client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+        stream = client.completions.create(model="scripted", prompt=[1, 2], max_tokens=4, stream=True)
+        with pytest.raises(openai.APIError, match="engine exploded"):
+            list(stream)  # the headers said 200; the error arrives as an event the client raises
+        assert requests.get(url + "/health", timeout=30).json()["admission"]["admitted"] == 0
