@@ -58,9 +58,10 @@ def configure(parser: argparse.ArgumentParser, argv: list[str]) -> None:
     cp.add_argument(
         "--tasks", type=Path, metavar="FILE", required=True, help="dataset file (jsonl[.gz], json, parquet, arrow, dir)"
     )
+    from tasks.formats.registry import FORMATS as SHIPPED
     from tasks.loader import formats
 
-    plugins = [name for name in formats() if name not in FORMATS]  # installed task families' formats
+    plugins = [name for name in formats() if name not in SHIPPED]  # installed task families' formats
     cp.add_argument(  # math rows are graded in episodes (configs/math_smoke.yaml), not as programs
         "--format",
         choices=[*(f for f in FORMATS if f != "math"), *plugins],
@@ -228,6 +229,7 @@ def _run_cp(args: argparse.Namespace) -> int:
     # A bad --sandbox-config (exit 2) is found before the tasks load; a tasks or solutions file that cannot be
     # read raises TaskError or OSError, one `gym: error:` line with exit 5 (gym.fault), as in rollout and train.
     sandbox = _sandbox_config(args)
+    sections = _family_settings(args.family_settings)  # exit 2 as well, before the tasks load
     loaded = load_tasks(args.tasks, args.format, args.reader)
     tasks = prefixed(loaded.tasks, args.id_prefix)
     if loaded.format == "math":
@@ -240,7 +242,6 @@ def _run_cp(args: argparse.Namespace) -> int:
     if len(programs) < len(tasks):
         log.warning("%s: %d math rows skipped: answers, not programs", args.tasks, len(tasks) - len(programs))
         tasks = programs
-    sections = _family_settings(args.family_settings)
     submissions, bad_solutions = read_submissions(args.solutions)
     for error in bad_solutions:
         log.warning("%s: skipped solution row %d: %s", args.solutions, error.index, error.reason)

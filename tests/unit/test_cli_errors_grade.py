@@ -66,6 +66,22 @@ def test_a_missing_sandbox_config_is_exit_2_before_the_tasks_load(tmp_path):
     one_line(done, 2, str(missing), "sandbox/config.py")
 
 
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("shapes: {size: 3}\n", "'shapes' is no installed task family; task families with settings: none"),
+        ("cp: {}\n", "'cp' takes no settings here"),
+        ("- letters\n", "a mapping of task family names to their settings, not a list"),
+    ],
+)
+def test_family_settings_naming_no_family_with_settings_are_exit_2_before_the_tasks_load(tmp_path, text, named):
+    settings = tmp_path / "families.yaml"
+    settings.write_text(text)
+    tasks = str(tmp_path / "no-tasks.jsonl")  # missing: the settings are refused first
+    done = run_gym("grade", "--tasks", tasks, "--solutions", SOLUTIONS, "--family-settings", str(settings))
+    one_line(done, 2, str(settings), named)
+
+
 def test_the_swe_mode_reports_the_same_way(tmp_path):
     bad = str(unreadable(tmp_path, "binary.jsonl"))
     one_line(run_gym("grade", "--swe", "--tasks", bad, "--solutions", "gold"), 5, bad, "not UTF-8 text")
