@@ -57,6 +57,7 @@ LONGEST_FIRST = (
     "tests/integration/test_killtest_catalog.py",  # 56 s
     "tests/integration/test_integrations_verifiers.py",  # 55 s (two verifiers evaluation runs, one with tools)
     "tests/integration/test_sharded_checkpoint.py",  # 45 s
+    "tests/integration/test_bench_peers.py",  # 45 s warm; ~30 s more where the peers' venvs and image are built
 )
 
 
