@@ -86,6 +86,17 @@ FAMILIES: dict[str, dict] = {
 }
 
 
+ADD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+    },
+}
+"""An OpenAI function tool, as a chat request offers it (the server tests)."""
+
+
 def write_family_dir(directory: Path, family: str, template: str | None = None) -> Path:
     """A tokenizer directory of ``family`` (tokenizer.json, tokenizer_config.json with the chat template,
     config.json with the model type); ``template`` replaces the family's chat template."""

@@ -29,18 +29,11 @@ from policies.serve_cli import chat_renderer
 from policies.serve_config import ServeConfig, ServerOptions
 from policies.server import PolicyServer
 from policies.tokenizer import TextTokenizer
-from tests.chat_format_support import family_dir, hf_tokenizer
+from tests.chat_format_support import ADD_TOOL, family_dir, hf_tokenizer
 from tests.policy_server_support import serving_server
 from tests.tokenizer_support import train_harmony_tokenizer, train_tokenizer
 
-ADD = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers.",
-        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
-    },
-}
+ADD = ADD_TOOL
 MUL = {**ADD, "function": {**ADD["function"], "name": "multiply", "description": "Multiply two integers."}}
 ASK = [{"role": "user", "content": "What is 2 + 3?"}]
 

@@ -14,19 +14,10 @@ import pytest
 
 from gym.format.message import Message
 from gym.format.openai_chat import load_openai_chat
-from tests.chat_format_support import family_dir, hf_tokenizer
+from tests.chat_format_support import ADD_TOOL, family_dir, hf_tokenizer
 from tests.tokenizer_support import train_harmony_tokenizer
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "add",
-            "description": "Add two integers.",
-            "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
-        },
-    }
-]
+TOOLS = [ADD_TOOL]
 AGENT = [
     {"role": "system", "content": "You add numbers."},
     {"role": "user", "content": "What is 2 + 3?"},
