@@ -332,7 +332,8 @@ class PolicyServer:
             job.done.cancel()  # a no-op once done; the client went away otherwise: its rows stop
         if watches is None:
             return results
-        return [self._settle(c, w, len(p)) for c, w, p in zip(results, watches, prompts)]
+        # off the loop: an engine that hands whole completions leaves every token to decode here
+        return await self._off_loop(lambda: [self._settle(c, w, len(p)) for c, w, p in zip(results, watches, prompts)])
 
     def _settle(self, completion: Completion, watch: TextWatch, prompt_length: int) -> Completion:
         """``completion`` as its watch saw it: fed its tokens where the engine did not, flushed, and cut after the
@@ -386,7 +387,7 @@ class PolicyServer:
                 log.exception("a streamed request failed")
                 await stream.error(500, f"{type(exc).__name__}: {exc}", "server_error")
                 return await stream.close()
-            completion = self._settle(completion, watch, len(prompt))  # releases what it held back
+            completion = await self._off_loop(self._settle, completion, watch, len(prompt))  # and what it held back
             loop.call_soon_threadsafe(pieces.put_nowait, None)  # after the pieces `_settle` released
             while (piece := await pieces.get()) is not None:
                 for chunk in chunks.piece(piece):
@@ -400,6 +401,8 @@ class PolicyServer:
             log.info("%s %s: %s", request.method, request.path, exc)
             if request.transport is not None:
                 request.transport.abort()
+            return stream.response
+        except ConnectionResetError:  # the client went away between two events (aiohttp's reset error is one)
             return stream.response
         finally:
             job.done.cancel()  # a no-op once done; the client went away otherwise: its rows stop
