@@ -47,9 +47,11 @@ EXEC_LINE = re.compile(r"^(\s*)#(\s*exec\(check_program, exec_globals\))", re.MU
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tasks", type=int, default=164, help="the first N HumanEval tasks (default all 164)")
+    from gym.bench.peers import count
+
+    parser.add_argument("--tasks", type=count(1), default=164, help="the first N HumanEval tasks (default all 164)")
     parser.add_argument(
-        "--workers", type=int, default=os.cpu_count() or 2, help="harness n_workers and gym grade --concurrency"
+        "--workers", type=count(1), default=os.cpu_count() or 2, help="harness n_workers and gym grade --concurrency"
     )
     parser.add_argument("--timeout", type=float, default=3.0, help="the harness's per-sample timeout (its default 3)")
 

@@ -56,28 +56,37 @@ def swerex_image(base_image: str) -> str:
     import docker
 
     from images.build import build_dockerfile
+    from images.build import cached as image_cached
     from images.inputs import digest
 
     inputs = digest("peer-swerex", base_image, SWEREX_DOCKERFILE)
     tag = f"{SWEREX_REPOSITORY}:{inputs}"
     client = docker.from_env()
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            context = Path(tmp)
-            (context / "Dockerfile").write_text(SWEREX_DOCKERFILE)
-            (context / "wheels").mkdir()
-            from images.build import cached as image_cached
-
-            if not image_cached(client, tag, inputs):
-                python = peer_python("swe-rex")
-                subprocess.run(
-                    [str(python), "-m", "pip", "download", "-q", "--disable-pip-version-check", "-d", "wheels", SWEREX],
-                    cwd=context,
-                    check=True,
-                    capture_output=True,
-                    timeout=venvs.PIP_TIMEOUT_S,
-                )
-            build_dockerfile(client, context, tag, inputs, {"BASE": base_image})
+        if not image_cached(client, tag, inputs):
+            with tempfile.TemporaryDirectory() as tmp:
+                context = Path(tmp)
+                (context / "Dockerfile").write_text(SWEREX_DOCKERFILE)
+                _download(peer_python("swe-rex"), context / "wheels", _python_version(base_image))
+                build_dockerfile(client, context, tag, inputs, {"BASE": base_image})
     finally:
         client.close()
     return tag
+
+
+def _python_version(image: str) -> str:
+    """``MAJOR.MINOR`` of ``image``'s python3, from a container of its own (removed)."""
+    code = "import sys; print('%d.%d' % sys.version_info[:2])"
+    argv = ["docker", "run", "--rm", "--pull", "never", "--network", "none", image, "python3", "-c", code]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=True).stdout.strip()
+
+
+def _download(python: Path, folder: Path, python_version: str) -> None:
+    """Wheels of SWE-ReX and its dependencies into ``folder``, by ``python``'s pip, for the image's Python
+    ``python_version`` on this host's platform (the image is built from this host's Debian release)."""
+    folder.mkdir()
+    argv = [str(python), "-m", "pip", "download", "-q", "--disable-pip-version-check", "-d", str(folder)]
+    argv += ["--only-binary=:all:", "--python-version", python_version, SWEREX]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=venvs.PIP_TIMEOUT_S, check=False)
+    if done.returncode != 0:
+        raise venvs.VenvError(f"pip download {SWEREX} exited {done.returncode}: {done.stderr.strip()[-1500:]}")

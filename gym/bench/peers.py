@@ -45,12 +45,27 @@ HERE = Path(__file__).resolve().parent
 DRIVER_TIMEOUT_S = 900
 
 
+def count(minimum: int):
+    """An argparse type: an integer of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"an integer of at least {minimum}, got {text!r}")
+        return value
+
+    return parse
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--iterations", type=int, default=30, help="timed calls of tiny, stdio_1mib, file_rw (default 30)"
+        "--iterations", type=count(1), default=30, help="timed calls of tiny, stdio_1mib, file_rw (default 30)"
     )
-    parser.add_argument("--sessions", type=int, default=5, help="timed 50-turn sessions (default 5)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed rounds of each workload first (default 2)")
+    parser.add_argument("--sessions", type=count(1), default=5, help="timed 50-turn sessions (default 5)")
+    parser.add_argument("--warmup", type=count(0), default=2, help="untimed rounds of each workload first (default 2)")
     parser.add_argument(
         "--tools",
         default=",".join(TOOLS),
