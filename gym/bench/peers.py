@@ -9,7 +9,8 @@ and a bare host subprocess. The workloads are `gym.bench.peer_workloads`' (``tin
 workload instead of being timed. SWE-ReX and llm-sandbox run in venvs of their own (`gym.bench.peer_env`)
 through driver scripts, on the gym's runner image (SWE-ReX's with its server added). Containers: each
 tool starts its own, labelled ``gym.bench.peers=<run>``, and removes it; the run ends by removing any
-container with its label still there (``leaked_containers`` counts them) and touches no other.
+container with its label still there 5 s later (``leaked_containers`` counts them) and touches no other
+(the gym's workspaces are its pool's, labelled with their owner session and removed by it).
 
 Set-up (``setup_ms``): from nothing to the first ``tiny`` command's answer: the gym opens a pool
 without warming (``pool.size`` 0) and acquires a workspace (container create + start + runner hello);
@@ -213,7 +214,7 @@ def measure_docker_exec(spec: dict) -> dict:
              "-w", "/tmp", spec["image"], "sleep", "infinity"])  # fmt: skip
         _sh([docker, "exec", name, "true"])
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-        remove_labelled(spec["label"])
+        remove_labelled(spec["label"], settle_s=0)
         return failed(exc)
     setup = (time.perf_counter() - started) * 1000
 
@@ -295,12 +296,22 @@ MEASURE = {
 }
 
 
-def remove_labelled(label: str) -> int:
-    """Remove the containers labelled ``label`` (this run's only); how many there were."""
-    listed = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label={label}"], capture_output=True, text=True, timeout=60, check=False
-    )
-    ids = listed.stdout.split()
+def remove_labelled(label: str, settle_s: float = 5.0) -> int:
+    """Remove the containers labelled ``label`` (this run's only) that are still there ``settle_s`` after their tool
+    was done with them (a ``--rm`` container is removed by the engine a moment after it stops); how many."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        listed = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label={label}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        ids = listed.stdout.split()
+        if not ids or time.monotonic() > deadline:
+            break
+        time.sleep(0.25)
     if ids:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, timeout=120, check=False)
     return len(ids)
