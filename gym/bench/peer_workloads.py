@@ -40,11 +40,8 @@ def payload(size: int, seed: int = 0) -> str:
     rng = random.Random(seed)
     alphabet = string.ascii_letters + string.digits
     line = 63
-    rows = [
-        "".join(rng.choices(alphabet, k=line)) + "\n" for _ in range(size // (line + 1))
-    ]  # whole lines, then a tail
-    text = "".join(rows)
-    return text + "x" * (size - len(text))
+    text = "".join("".join(rng.choices(alphabet, k=line)) + "\n" for _ in range(size // (line + 1)))
+    return text + "x" * (size - len(text))  # whole lines, then a tail to make up the size
 
 
 def turn_command(session: int, turn: int) -> str:
