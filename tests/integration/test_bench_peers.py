@@ -5,7 +5,8 @@ The run: the JSON has every workload, each of the five tools is either measured 
 for its set-up); the gym, docker exec and the host must be measured here (they need nothing but this machine);
 SWE-ReX and llm-sandbox are installed in venvs of their own on first use (~20 s, cached in
 ~/.cache/code-rl-gym/bench-venvs), then measured or named with their error. No container the run labelled is left.
-Measured on the 2-core VM beside other work (load average 2-6), warm venvs: 40-55 s for the module.
+Measured on the 2-core VM beside other work (load average 2-6): 31-45 s for the module with warm venvs, 53 s with
+the venvs built afresh (SWE-ReX's image cached).
 """
 
 from __future__ import annotations
