@@ -14,8 +14,9 @@ harness's ``resolved_ids``, ``unresolved_ids``, ``empty_patch_ids``, ``error_ids
 Refused whole, as the harness refuses a predictions file it cannot run: more than ``swe.max_predictions``
 predictions (413), a row that is no prediction or an instance given two different patches (422, the row named),
 an id that names no instance (422, listing a few valid ids). What a patch does is never an error of the request:
-it is its result. A request's grading stops ``swe.max_request_s`` after it starts; what is not graded by then is an
-``infra_error`` (masked, ``error_ids``, its reason in ``failure_reasons``).
+it is its result. No grading of a request starts ``swe.max_request_s`` after its first: what has not started by
+then is an ``infra_error`` (masked, ``error_ids``, its reason in ``failure_reasons``); a grading that started runs
+to its end, its candidate's hangs ending on their own deadlines and scored (`tasks.swe.grader.grade_predictions`).
 """
 
 from __future__ import annotations
@@ -64,7 +65,8 @@ class SweGradeOptions(BaseModel):
     max_patch_bytes: int = Field(1 << 20, ge=1, le=MAX_DIFF_BYTES)
     """A patch past this is not run: ``patch_apply_failed`` (the candidate's failure, an error id)."""
     max_request_s: float = Field(1800.0, gt=0)
-    """Grading time of one request, from its start; what is not graded by then is an ``infra_error``."""
+    """Grading time of one request, from its start; what has not started by then is an ``infra_error`` (what
+    started runs to its end)."""
     max_requests: int = Field(2, ge=1, le=64)
     """SWE requests waiting or grading at once (503 beyond: retry later); one grades at a time, in arrival order,
     ``grader.concurrency`` containers at once."""

@@ -244,8 +244,8 @@ def evaluate(
     sandbox: SandboxConfig,
     deadline_s: float = math.inf,
 ) -> SweReport:
-    """Build the images the pairs need, then grade every pair (synchronous entry point); a pair not graded within
-    ``deadline_s`` of the grading's start is an ``infra_error`` (`grade_predictions`)."""
+    """Build the images the pairs need, then grade every pair (synchronous entry point); a pair whose grading has
+    not started within ``deadline_s`` of the first is an ``infra_error`` (`grade_predictions`)."""
     needed = list({instance.instance_id: instance for instance, _ in pairs}.values())
     images, errors = build_images(needed, repos_dir)
     results = trio.run(grade_predictions, pairs, images, SweGrader(config), sandbox, deadline_s)
@@ -310,8 +310,8 @@ def grade_swe(
     """The results of the ``predictions`` that name an instance of ``by_id`` (the others are the caller's to
     report): each graded in a fresh container, the graded ones first, then those not run. An empty patch is not run
     (the harness's rule) unless ``run_empty`` (the control run of ``--solutions empty``); a patch past
-    ``max_patch_bytes`` is not run either (`oversized_result`); a prediction not graded within ``deadline_s`` is
-    an ``infra_error``. `gym grade --swe` and the sandbox service's ``/v1/grade`` both grade through here."""
+    ``max_patch_bytes`` is not run either (`oversized_result`); a prediction whose grading has not started within
+    ``deadline_s`` is an ``infra_error`` (one that started is graded to its end). `gym grade --swe` and the sandbox service's ``/v1/grade`` both grade through here."""
     known = [p for p in predictions if p.instance_id in by_id]
     sizes = {p.instance_id: len(p.model_patch.encode("utf-8", errors="surrogatepass")) for p in known}
     not_run = [

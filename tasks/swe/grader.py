@@ -531,6 +531,15 @@ def instance_sandbox(sandbox: SandboxConfig, image: str) -> SandboxConfig:
     return sandbox.model_copy(update={"image": image, "pool": sandbox.pool.model_copy(update={"size": 0})})
 
 
+def grading_bound_s(config: SweGraderConfig) -> float:
+    """How long one grading can take when the engine answers: the candidate's run and the reference run it may wait
+    for (each: the repository copy, 10 set-up steps, 2 file writes of 120 s, the harness's install and read of 60 s,
+    the tests), and the containers' starts. Every step ends on its own deadline, which is the candidate's when its
+    tree makes it so; only an engine that stops answering keeps a grading past this."""
+    run = config.test_timeout_s + 11 * config.setup_timeout_s + 2 * 120.0 + 2 * 60.0
+    return 2 * run + 600.0
+
+
 async def grade_predictions(
     predictions: Sequence[tuple[SweInstance, str]],
     images: dict[str, str],
@@ -540,30 +549,41 @@ async def grade_predictions(
 ) -> list[InstanceResult]:
     """Grade ``(instance, model_patch)`` pairs, ``concurrency`` at a time; results in input order.
 
-    ``images`` maps instance ids to image tags; an instance without one is ``infra_error``. Grading stops
-    ``deadline_s`` after it starts: the pairs not graded by then are ``infra_error`` (the time ran out on the
-    caller's side, not the candidate's: a caller keeps ``deadline_s`` past one whole grading, test timeout included,
-    so a candidate whose tests hang fails on its own test timeout first); their containers are destroyed.
+    ``images`` maps instance ids to image tags; an instance without one is ``infra_error``. No grading starts
+    ``deadline_s`` after the first: the pairs not started by then are ``infra_error`` (the time ran out on the
+    caller's side). A grading that started is never cut by the deadline: whatever its candidate does to the clock
+    (tests that hang at import, a tree that slows every step) ends on that step's own deadline and is scored, never
+    masked. Only a grading past `grading_bound_s` (an engine that stopped answering) is cut: ``infra_error``, its
+    containers destroyed.
     """
     results: list[InstanceResult | None] = [None] * len(predictions)
     limiter = trio.CapacityLimiter(grader.config.concurrency)
+    closes = trio.current_time() + deadline_s
+    bound = grading_bound_s(grader.config)
 
     async def one(i: int, instance: SweInstance, patch: str) -> None:
         async with limiter:
+            if trio.current_time() >= closes:
+                return  # not started: the caller's deadline
             tag = images.get(instance.instance_id)
             if tag is None:
                 results[i] = SweGrader._outcome(instance, "infra_error", "no image for this instance")
                 return
-            async with open_pool(instance_sandbox(sandbox, tag), gc_at_start=False) as pool:
-                results[i] = await grader.grade(pool, instance, patch)
+            with trio.move_on_after(bound):
+                async with open_pool(instance_sandbox(sandbox, tag), gc_at_start=False) as pool:
+                    results[i] = await grader.grade(pool, instance, patch)
+            if results[i] is None:
+                detail = (
+                    f"the grading outlived the {bound:g} s every step of it ends within: the engine stopped answering"
+                )
+                results[i] = SweGrader._outcome(instance, "infra_error", detail)
             done = sum(r is not None for r in results)
             log.info("graded %d/%d: %s %s", done, len(predictions), instance.instance_id, results[i].status)
 
-    with trio.move_on_after(deadline_s):
-        async with trio.open_nursery() as nursery:
-            for i, (instance, patch) in enumerate(predictions):
-                nursery.start_soon(one, i, instance, patch)
-    late = f"not graded within the {deadline_s:g} s the caller allows a request"
+    async with trio.open_nursery() as nursery:
+        for i, (instance, patch) in enumerate(predictions):
+            nursery.start_soon(one, i, instance, patch)
+    late = f"not started within the {deadline_s:g} s the caller allows a request"
     return [
         r if r is not None else SweGrader._outcome(instance, "infra_error", late)
         for r, (instance, _) in zip(results, predictions)

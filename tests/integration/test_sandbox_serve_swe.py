@@ -13,6 +13,7 @@ too many predictions. The server keeps answering after each, and leaves no conta
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -142,18 +143,29 @@ def test_a_cp_row_still_grades_beside_predictions(service):
     assert code == 200 and answer["passed"], answer
 
 
-def test_what_a_request_has_not_graded_by_its_deadline_is_an_infra_error():
-    """The per-request time bound, on the path the service grades through (`grade_swe`): a prediction still grading
-    when the deadline passes is masked with the reason, never a 0, and its container goes."""
+def test_a_patch_that_hangs_past_the_request_deadline_is_scored_and_what_never_started_is_masked():
+    """The per-request time bound, on the path the service grades through (`grade_swe`). Attack: a patch whose
+    package sleeps at import, so its grading runs past the request's deadline; it was cut there and masked
+    (``infra_error``, a door out of a 0); now a started grading runs to its end and the hang is the candidate's
+    test timeout, scored. Honest controls: the gold patch under the same deadline resolves; a prediction whose
+    grading never started before the deadline is masked with the reason, and no container is left."""
     from tasks.swe.evaluation import Prediction, grade_swe, grading_sandbox
     from tasks.swe.grader import SweGraderConfig
-    from tests.swe_support import repos_dir
+    from tests.swe_support import imported_by_toolz, repos_dir
 
     instances = shipped()
     images()
-    predictions = [Prediction(instance_id=TOOLZ, model_patch=instances[TOOLZ].patch)]
-    config = SweGraderConfig(concurrency=1)
-    [late] = grade_swe(predictions, instances, repos_dir(), config, grading_sandbox(None), deadline_s=0.05)
-    assert late.status == "infra_error" and late.reward is None and "not graded within the 0.05 s" in late.detail
-    [done] = grade_swe(predictions, instances, repos_dir(), config, grading_sandbox(None), deadline_s=600)
-    assert done.status == "resolved"  # the control: the same prediction within its time
+    hangs = imported_by_toolz("slow") + new_file("toolz/slow.py", "import time\ntime.sleep(600)")
+    predictions = [
+        Prediction(instance_id=TOOLZ, model_patch=hangs),
+        Prediction(instance_id=INFLECTION, model_patch=instances[INFLECTION].patch),
+    ]
+    config = SweGraderConfig(concurrency=1, test_timeout_s=6)
+    started = time.monotonic()
+    hung, never = grade_swe(predictions, instances, repos_dir(), config, grading_sandbox(None), deadline_s=1.0)
+    assert hung.status == "unresolved" and hung.reward == 0.0 and hung.test_run == "timeout", hung
+    assert never.status == "infra_error" and never.reward is None and "not started within the 1 s" in never.detail
+    assert time.monotonic() - started < 120
+    gold = [Prediction(instance_id=TOOLZ, model_patch=instances[TOOLZ].patch)]
+    [done] = grade_swe(gold, instances, repos_dir(), config, grading_sandbox(None), deadline_s=1.0)
+    assert done.status == "resolved"  # the control: an honest patch under the same deadline
