@@ -281,3 +281,18 @@ def test_the_vllm_policy_spec_loads_the_engine():
         load_engine("vllm:", env)
     with pytest.raises(PolicySpecError, match="names no host"):
         load_engine("vllm:nohost", env)
+
+
+def test_a_launched_server_that_exits_is_an_error_quoting_its_log(tmp_path):
+    from policies.vllm_server import VllmServer
+
+    python = tmp_path / "python"
+    python.write_text('#!/bin/sh\necho "vllm: error: unrecognized arguments: $*" >&2\nexit 2\n')
+    python.chmod(0o755)
+    server = VllmServer(python, tmp_path / "model", ["--bogus"], log_path=tmp_path / "server.log")
+    assert server.env["VLLM_SERVER_DEV_MODE"] == "1" and "--logprobs-mode" in server.command
+    started = time.monotonic()
+    with pytest.raises(VllmAdminError, match=r"exited with code 2 before /health(.|\n)*unrecognized arguments"):
+        server.start(timeout_s=30)
+    assert time.monotonic() - started < 10 and server.process is None
+    server.stop()  # idempotent
