@@ -176,14 +176,22 @@ class VllmEngine:
                 "start it with --logprobs-mode processed_logprobs"
             )
         rows = per_prompt(params, len(prompts))
+        if len(prompts) == 1:  # an episode's turn: no nursery
+            return [await self._one(prompts[0], rows[0])]
         out: list[Completion | None] = [None] * len(prompts)
 
         async def one(i: int) -> None:
             out[i] = await self._one(prompts[i], rows[i])
 
-        async with trio.open_nursery() as nursery:
-            for i in range(len(prompts)):
-                nursery.start_soon(one, i)
+        try:
+            async with trio.open_nursery() as nursery:
+                for i in range(len(prompts)):
+                    nursery.start_soon(one, i)
+        except BaseExceptionGroup as group:  # trio with strict exception groups: the callers catch EngineError
+            failed, _ = group.split(EngineError)
+            if failed is None:
+                raise
+            raise _first(failed) from None
         return [c for c in out if c is not None]
 
     async def _one(self, prompt: list[int], params: SamplingParams) -> Completion:
@@ -274,6 +282,13 @@ def completion_of(reply: Any, prompt: list[int], params: SamplingParams, version
     return Completion(
         token_ids=ids, logprobs=behaviour, raw_logprobs=raw, finish_reason=finish, weights_version=version
     )
+
+
+def _first(group: BaseException) -> BaseException:
+    """The first leaf exception of a (nested) exception group."""
+    while isinstance(group, BaseExceptionGroup):
+        group = group.exceptions[0]
+    return group
 
 
 def _ints(value: Any, name: str) -> list[int]:

@@ -153,6 +153,10 @@ def test_the_engine_asks_for_every_knob_and_tags_the_gates_version():
     assert body["return_token_ids"] and body["ignore_eos"] and body["logprobs"] == 0 and body["top_k"] == -1
     assert body["repetition_penalty"] == 1.0 and body["min_p"] == 0.0 and body["n"] == 1
     assert engine.gate.in_flight == 0
+    with fake_vllm(honest()) as (url, bodies):
+        engine = VllmEngine(url, vocab_size=10)
+        two = trio.run(engine.generate, [PROMPT, PROMPT], PARAMS.model_copy(update={"seed": 11}))
+    assert len(two) == 2 and sorted(b["seed"] for b in bodies if "seed" in b and b["logprobs"] == 0) == [11, 12]
 
 
 @pytest.mark.parametrize("name", ["id outside the vocabulary", "NaN logprob", "fewer logprobs than ids", "aborted"])
@@ -161,6 +165,8 @@ def test_a_lying_server_is_an_engine_error(name):
         engine = VllmEngine(url, vocab_size=10)
         with pytest.raises(EngineError, match="reply is not a completion"):
             trio.run(engine.generate, [PROMPT], PARAMS)
+        with pytest.raises(EngineError, match="reply is not a completion"):  # several prompts: the same error
+            trio.run(engine.generate, [PROMPT, PROMPT], PARAMS)
         assert engine.gate.in_flight == 0  # the gate is left even when the reply is refused
 
 
