@@ -15,7 +15,10 @@ phase, outcome, whether it is an xfail); ``hook`` (a hook implementation whose c
 interpreter's own directories nor in a repository file the harness trusts: one identical to the pristine tree or
 a test file as it was when the run started); ``patched`` (a function or class member of pytest, pluggy or
 builtins, or one of their modules in ``sys.modules``, that is no longer what it was at start, or a collected test
-module whose class is no longer a plain module's, where what replaced it is not trusted code either); ``changed`` (a watched file, i.e. a test file or a conftest/ini file beside or above one, whose
+module whose class is no longer a plain module's, where what replaced it is not trusted code either; a collected test
+whose function, code, defaults or closure is no longer what it was collected with, or whose module's namespace
+gained or rebound a name to untrusted code or to an object of an untrusted class, checked right before each test is
+called and at the end); ``changed`` (a watched file, i.e. a test file or a conftest/ini file beside or above one, whose
 content changed after start: checked when collection ends and when the session ends); ``finish`` (pytest's
 exit status and counters at the end of the session) and ``end`` (the exit status once every plugin has
 unconfigured; the process must exit with it).
@@ -28,6 +31,7 @@ nothing at all. Stdlib and pytest only: it runs under the instance's interpreter
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import hmac
 import json
@@ -95,6 +99,41 @@ def _members(module: types.ModuleType) -> dict[str, object]:
     return out
 
 
+_PLAIN = (int, float, complex, str, bytes, bool, type(None), tuple, list, dict, set, frozenset)
+
+
+def _callee(item) -> object | None:
+    """The function a collected test calls (a method's function), or None for items that are no Python function."""
+    obj = getattr(item, "obj", None) if isinstance(item, pytest.Function) else None
+    return getattr(obj, "__func__", obj)
+
+
+def _shape(function: object) -> tuple:
+    """What a test function runs: the function, its code, defaults, keyword defaults and closure (the objects,
+    compared by identity and kept alive, so no new object can take a freed one's id)."""
+    attributes = ("__code__", "__defaults__", "__kwdefaults__", "__closure__")
+    return (function, *(getattr(function, name, None) for name in attributes))
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
+_MISSING = object()
+_BUILTIN_NAMES = frozenset(vars(builtins))
+
+
+def _origin(value: object) -> list[str]:
+    """The files ``value`` comes from (its code, or its class's module); none for data, modules and builtins."""
+    if type(value) in _PLAIN or isinstance(value, types.ModuleType | types.BuiltinFunctionType):
+        return []
+    if isinstance(value, type) and getattr(builtins, value.__name__, None) is value:  # builtins: check_internals
+        return []
+    if callable(value):
+        return _code_files(value)
+    return [getattr(sys.modules.get(type(value).__module__), "__file__", None) or "<no code>"]
+
+
 def _internal(name: str) -> bool:
     return any(name == root or name.startswith(root + ".") for root in _INTERNAL)
 
@@ -140,6 +179,9 @@ class _Harness:
             if isinstance(module, types.ModuleType):
                 self.members.update(_members(module))
         self.verdicts: dict[str, bool] = {}  # file -> trusted (cached)
+        self.callees: dict[str, tuple[object, tuple]] = {}  # node id -> (test function, its shape when collected)
+        self.namespaces: dict[int, tuple[types.ModuleType, dict[str, object]]] = {}  # test module -> its names
+        self.flagged: set[str] = set()
         self.write("start", os.getpid(), pytest.__version__)
 
     def _watch_list(self, relative: list[str]) -> list[str]:
@@ -214,6 +256,59 @@ class _Harness:
                 if where or not isinstance(module, types.ModuleType):
                     self.write("patched", f"{getattr(module, '__name__', '?')}.__class__", (where or ["<no code>"])[0])
 
+    def collected(self, item) -> None:
+        """Remember what a collected test calls and its module's namespace, to see them changed later."""
+        function = _callee(item)
+        if function is None:
+            return
+        self.callees[item.nodeid] = (function, _shape(function))
+        module = getattr(item, "module", None)
+        if isinstance(module, types.ModuleType) and id(module) not in self.namespaces:
+            self.namespaces[id(module)] = (module, dict(vars(module)))
+        code = getattr(function, "__code__", None)
+        if not isinstance(code, types.CodeType) or os.path.realpath(code.co_filename) in self.tests:
+            return  # a test file's own code: its content is watched (``changed``)
+        if not self.trusted(code.co_filename):  # once a module and file: a wrapper around every test is one line
+            self.patch(f"{getattr(module, '__name__', '?')} tests run code of", code.co_filename)
+
+    def check_tests(self, only=None) -> None:
+        """Each collected test (``only``: that one) still calls the function it was collected with, unchanged, and
+        its module's namespace holds nothing new of untrusted code (a test file's own rebinding of a global to data
+        or to its own code is trusted)."""
+        items = [only] if only is not None else list(getattr(self.session, "items", None) or ())
+        for item in items:
+            collected = self.callees.get(item.nodeid)
+            if collected is None:
+                continue
+            function, shape = collected
+            now = _callee(item)
+            if now is not function or not _same(_shape(now), shape):
+                code = getattr(now, "__code__", None)
+                name = getattr(function, "__qualname__", item.name)
+                self.patch(f"{item.module.__name__}.{name} changed since collected", getattr(code, "co_filename", "?"))
+        spaces = list(self.namespaces.values())
+        if only is not None:  # before a test: its own module (each module is looked at before its own tests)
+            spaces = [space for space in spaces if space[0] is getattr(only, "module", None)]
+        for module, names in spaces:
+            for name, value in list(vars(module).items()):
+                original = names.get(name, _MISSING)
+                if original is value:
+                    continue
+                # what the candidate could turn a test with: a builtin the module now shadows, or a name bound to
+                # data or to code it did not write (a setup function's new globals and repository objects are not)
+                if original is _MISSING and name not in _BUILTIN_NAMES:
+                    continue
+                if original is not _MISSING and not all(map(self.trusted, _origin(original))):
+                    continue
+                untrusted = [f for f in _origin(value) if not self.trusted(f)]
+                if untrusted:
+                    self.patch(f"{module.__name__}.{name}", untrusted[0])
+
+    def patch(self, what: str, where: str) -> None:
+        if what not in self.flagged:  # once each: a record line per test call would grow with the run
+            self.flagged.add(what)
+            self.write("patched", what, where)
+
     def check_internals(self) -> None:
         for name, module in self.modules.items():
             if sys.modules.get(name) is not module:
@@ -271,6 +366,18 @@ def pytest_runtest_logreport(report) -> None:
         _H.write("report", node, report.when, report.outcome, hasattr(report, "wasxfail"))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_itemcollected(item) -> None:
+    if _H is not None and _H.session is not None and _ours(item.config):
+        _H.collected(item)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_call(item) -> None:
+    if _H is not None and _H.session is not None and _ours(item.config):
+        _H.check_tests(item)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session) -> None:
     if _ours(session.config):
@@ -283,6 +390,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
     if _ours(session.config):
         _H.check_files("session")
         _H.check_modules()
+        _H.check_tests()
         _H.check_hooks()
         _H.check_internals()
         _H.write("finish", int(exitstatus), session.testscollected, session.testsfailed)

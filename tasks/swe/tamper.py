@@ -347,10 +347,10 @@ class _Scan(ast.NodeVisitor):
             owner, name = self.module_qual(args[0]), _const_str(args[1])
             if name is None and owner in _SENSITIVE_MODULES:
                 self.add(node, "dynamic-code", f"{func}({owner}, <computed>)")
-            elif name is not None and owner:
-                if f"{owner}.{name}" in _CALLED:
+            elif name is not None:
+                if owner and f"{owner}.{name}" in _CALLED:
                     self.add(node, _CALLED[f"{owner}.{name}"], f"{owner}.{name}")
-                if func in ("setattr", "delattr"):
+                if func in ("setattr", "delattr"):  # as `x.__code__ = ...` does, whatever x is
                     self._stored(node, args[0], name)
         if func in ("importlib.import_module", "__import__") and args and (name := _const_str(args[0])):
             if rule := self._module_rule(name):

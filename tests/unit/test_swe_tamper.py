@@ -49,6 +49,8 @@ ATTACKS = {
     "path_hooks": ("import sys as s\ns.path_hooks.append(len)", "import-system"),
     "class swap": ("def f(module, C): module.__class__ = C", "import-system"),
     "code swap": ("def f(g, h): g.__code__ = h.__code__", "import-system"),
+    "code swap by setattr": ("def f(g, h): setattr(g, '__code__', h.__code__)", "import-system"),
+    "class swap by setattr": ("def f(m, C): setattr(m, '__cl' + 'ass__', C)", "import-system"),
     "marshal": ("import marshal", "import-system"),
     "loader from a file": ("import importlib.util as u\nu.spec_from_file_location('x', 'data.txt')", "import-system"),
     "rewritten bytecode name": ("p = f'test_x.cpython-{tag}-pytest-{version}.pyc'", "import-system"),
