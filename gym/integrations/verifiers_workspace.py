@@ -62,6 +62,7 @@ class WorkspaceSession:
         self._failed: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._released = False
 
     def _open(self) -> None:
         with self._lock:
@@ -93,17 +94,27 @@ class WorkspaceSession:
 
     def call(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
         """One tool call in the workspace (blocking: call it from a worker thread)."""
+        if self._released:  # a call after the rollout ended: data for whoever made it, and no new workspace
+            return ToolOutcome(
+                output="the rollout has ended: its workspace was released", failure=FailureKind.TOOL_ERROR
+            )
         self._open()
         call = ToolCall(namespace=NAMESPACE, name=name, arguments=arguments, raw=json.dumps(arguments))
+        token = self._token
+        if token is None:  # released while this call opened it
+            return ToolOutcome(
+                output="the rollout has ended: its workspace was released", failure=FailureKind.TOOL_ERROR
+            )
         try:
-            return trio.from_thread.run(self.toolbox.call, self._ws, call, trio_token=self._token)
-        except trio.RunFinishedError:
-            return ToolOutcome(output="the workspace has been released", failure=FailureKind.INFRA_ERROR)
+            return trio.from_thread.run(self.toolbox.call, self._ws, call, trio_token=token)
+        except trio.RunFinishedError:  # the workspace's loop ended under the call: its engine failed
+            return ToolOutcome(output="the workspace's loop ended", failure=FailureKind.INFRA_ERROR)
 
     def close(self) -> None:
         """Destroy the workspace; idempotent."""
         with self._lock:
             token, thread, self._token = self._token, self._thread, None
+            self._released = True
         if token is not None and self._closing is not None:
             try:
                 trio.from_thread.run_sync(self._closing.set, trio_token=token)
@@ -115,8 +126,12 @@ class WorkspaceSession:
 
 
 def observation(outcome: ToolOutcome) -> str:
-    """What the model reads of an outcome: its text, headed by the failure kind when it is not ``ok``."""
-    return outcome.output if outcome.failure == FailureKind.OK else f"[{outcome.failure.value}] {outcome.output}"
+    """What the model reads of an outcome: its text, headed by the failure kind when it is not ``ok`` (once: the
+    toolbox's own outputs already open with it)."""
+    head = f"[{outcome.failure.value}]"
+    if outcome.failure == FailureKind.OK or outcome.output.startswith(head):
+        return outcome.output
+    return f"{head} {outcome.output}"
 
 
 def _exit_on_term(signum: int, _frame: Any) -> None:

@@ -133,3 +133,23 @@ def test_verifiers_rollouts_use_our_workspaces_as_tools(tmp_path):
         listed = subprocess.run(["docker", "ps", "-a", "-q", "--filter", f"id={container}"], capture_output=True,
                                 text=True, check=True)  # fmt: skip
         assert listed.stdout.strip() == "", f"workspace {container} left behind"
+
+
+def test_workspace_tools_called_out_of_bounds_answer_data():
+    """The rollout's tools (`WorkspaceSession`) called as a hostile model or a late client would: paths and a cwd
+    outside the workspace are refused, arguments of the wrong type are a tool error, an 8 MiB write is bounded data;
+    a call after the rollout ended raised from the MCP tool (trio's 'this thread wasn't created by Trio') and now
+    answers a tool error without starting a workspace. Control: the honest call before it runs."""
+    import docker
+
+    python = cached_venv(f"verifiers-{VERIFIERS}", (f"verifiers=={VERIFIERS}",))
+    seen = driven(python, "tests.verifiers_session_driver", path=[GYM_VERIFIERS])
+    assert seen["honest"].startswith("[exit code 0]") and "hi" in seen["honest"], seen
+    assert seen["outside"].startswith("[sandbox_denied] ") and seen["cwd"].startswith("[sandbox_denied] "), seen
+    assert seen["outside"].count("[sandbox_denied]") == 1  # the kind heads the text once
+    assert seen["not a string"].startswith("[tool_error] "), seen
+    assert len(seen["huge"]) <= 300 and "Traceback" not in seen["huge"], seen
+    for late in ("after the end", "after the end, twice"):
+        assert seen[late].startswith("[tool_error] the rollout has ended"), seen
+    left = docker.from_env().containers.list(all=True, filters={"label": f"gym.owner={seen['owner']}"})
+    assert left == [], left
