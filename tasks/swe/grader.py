@@ -532,12 +532,13 @@ def instance_sandbox(sandbox: SandboxConfig, image: str) -> SandboxConfig:
 
 
 def grading_bound_s(config: SweGraderConfig) -> float:
-    """How long one grading can take when the engine answers: the candidate's run and the reference run it may wait
-    for (each: the repository copy, 10 set-up steps, 2 file writes of 120 s, the harness's install and read of 60 s,
-    the tests), and the containers' starts. Every step ends on its own deadline, which is the candidate's when its
-    tree makes it so; only an engine that stops answering keeps a grading past this."""
+    """How long one grading can take when the engine answers: the candidate's run, a reference run it waits for
+    (another grading's, which may fail) and the one it then makes itself (each: the repository copy, 10 set-up
+    steps, 2 file writes of 120 s, the harness's install and read of 60 s, the tests), and the containers' starts.
+    Every step ends on its own deadline, which is the candidate's when its tree makes it so; only an engine that
+    stops answering keeps a grading past this."""
     run = config.test_timeout_s + 11 * config.setup_timeout_s + 2 * 120.0 + 2 * 60.0
-    return 2 * run + 600.0
+    return 3 * run + 600.0
 
 
 async def grade_predictions(
