@@ -77,6 +77,12 @@ class WeightsGate:
         with self._cond:
             return self._in_flight
 
+    @property
+    def draining(self) -> bool:
+        """True while a draining push holds the gate closed (new requests wait)."""
+        with self._cond:
+            return self._closed
+
     def enter(self) -> int | None:
         """Register a request and return the version it is tagged with; None while a draining push holds the gate."""
         with self._cond:
