@@ -37,7 +37,7 @@ from trainer.checkpoint import TrainerState
 from trainer.commands import Command, FreezeReference, Gather, Save, Step, Stop, WarmStart
 from trainer.config import TrainConfig
 from trainer.distributed import World, broadcast_command, init_world, shutdown
-from trainer.errors import MaskedShareError
+from trainer.errors import ConfigError, MaskedShareError
 from trainer.evaluation import passed
 from trainer.learner import Learner, follow
 from trainer.masking import MaskedTally
@@ -126,6 +126,12 @@ def train(config: TrainConfig, resume: bool = False, workspaces=None, grader=Non
     """
     if ray is not None and workspaces is not None:
         raise ValueError("ray rollouts run in each node's own Docker workspaces: give no workspaces")
+    if ray is not None and config.engine.type == "vllm":
+        # the weights versions of a vLLM server are counted by the client that pushes (policies.vllm_engine);
+        # a node's own client would tag its completions with versions the trainer never made
+        raise ConfigError(
+            "engine.type: vllm samples from this process; --ray's nodes take engine.type in_process or http"
+        )
     started = time.monotonic()
     bound_malloc_arenas()
     threads = torch.get_num_threads()

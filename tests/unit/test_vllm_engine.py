@@ -302,3 +302,18 @@ def test_a_launched_server_that_exits_is_an_error_quoting_its_log(tmp_path):
         server.start(timeout_s=30)
     assert time.monotonic() - started < 10 and server.process is None
     server.stop()  # idempotent
+
+
+def test_a_training_config_names_what_vllm_cannot_do(tmp_path):
+    from tests.trainer_support import config_data
+    from trainer.config import TrainConfig
+    from trainer.loop import train
+
+    data = config_data(tmp_path / "run", bound=1.0)
+    data["engine"] = {"type": "vllm", "url": "http://127.0.0.1:9"}
+    with pytest.raises(ConfigError, match="engine.type: vllm serves a Hugging Face policy"):
+        TrainConfig.parse(data, source="test")  # the RDEP MoE policy samples on our engine
+    data["policy"] = {"type": "hf", "path": str(tmp_path / "qwen")}
+    config = TrainConfig.parse(data, source="test")
+    with pytest.raises(ConfigError, match="--ray's nodes take engine.type in_process or http"):
+        train(config, ray="")
