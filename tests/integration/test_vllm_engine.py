@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 import trio
@@ -350,6 +351,37 @@ def test_two_grpo_steps_change_the_servers_samples_as_the_trainers_weights_predi
         assert abs(s["sync/mb"] - mb) < 0.01 * mb and 0 < s["sync/reload_s"] < 5
     print(f"push: {steps[-1]['sync/mb']:.2f} MB, reload {steps[-1]['sync/reload_s'] * 1e3:.0f} ms")
     assert (tmp_path / "pushed" / "push" / "model.safetensors").is_file()
+
+
+def test_a_run_launches_its_own_server_and_stops_it_at_the_end(served, tmp_path):
+    """The launch form through the loop: one GRPO step on a server the run starts from the venv's python on its
+    initial weights (written with the policy's config and tokenizer), gone when the run ends."""
+    run = tmp_path / "run"
+    data = {
+        "run_dir": str(run),
+        "environment": {**ENVIRONMENT, "tokenizer": f"hf:{family_dir('qwen')}", "sampling": {"temperature": 1.0}},
+        "policy": {"type": "hf", "path": str(served.memorised_dir)},
+        "engine": {"type": "vllm", "vllm": {"python": str(vllm_python()), "args": list(SERVER_ARGS)}},
+        "rollout": {"group_size": 2, "groups_per_step": 1, "seed": 1},
+        "optimizer": {"lr": 0.01},
+        "algorithm": {"entropy_coef": 0.1, "dynamic_sampling": {"enabled": False}, "overlong": {"mode": "none"}},
+        "loop": {"steps": 1, "max_staleness": 0, "micro_batch_size": 2, "max_masked_share": 1.0},
+        "checkpoint": {"every": 100},
+        "metrics": {"progress": False, "tensorboard": False},
+        "threads": 1,
+    }
+    config = TrainConfig.parse(data, source="test")
+    started = time.monotonic()
+    summary = trainer.loop.train(config, workspaces=FakePool(), grader=FakeGrader(Environment(config.env), FakePool()))
+    print(f"a 1-step run that launched its own server: {time.monotonic() - started:.1f} s")
+    assert summary["steps"] == 1 and summary["weights_version"] == 1 and summary["masked"] == 0
+    launched = json.loads((run / "vllm" / "engine.json").read_text())
+    assert launched["launched"] and (run / "vllm" / "server.log").stat().st_size > 0
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in (run / "vllm" / "model").iterdir()
+    }
+    with pytest.raises(httpx.ConnectError):  # stopped with the run
+        httpx.get(f"{launched['url']}/health", timeout=5)
 
 
 def test_a_killed_server_masks_only_the_episodes_it_serves(served):
