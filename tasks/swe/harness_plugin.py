@@ -275,17 +275,18 @@ class _Harness:
         """Each collected test (``only``: that one) still calls the function it was collected with, unchanged, and
         its module's namespace holds nothing new of untrusted code (a test file's own rebinding of a global to data
         or to its own code is trusted)."""
-        items = [only] if only is not None else list(getattr(self.session, "items", None) or ())
-        for item in items:
-            collected = self.callees.get(item.nodeid)
-            if collected is None:
-                continue
-            function, shape = collected
-            now = _callee(item)
+        if only is not None:  # pytest resolves the item's function next: the one collected, unchanged
+            checked = [(only, *self.callees[only.nodeid], _callee(only))] if only.nodeid in self.callees else []
+        else:  # at the end: the collected functions themselves (an item's function is not resolved again)
+            checked = [(None, function, shape, function) for function, shape in self.callees.values()]
+        for item, function, shape, now in checked:
             if now is not function or not _same(_shape(now), shape):
                 code = getattr(now, "__code__", None)
-                name = getattr(function, "__qualname__", item.name)
-                self.patch(f"{item.module.__name__}.{name} changed since collected", getattr(code, "co_filename", "?"))
+                module = getattr(getattr(item, "module", None), "__name__", None) or getattr(
+                    function, "__module__", "?"
+                )
+                name = f"{module}.{getattr(function, '__qualname__', '?')}"
+                self.patch(f"{name} changed since collected", getattr(code, "co_filename", "?"))
         spaces = list(self.namespaces.values())
         if only is not None:  # before a test: its own module (each module is looked at before its own tests)
             spaces = [space for space in spaces if space[0] is getattr(only, "module", None)]
