@@ -186,7 +186,9 @@ def start_vllm(
             raise WeightSyncError(f"engine.url: {exc}") from None
     gate = WeightsGate(version)
     engine = VllmEngine(url, vocab, gate, timeout_s=config.request_timeout_s)
-    sync = VllmSync(VllmAdmin(url), gate, weights_dir, tied, drain=not partial_rollouts)
+    sync = VllmSync(
+        VllmAdmin(url), gate, weights_dir, tied, drain=not partial_rollouts, drain_timeout_s=config.request_timeout_s
+    )
     (weights_dir / "engine.json").parent.mkdir(parents=True, exist_ok=True)
     (weights_dir / "engine.json").write_text(json.dumps({"url": url, "launched": server is not None}) + "\n")
     return VllmRollout(engine, sync, server), server is None

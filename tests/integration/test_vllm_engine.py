@@ -14,6 +14,7 @@ sampled episode through vLLM makes real tool calls. In-memory workspaces and gra
 - two GRPO steps of the real loop on the attached server: after the last push the server's greedy tokens and
   logprobs are the HF forward of the trainer's checkpoint, not of the weights it started from; the versions and
   the staleness of every trajectory and the push figures are recorded;
+- a run with ``engine.vllm`` launches its own server on its initial weights, trains on it and stops it at the end;
 - a killed server masks the episodes it serves (never scored, never a crash) while the episodes before it keep
   their rewards and those on another engine go on; a push to it is a WeightSyncError naming it.
 """
