@@ -34,6 +34,10 @@ requests and seeds, and the same allocator thresholds as this process (`policies
 glibc's environment variables). It must build the same model (a weights fingerprint is compared). Figures:
 `tokens_per_s_against`, `speedup_vs_against`, `against` (the revision as given). Issue 16's "today's
 engine" is the revision before continuous batching: ``--against 5cdbac1^``.
+
+``--against vllm`` (or ``vllm:URL``) compares our engine with a vLLM server on one Hugging Face model and the same
+stream instead (``--model DIR``, ``--vllm-python PATH``; figures `tokens_per_s`, `tokens_per_s_vllm`,
+`speedup_vs_vllm`, `vllm_version`, `greedy_agreement`, ...): trainer/bench_vllm.py's docstring.
 """
 
 from __future__ import annotations
@@ -100,7 +104,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--against",
         metavar="REV",
         default=None,
-        help="stream: also run it through the engine of git revision REV of this repository (e.g. 5cdbac1^)",
+        help="stream: also run it through the engine of git revision REV of this repository (e.g. 5cdbac1^); "
+        "vllm or vllm:URL: through a vLLM server on the same Hugging Face model (trainer/bench_vllm.py)",
     )
     parser.add_argument(
         "--against-threads",
@@ -116,9 +121,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="R",
         help="stream: the continuous engine as R replicas, one process each (default: the config's engine.replicas)",
     )
+    from trainer import bench_vllm
+
+    bench_vllm.configure(parser)
 
 
 def run(args: argparse.Namespace) -> dict:
+    from trainer import bench_vllm
+
+    if bench_vllm.is_vllm(args.against):
+        return bench_vllm.run(args)
     if args.requests:
         return run_stream(args)
     import torch
@@ -183,8 +195,11 @@ def _workload(args: argparse.Namespace, vocab_size: int) -> list[_Request]:
     return requests
 
 
-def _through_batching_engine(engine, requests: list[_Request], concurrency: int) -> float:
-    """Seconds for C trio clients to run every request through the trainer's `BatchingEngine`."""
+def _through_batching_engine(
+    engine, requests: list[_Request], concurrency: int, sampled: list[int] | None = None
+) -> float:
+    """Seconds for C trio clients to run every request through the trainer's `BatchingEngine` (``sampled``: each
+    completion's token count is appended to it)."""
     import trio
 
     from policies.sampling import SamplingParams
@@ -196,7 +211,10 @@ def _through_batching_engine(engine, requests: list[_Request], concurrency: int)
     async def client() -> None:
         while queue:
             request = queue.pop()
-            await batching.generate([request.prompt], SamplingParams(max_tokens=request.max_tokens, seed=request.seed))
+            params = SamplingParams(max_tokens=request.max_tokens, seed=request.seed)
+            [completion] = await batching.generate([request.prompt], params)
+            if sampled is not None:
+                sampled.append(len(completion.token_ids))
 
     async def main() -> float:
         started = time.perf_counter()
