@@ -45,6 +45,8 @@ from sandbox.protocol import (
     ReadFileResult,
     WriteFileRequest,
     encode_frame,
+    reply_of,
+    request_frame,
 )
 
 log = logging.getLogger(__name__)
@@ -114,7 +116,7 @@ class Workspace:
     async def _roundtrip(
         self,
         op: str,
-        body: dict[str, Any],
+        request: bytes | dict[str, Any],
         timeouts: Sequence[float],
         on_partial: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
@@ -129,7 +131,11 @@ class Workspace:
         self._next_id += 1
         frames = 0
         try:
-            await self._stream.send(encode_frame({wire.ID: request_id, wire.OP: op, wire.BODY: body}))
+            if isinstance(request, bytes):  # a model's JSON; the allowlist goes with every request
+                frame = request_frame(request_id, op, request, allow=self.config.allowlist)
+            else:  # a body sent as it is (tests of the runner's own bounds)
+                frame = encode_frame({wire.ID: request_id, wire.OP: op, wire.BODY: request})
+            await self._stream.send(frame)
             while True:
                 timeout = timeouts[min(frames, len(timeouts) - 1)]
                 with trio.move_on_after(timeout) as scope:
@@ -162,8 +168,9 @@ class Workspace:
         on_partial: Callable[[dict[str, Any]], None] | None = None,
     ) -> tuple[dict[str, Any], float]:
         """One request's round trip under the workspace's lock: ``(reply body, seconds)``."""
-        body = json.loads(request.model_dump_json())
-        body["allow"] = self.config.allowlist
+        # Serialized here, before the round trip: a request that cannot be (a lone surrogate in a path) raises
+        # to the caller as a bad request, never as a lost stream (which would mask the call as infra_error).
+        body = request.model_dump_json().encode()
         async with self._lock:
             started = time.monotonic()
             reply = await self._roundtrip(op, body, timeouts, on_partial)
@@ -171,7 +178,7 @@ class Workspace:
 
     async def _call(self, op: str, request: BaseModel, timeouts: Sequence[float]) -> Any:
         reply, wall = await self._exchange(op, request, timeouts)
-        result = OPERATIONS[op][1].model_validate_json(json.dumps(reply))
+        result = reply_of(OPERATIONS[op][1], reply)
         self.log.append({"op": op, "wall_s": wall, **_summary(request, result)})
         return result
 
@@ -269,7 +276,7 @@ class Workspace:
         done: list[ExecResult] = []
 
         def take(body: dict[str, Any]) -> None:
-            done.append(ExecResult.model_validate_json(json.dumps(body[wire.RESULT])))
+            done.append(reply_of(ExecResult, body[wire.RESULT]))
 
         timeouts = [self._backstop(item) for item in items] + [self.config.calls.grace_s + SWEEP_ALLOWANCE_S]
         try:

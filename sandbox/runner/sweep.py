@@ -53,6 +53,16 @@ def sweep():
         time.sleep(0.002)
 
 
+_LIBC = []
+
+
+def _libc():
+    """The C library, loaded once (this runs after every call: a dlopen each time is wasted work)."""
+    if not _LIBC:
+        _LIBC.append(ctypes.CDLL(None, use_errno=True))
+    return _LIBC[0]
+
+
 def remove_ipc():
     """Remove every System V IPC object: like processes, none outlives the call that made it.
 
@@ -61,7 +71,7 @@ def remove_ipc():
     the runner itself is OOM-killed. All belong to the sandbox user, so its identity
     may remove them (no CAP_IPC_OWNER needed). Returns how many were removed.
     """
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = _libc()
     removers = {
         "shm": lambda ident: libc.shmctl(ident, IPC_RMID, None),
         "msg": lambda ident: libc.msgctl(ident, IPC_RMID, None),
