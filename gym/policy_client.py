@@ -194,15 +194,20 @@ def load_http(argument: str, env: Environment) -> HttpEngine:
 
 
 def load_vllm(argument: str, env: Environment) -> RolloutEngine:
-    """A vLLM server at the URL after ``vllm:``; sampled ids are bounded by the environment's tokenizer (the ids
-    its chat format can render). Nobody pushes weights through it: every completion is version 0."""
+    """A vLLM server at the URL after ``vllm:``, or several, comma-separated (requests spread over them); sampled
+    ids are bounded by the environment's tokenizer (the ids its chat format can render). Nobody pushes weights
+    through it: every completion is version 0."""
+    urls = argument.split(",")
     try:
-        load_http(argument, env)  # the same URL checks
+        for url in urls:
+            load_http(url, env)  # the same URL checks
+        if len(set(urls)) != len(urls):
+            raise PolicySpecError(f"policy spec {argument!r} names a server twice")
     except PolicySpecError as exc:
-        raise PolicySpecError(f"{exc} (a vLLM server: vllm:http://HOST:PORT)") from None
+        raise PolicySpecError(f"{exc} (vLLM servers: vllm:http://HOST:PORT[,http://HOST2:PORT2...])") from None
     from policies.vllm_engine import VllmEngine
 
-    return VllmEngine(argument, env.tokenizer.vocab_size)
+    return VllmEngine(urls, env.tokenizer.vocab_size)
 
 
 def load_checkpoint(argument: str, env: Environment) -> InProcessEngine:

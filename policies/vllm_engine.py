@@ -1,9 +1,12 @@
 """vLLM as a rollout engine: token ids in, sampled ids and behaviour logprobs out, every completion tagged with the
 weights version the trainer pushed (torch-free; the gym imports it through `gym.policy_client`).
 
-One vLLM OpenAI server (``vllm serve``, or ``python -m vllm.entrypoints.openai.api_server``) is reached over
-``POST /v1/completions`` with a token-id ``prompt`` and ``return_token_ids: true``, one request per prompt (each
-with its own seed, `per_prompt`). What a reply must hold and how it maps onto `Completion`:
+One or several vLLM OpenAI servers (``vllm serve``, or ``python -m vllm.entrypoints.openai.api_server``; one per
+GPU or replica) are reached over ``POST /v1/completions`` with a token-id ``prompt`` and ``return_token_ids:
+true``, one request per prompt (each with its own seed, `per_prompt`), each placed on a server by
+`policies.vllm_router.Router` (a prompt goes where the prompt it extends went, so a GRPO group and an episode's
+turns stay on one server's prefix cache; else to the least busy; a server that fails in transport leaves the
+rotation). What a reply must hold and how it maps onto `Completion`:
 
 - ``choices[0].token_ids``: the sampled ids (a stop token that ended the completion is the last, as ours);
 - ``choices[0].prompt_token_ids``: the prompt the server saw, which must be ours, id for id;
@@ -26,7 +29,8 @@ failure, never scored and never a crash. The request asks for every sampling kno
 samples from the distribution we record.
 
 Versions: vLLM does not know the trainer's weights versions, so the client owns them. `WeightsGate` holds the
-server's current version and the requests in flight; every request is tagged with the version when it entered.
+servers' current version (one counter for all: a push reloads every server before it moves) and the requests in
+flight; every request is tagged with the version when it entered.
 A push (`trainer.vllm_sync.VllmSync`) either drains (the default: new requests wait at the gate, the push
 waits until none is in flight, so no completion spans a push and each is tagged exactly) or, with
 ``loop.partial_rollouts``, lets requests in flight go on across the push (vLLM's ``/pause?mode=keep``: they
@@ -47,6 +51,7 @@ import httpx
 import trio
 
 from policies.sampling import Completion, EngineError, SamplingParams, per_prompt, reply_json
+from policies.vllm_router import Router, Ticket
 
 PROBE_PROMPT = (1, 2, 3, 4)
 """The prompt of `VllmEngine.check_logprobs_mode` (ids every vocabulary has)."""
@@ -122,30 +127,36 @@ class WeightsGate:
 
 
 class VllmEngine:
-    """A `RolloutEngine` over one vLLM server's ``/v1/completions`` (see the module docstring).
+    """A `RolloutEngine` over the ``/v1/completions`` of one vLLM server or several (see the module docstring).
 
-    ``vocab_size`` bounds the sampled ids (the model's, or the tokenizer's when the gym can only render those);
-    ``gate`` carries the weights version (a fresh one at version 0 when not given: a server nobody pushes to).
-    Connection failures are retried by httpx's transport (``connect_retries``); nothing else is retried: a busy
-    vLLM queues rather than refuses."""
+    ``urls``: one base URL or several (distinct); ``vocab_size`` bounds the sampled ids (the model's, or the
+    tokenizer's when the gym can only render those); ``gate`` carries the weights version (a fresh one at version 0
+    when not given: servers nobody pushes to). Connection failures are retried by httpx's transport
+    (``connect_retries``); nothing else is retried: a busy vLLM queues rather than refuses."""
 
     def __init__(
         self,
-        url: str,
+        urls: str | list[str] | tuple[str, ...],
         vocab_size: int,
         gate: WeightsGate | None = None,
         timeout_s: float = 600.0,
         connect_retries: int = 2,
     ) -> None:
-        self.url = url.rstrip("/")
+        self.urls = [u.rstrip("/") for u in ([urls] if isinstance(urls, str) else urls)]
+        self.router = Router(self.urls)
         self.vocab_size = vocab_size
         self.gate = gate or WeightsGate()
         self.timeout_s = timeout_s
         self.connect_retries = connect_retries
         self.logprobs_mode: str | None = None
-        """"processed" or "raw" once `check_logprobs_mode` asked the server (the first `generate` does). Under
-        raw (--logprobs-mode raw_logprobs) only untruncated temperature-1 sampling and greedy have behaviour
-        logprobs on the wire; other sampling is refused."""
+        """"processed" or "raw" once `check_logprobs_mode` asked the servers (the first `generate` does). Under
+        raw (--logprobs-mode raw_logprobs, on any server) only untruncated temperature-1 sampling and greedy have
+        behaviour logprobs on the wire; other sampling is refused."""
+
+    @property
+    def url(self) -> str:
+        """The servers' URLs, comma-separated (what messages name)."""
+        return ",".join(self.urls)
 
     def request_body(self, prompt: list[int], params: SamplingParams) -> dict[str, Any]:
         """The ``/v1/completions`` body of one prompt: every knob that shapes the distribution named."""
@@ -206,46 +217,75 @@ class VllmEngine:
             await trio.sleep(GATE_POLL_S)
             version = self.gate.enter()
         try:
-            reply = await self._post("/v1/completions", self.request_body(prompt, params))
+            ticket = self.router.place(prompt)  # after the gate: a push may just have taken a server out
+            try:
+                reply = await self._post(ticket, "/v1/completions", self.request_body(prompt, params))
+            finally:
+                self.router.done(ticket)
         finally:
             self.gate.leave()
+        url = ticket.server.url
+        while (accepted := self.router.settled(ticket)) is None:  # a push is reloading the server: its outcome
+            await trio.sleep(GATE_POLL_S)
+        if not accepted:
+            raise EngineError(f"{url} left the rotation while the request was in flight: {ticket.server.reason}")
         try:
             return completion_of(reply, prompt, params, version, self.vocab_size)
         except ValueError as exc:
-            raise EngineError(f"{self.url}: the /v1/completions reply is not a completion: {exc}") from None
+            raise EngineError(f"{url}: the /v1/completions reply is not a completion: {exc}") from None
 
-    async def _post(self, path: str, body: dict[str, Any]) -> Any:
+    async def _post(self, ticket: Ticket, path: str, body: dict[str, Any]) -> Any:
+        """POST to the ticket's server; a transport failure (refused, reset, timed out) takes it out of the
+        rotation (`Router.failed`) and, as any failure, is an EngineError naming it."""
+        url = ticket.server.url
         # One client per call: an engine outlives trio.run calls (the trainer's steps), a client may not.
         transport = httpx.AsyncHTTPTransport(retries=self.connect_retries)
         async with httpx.AsyncClient(transport=transport, timeout=self.timeout_s) as client:
             try:
-                response = await client.post(f"{self.url}{path}", json=body)
+                response = await client.post(f"{url}{path}", json=body)
+            except httpx.TransportError as exc:
+                reason = f"{type(exc).__name__}: {exc or 'no reply'}"
+                self.router.failed(ticket, reason)
+                raise EngineError(f"{url}: {reason}") from None
             except httpx.HTTPError as exc:
-                raise EngineError(f"{self.url}: {type(exc).__name__}: {exc or 'no reply'}") from None
-        return reply_json(self.url, response)
+                raise EngineError(f"{url}: {type(exc).__name__}: {exc or 'no reply'}") from None
+        return reply_json(url, response)
 
     async def check_logprobs_mode(self, prompt: list[int]) -> str:
-        """Which logprobs the server returns, "processed" or "raw" (also kept in `logprobs_mode`).
+        """Which logprobs the servers return, "processed" or "raw" (also kept in `logprobs_mode`): raw when any
+        live server returns raw ones (each is asked; a server that fails in transport leaves the rotation, and
+        EngineError when none answers).
 
         One token of ``prompt`` with its 5 most likely candidates, sampled at temperature 1 and at temperature 0.5
         (top_k 1 would not do: vLLM samples it greedily, and a greedy row's processed logprobs are the raw ones):
         raw logprobs are the model's own and equal at both temperatures, processed ones are those of logits /
         temperature and differ."""
+        modes, errors = [], []
+        for server in self.router.live:
+            try:
+                modes.append(await self._probe(Ticket(server, server.epoch), prompt))
+            except EngineError as exc:
+                errors.append(str(exc))
+        if not modes:
+            raise EngineError(f"no vLLM server answered the logprobs probe: {'; '.join(errors)}")
+        self.logprobs_mode = "raw" if "raw" in modes else "processed"
+        return self.logprobs_mode
+
+    async def _probe(self, ticket: Ticket, prompt: list[int]) -> str:
         tops = []
         for temperature in (1.0, 0.5):
             body = self.request_body(prompt, SamplingParams(max_tokens=1, temperature=temperature, seed=0))
             body["logprobs"] = 5
-            reply = await self._post("/v1/completions", body)
+            reply = await self._post(ticket, "/v1/completions", body)
             try:
                 top = reply["choices"][0]["logprobs"]["top_logprobs"][0]
                 tops.append(sorted((float(v) for v in top.values()), reverse=True)[:5])
             except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
                 raise EngineError(
-                    f"{self.url}: no top_logprobs in a probe reply ({exc!r}): {str(reply)[:300]}"
+                    f"{ticket.server.url}: no top_logprobs in a probe reply ({exc!r}): {str(reply)[:300]}"
                 ) from None
         raw = len(tops[0]) == len(tops[1]) and all(math.isclose(a, b, abs_tol=1e-4) for a, b in zip(*tops))
-        self.logprobs_mode = "raw" if raw else "processed"
-        return self.logprobs_mode
+        return "raw" if raw else "processed"
 
 
 def completion_of(reply: Any, prompt: list[int], params: SamplingParams, version: int, vocab_size: int) -> Completion:

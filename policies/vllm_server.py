@@ -22,6 +22,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -72,6 +73,36 @@ def forced_flag(args: Sequence[str]) -> str | None:
         if name in FORCED_FLAGS:
             return name
     return None
+
+
+def replica_devices(replicas: int, per_replica: int, devices: Sequence[str] | None) -> list[str]:
+    """Each replica's ``CUDA_VISIBLE_DEVICES``: replica i takes ``devices[i * per_replica : (i + 1) * per_replica]``
+    (default devices: the entries of this process's ``CUDA_VISIBLE_DEVICES`` when set, else 0, 1, ...); ValueError
+    when there are too few."""
+    if devices is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        devices = visible.split(",") if visible else [str(i) for i in range(replicas * per_replica)]
+    devices = [d.strip() for d in devices if d.strip()]
+    if len(devices) < replicas * per_replica:
+        raise ValueError(
+            f"{replicas} replicas x {per_replica} GPU(s) need {replicas * per_replica} devices, "
+            f"got {len(devices)} ({','.join(devices) or 'none'})"
+        )
+    return [",".join(devices[i * per_replica : (i + 1) * per_replica]) for i in range(replicas)]
+
+
+def start_all(servers: Sequence[VllmServer], timeout_s: float) -> list[float]:
+    """Start ``servers`` together (each in its own thread: a GPU server loads for minutes); seconds each took.
+    When one fails, all are stopped and its VllmAdminError raised."""
+    with ThreadPoolExecutor(len(servers)) as pool:
+        futures = [pool.submit(server.start, timeout_s) for server in servers]
+        errors = [f.exception() for f in futures]
+    failed = next((e for e in errors if e is not None), None)
+    if failed is not None:
+        for server in servers:
+            server.stop()
+        raise failed
+    return [f.result() for f in futures]
 
 
 class VllmServer:
@@ -156,6 +187,14 @@ class VllmAdmin:
         if response.is_error:
             raise VllmAdminError(f"{self.url}{route}: HTTP {response.status_code}: {response.text[:500]}")
         return response.json() if response.content else None
+
+    def healthy(self, timeout_s: float) -> bool:
+        """Whether ``/health`` answers 200 within ``timeout_s``."""
+        try:
+            with httpx.Client(timeout=timeout_s) as client:
+                return client.get(f"{self.url}/health").status_code == 200
+        except httpx.HTTPError:
+            return False
 
     def reload(self, weights_dir: Path, drain: bool) -> dict[str, float]:
         """Pause, reload every worker's weights from ``weights_dir``, reset the prefix cache, resume; seconds of

@@ -177,11 +177,20 @@ class VllmLaunchConfig(BaseModel):
     ``--kv-cache-memory-bytes``: vLLM otherwise takes most of the host's memory for its cache). The launcher sets
     --model, --served-model-name, --host, --port and --logprobs-mode (processed_logprobs: behaviour logprobs)."""
     host: str = "127.0.0.1"
-    """Address the server listens on."""
+    """Address the servers listen on."""
     port: int | None = Field(None, ge=1, le=65535)
-    """Its port; null picks a free one."""
+    """The first server's port (replica i listens on port + i); null picks free ones."""
     startup_timeout_s: float = Field(600.0, gt=0)
-    """Give up (and stop it) when ``/health`` does not answer 200 within this many seconds."""
+    """Give up (and stop them all) when a server's ``/health`` does not answer 200 within this many seconds."""
+    replicas: int = Field(1, ge=1)
+    """Servers to start (one per GPU or replica, each on its own port and log, started together); requests are
+    spread over them and every push reloads all of them (docs/vllm.md)."""
+    gpus_per_replica: int | None = Field(None, ge=1)
+    """GPUs each server is pinned to through its ``CUDA_VISIBLE_DEVICES`` (replica i takes devices i*G..i*G+G-1 of
+    ``devices``); null leaves the environment's as it is. Above 1, give vLLM ``--tensor-parallel-size`` in args."""
+    devices: tuple[str, ...] | None = None
+    """The CUDA devices the replicas are pinned to, in order (with gpus_per_replica); default: this process's
+    ``CUDA_VISIBLE_DEVICES`` entries when set, else 0, 1, ... (leave out the trainer's own GPU here)."""
 
     @model_validator(mode="after")
     def _check(self) -> VllmLaunchConfig:
@@ -192,6 +201,16 @@ class VllmLaunchConfig(BaseModel):
         flag = forced_flag(self.args)
         if flag is not None:
             raise ValueError(f"args: {flag} is set by the launcher ({', '.join(FORCED_FLAGS)}): remove it")
+        if self.port is not None and self.port + self.replicas - 1 > 65535:
+            raise ValueError(f"port: {self.replicas} replicas from port {self.port} run past 65535")
+        if self.devices is not None:
+            if self.gpus_per_replica is None:
+                raise ValueError("devices: only with gpus_per_replica (how many each replica takes)")
+            if len(self.devices) < self.replicas * self.gpus_per_replica:
+                raise ValueError(
+                    f"devices: {self.replicas} replicas x {self.gpus_per_replica} GPU(s) need "
+                    f"{self.replicas * self.gpus_per_replica} devices, got {len(self.devices)}"
+                )
         return self
 
 
@@ -207,8 +226,11 @@ class RolloutEngineConfig(BaseModel):
     url: str | None = None
     """Base URL of the policy server (http), or of a running vLLM server (vllm: started with
     ``VLLM_SERVER_DEV_MODE=1`` and ``--logprobs-mode processed_logprobs``), e.g. http://policy:8000."""
+    urls: tuple[str, ...] | None = None
+    """vllm: several running vLLM servers (one per GPU or replica, each as for url), instead of url: requests are
+    spread over them, a server that fails leaves the rotation, every push reloads all of them (docs/vllm.md)."""
     vllm: VllmLaunchConfig | None = None
-    """vllm without url: the server the trainer starts and stops."""
+    """vllm without url or urls: the server(s) the trainer starts and stops."""
     weights_dir: Path | None = None
     """vllm: the directory pushed weights are written to, which the server must be able to read (a shared path
     when it runs elsewhere); default RUN/vllm."""
@@ -226,15 +248,40 @@ class RolloutEngineConfig(BaseModel):
     def _url(self) -> RolloutEngineConfig:
         if self.type == "http" and self.url is None:
             raise ValueError("url is required with type: http")
-        if self.type == "vllm" and (self.url is None) == (self.vllm is None):
-            raise ValueError("type: vllm takes url (attach to a running server) or vllm (start one), exactly one")
+        given = [name for name in ("url", "urls", "vllm") if getattr(self, name) is not None]
+        if self.type == "vllm" and len(given) != 1:
+            raise ValueError(
+                "type: vllm takes url (attach to a running server), urls (to several) or vllm (start them), exactly "
+                f"one (given: {', '.join(given) or 'none'})"
+            )
+        if self.urls is not None:
+            _check_urls(self.urls)
         if self.type == "in_process" and self.url is not None:
             raise ValueError("url is for type: http or vllm")
         if self.type != "vllm":
-            chosen = [name for name in ("vllm", "weights_dir") if getattr(self, name) is not None]
+            chosen = [name for name in ("urls", "vllm", "weights_dir") if getattr(self, name) is not None]
             if chosen:
                 raise ValueError(f"{', '.join(chosen)}: only with type: vllm")
         return self
+
+
+def _check_urls(urls: tuple[str, ...]) -> None:
+    """ValueError naming ``urls`` when it is empty, repeats a server or holds a URL without a host."""
+    import httpx
+
+    if not urls:
+        raise ValueError("urls: give at least one server URL")
+    stripped = [u.rstrip("/") for u in urls]
+    repeated = next((u for i, u in enumerate(stripped) if u in stripped[:i]), None)
+    if repeated is not None:
+        raise ValueError(f"urls: {repeated} is given twice")
+    for i, url in enumerate(urls):
+        try:
+            host = httpx.URL(url).host
+        except httpx.InvalidURL as exc:
+            raise ValueError(f"urls[{i}]: {url!r} is not a valid URL: {exc}") from None
+        if not host:
+            raise ValueError(f"urls[{i}]: {url!r} names no host: use http://HOST:PORT")
 
 
 class WarmStartConfig(BaseModel):

