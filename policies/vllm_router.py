@@ -181,6 +181,7 @@ class Router:
             return {
                 "vllm/servers_live": float(live),
                 "vllm/servers_out": float(len(self.servers) - live),
+                "vllm/servers_used": float(sum(n > 0 for n in self.counts.per_server.values())),
                 "vllm/left_rotation": float(self.counts.left_rotation),
                 "vllm/readmitted": float(self.counts.readmitted),
                 "vllm/refused_replies": float(self.counts.refused_replies),
