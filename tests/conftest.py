@@ -42,7 +42,7 @@ LONGEST_FIRST = (
     "tests/integration/test_main_job_learning.py",  # 420 s
     "tests/integration/test_compose.py",  # 325 s with a cold image build, 25 s warm
     "tests/integration/test_published_grading.py",  # 150 s (mbpp's hostile and canonical sweeps)
-    "tests/integration/test_vllm_engine.py",  # 145 s warm (two server starts); ~150 s more to build its venv, policy
+    "tests/integration/test_vllm_engine.py",  # 125-145 s warm (3 server starts); ~150 s more to build its venv, policy
     "tests/integration/test_train_ray.py",  # 120 s
     "tests/integration/test_trainer_fsdp.py",  # 110 s (torchrun pairs)
     "tests/integration/test_swe_episodes.py",  # 110 s

@@ -89,6 +89,22 @@ def test_the_longest_match_wins_and_a_server_out_of_rotation_is_skipped():
     assert d.server is c.server
 
 
+def test_a_reply_waits_while_its_server_is_reloaded_and_is_refused_if_the_reload_failed():
+    router = Router(["http://a", "http://b"])
+    ticket = router.place([1, 2])
+    router.set_pushing(ticket.server, True)
+    assert router.settled(ticket) is None  # the push's outcome is not known yet: wait
+    router.set_pushing(ticket.server, False)
+    assert router.settled(ticket) is True  # a push that succeeded: accepted
+    router.set_pushing(ticket.server, True)
+    router.exclude(ticket.server, "weight push of version 2 failed")
+    assert router.settled(ticket) is None
+    router.set_pushing(ticket.server, False)
+    assert router.settled(ticket) is False and router.figures()["vllm/refused_replies"] == 1
+    router.readmit(ticket.server)  # back through a later push: a request of before is still refused
+    assert router.settled(ticket) is False and router.settled(router.place([5])) is True
+
+
 def test_placement_cost_on_a_long_prompt_is_small():
     router = Router(["http://a", "http://b"])
     for k in range(AFFINITY_PROMPTS):
