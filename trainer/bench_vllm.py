@@ -12,7 +12,7 @@ them; no stop tokens and vLLM's ``ignore_eos``, so every request samples exactly
   ``--threads`` torch threads;
 - vLLM: ``--against vllm`` launches ``PYTHON -m vllm.entrypoints.openai.api_server`` from ``--vllm-python`` (the
   Python of vLLM's own venv; `policies.vllm_server.VllmServer`, float32, ``--max-num-seqs`` = the concurrency,
-  ``--vllm-kv-bytes`` of KV cache) on the model directory and stops it at the end; ``--against vllm:URL`` attaches
+  ``--vllm-kv-bytes`` of KV cache, a step's token budget that prefills every prompt whole) on the model directory and stops it at the end; ``--against vllm:URL`` attaches
   to a running server that serves the same directory (its ``/v1/models`` root is compared). Requests go through
   our `VllmEngine` (token ids in, ``/v1/completions``), as the trainer sends them.
 
@@ -167,8 +167,11 @@ def _vllm_server(args: argparse.Namespace, model_dir: Path, url: str | None) -> 
     if url is not None:
         yield url.rstrip("/"), None
         return
-    flags = ["--dtype", "float32", "--max-num-seqs", str(args.concurrency)]
-    flags += ["--max-model-len", str(args.prompt_tokens * 3 // 2 + args.new_tokens + GREEDY_TOKENS)]
+    window = args.prompt_tokens * 3 // 2 + args.new_tokens + GREEDY_TOKENS
+    flags = ["--dtype", "float32", "--max-num-seqs", str(args.concurrency), "--max-model-len", str(window)]
+    # every running request's whole prompt in one step: vLLM 0.32's CPU build dies on a seeded request whose prefill
+    # is chunked ("CPU Generator does not use offset"), and every request here has a seed
+    flags += ["--max-num-batched-tokens", str(args.concurrency * window)]
     flags += ["--kv-cache-memory-bytes", str(args.vllm_kv_bytes)]
     with tempfile.TemporaryDirectory(prefix="bench-vllm-log-") as logs:
         server = VllmServer(args.vllm_python, model_dir, flags, log_path=Path(logs) / "server.log")
