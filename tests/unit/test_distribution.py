@@ -68,4 +68,8 @@ def test_the_package_list_names_every_code_folder_and_no_tests():
     code = {folder.replace("/", ".") for folder in folders if not folder.startswith(NOT_PACKAGES)}
     assert code == listed - {"configs"}
     assert not any(name == "tests" or name.startswith("tests.") for name in listed)
-    assert setuptools["package-data"]["configs"] == ["*.yaml", "models/*/config.json"]  # data only, no code
+    assert setuptools["package-data"]["configs"] == [
+        "*.yaml",
+        "models/*/config.json",
+        "models/*/chat_template.jinja",
+    ]  # data only, no code
