@@ -55,6 +55,8 @@ LONGEST_FIRST = (
     "tests/integration/test_trainer_distributed.py",  # 77 s
     "tests/integration/test_remote_engine.py",  # 70 s
     "tests/integration/test_verifier_learning.py",  # 59 s
+    "tests/integration/test_qwen_one_switch.py",  # 68 s (gym train twice, 50 s of it the vLLM run's server)
+    "tests/integration/test_bench_vllm.py",  # 61 s (46 s of it the bench CLI with its vLLM server)
     "tests/integration/test_killtest_catalog.py",  # 56 s
     "tests/integration/test_integrations_verifiers.py",  # 55 s (two verifiers evaluation runs, one with tools)
     "tests/integration/test_sharded_checkpoint.py",  # 45 s
