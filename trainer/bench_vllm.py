@@ -12,8 +12,10 @@ them; no stop tokens and vLLM's ``ignore_eos``, so every request samples exactly
   ``--threads`` torch threads;
 - vLLM: ``--against vllm`` launches ``PYTHON -m vllm.entrypoints.openai.api_server`` from ``--vllm-python`` (the
   Python of vLLM's own venv; `policies.vllm_server.VllmServer`, float32, ``--max-num-seqs`` = the concurrency,
-  ``--vllm-kv-bytes`` of KV cache, a step's token budget that prefills every prompt whole) on the model directory and stops it at the end; ``--against vllm:URL`` attaches
-  to a running server that serves the same directory (its ``/v1/models`` root is compared). Requests go through
+  ``--vllm-kv-bytes`` of KV cache, a step's token budget that prefills every prompt whole) on the model directory
+  and stops it at the end; ``--against vllm:URL`` attaches to a running server that serves the ``--model``
+  directory (required then; a server whose ``/v1/models`` root names another directory is logged as a warning:
+  it may be the same files under another path). Requests go through
   our `VllmEngine` (token ids in, ``/v1/completions``), as the trainer sends them.
 
 A run fails (SystemExit) when either engine returns a completion short of its budget. Greedy agreement: the first
@@ -92,6 +94,8 @@ def run(args: argparse.Namespace) -> dict:
     url = args.against.removeprefix("vllm:") if args.against != "vllm" else None
     if url is None and args.vllm_python is None:
         raise SystemExit("bench generate --against vllm: --vllm-python PATH (the Python of vLLM's venv) is required")
+    if url is not None and args.model is None:
+        raise SystemExit(f"bench generate --against {args.against}: --model DIR, the directory that server serves")
     if args.threads:
         torch.set_num_threads(args.threads)
     with _model_dir(args.model) as model_dir:
@@ -165,6 +169,7 @@ def _vllm_server(args: argparse.Namespace, model_dir: Path, url: str | None) -> 
     from policies.vllm_server import VllmAdminError, VllmServer
 
     if url is not None:
+        _served_root(url.rstrip("/"), model_dir)
         yield url.rstrip("/"), None
         return
     window = args.prompt_tokens * 3 // 2 + args.new_tokens + GREEDY_TOKENS
@@ -239,6 +244,20 @@ def _greedy_vllm(url: str, vocab: int, requests) -> list[list[int]]:
         return [(await engine.generate([r.prompt], _greedy_params(r)))[0].token_ids for r in requests]
 
     return trio.run(each)
+
+
+def _served_root(url: str, model_dir: Path) -> None:
+    """Warn when the attached server's ``/v1/models`` root is not ``model_dir`` (SystemExit when it does not answer)."""
+    import httpx
+
+    try:
+        roots = [str(m.get("root")) for m in httpx.get(f"{url}/v1/models", timeout=10).json()["data"]]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SystemExit(f"bench generate --against vllm:{url}: its /v1/models did not answer: {exc}") from None
+    if not any(Path(root).name == model_dir.name for root in roots):
+        log.warning(
+            "vLLM server %s serves %s, not %s: the comparison is only fair on the same weights", url, roots, model_dir
+        )
 
 
 def _vllm_version(url: str) -> str:
