@@ -9,13 +9,11 @@ run: setup
 	python3 -m gym train configs/cp_grpo_tiny.yaml
 
 # The lint gate (ruff, configured in pyproject.toml), then the whole test suite (unit + real-Docker integration)
-# on three workers, each taking whole modules, the longest first (tests/conftest.py, pytest_collection_modifyitems).
-# Three on two cores: the Docker tests spend much of their time waiting (containers starting, deadlines running
-# out), and a third worker fills those waits.
+# on two workers, each taking whole modules, the longest first (tests/conftest.py, pytest_collection_modifyitems).
 test: setup
 	python3 -m ruff check .
 	python3 -m ruff format --check .
-	python3 -m pytest -q -n 3 --dist loadfile --no-loadscope-reorder --durations=25 tests
+	python3 -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25 tests
 
 # The edit loop: the lint gate and the unit tier (no Docker), on two workers; the default tokenizer is built
 # first when a fresh clone lacks it (the CLI tests read it, and must not see its one-time training in their output).

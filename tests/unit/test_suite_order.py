@@ -1,4 +1,4 @@
-"""`make test` runs the suite on three xdist workers, whole modules each, the longest modules first."""
+"""`make test` runs the suite on two xdist workers, whole modules each, the longest modules first."""
 
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ def test_the_longest_modules_come_first_and_the_rest_keep_their_order():
     assert [i.nodeid for i in items] == [names[3], names[1], names[5], names[0], names[2], names[4]]
 
 
-def test_make_test_keeps_the_collection_order_on_three_workers():
+def test_make_test_keeps_the_collection_order_on_two_workers():
     recipe = (ROOT / "Makefile").read_text()
     command = next(line.strip() for line in recipe.splitlines() if "-m pytest" in line)
     # loadfile: a module's fixtures are set up once; no reorder: xdist would put the modules with most tests first
-    for flag in ("-n 3", "--dist loadfile", "--no-loadscope-reorder"):
+    for flag in ("-n 2", "--dist loadfile", "--no-loadscope-reorder"):
         assert flag in command, command
