@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> dict:
     from trainer import bench_vllm
 
     if bench_vllm.is_vllm(args.against):
-        return bench_vllm.run(args)
+        return bench_vllm.run(args, _workload, _through_batching_engine)
     if args.requests:
         return run_stream(args)
     import torch

@@ -39,7 +39,7 @@ import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -81,13 +81,14 @@ def is_vllm(against: str | None) -> bool:
     return against is not None and (against == "vllm" or against.startswith("vllm:"))
 
 
-def run(args: argparse.Namespace) -> dict:
+def run(args: argparse.Namespace, workload: Callable, through_batching_engine: Callable) -> dict:
+    """The comparison; ``workload`` and ``through_batching_engine`` are `trainer.bench_generate`'s own request stream
+    and closed-loop driver, handed in by it (so this module imports no benchmark and the two form no cycle)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from policies.generation import GenerationEngine
     from policies.hf_adapter import CausalLMPolicy
-    from trainer.bench_generate import _through_batching_engine, _workload
 
     if not args.requests:
         raise SystemExit("bench generate --against vllm: give the stream's size, --requests N")
@@ -101,13 +102,13 @@ def run(args: argparse.Namespace) -> dict:
     with _model_dir(args.model) as model_dir:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, local_files_only=True).eval()
         vocab = model.config.vocab_size
-        requests = _workload(args, vocab)
+        requests = workload(args, vocab)
         new_tokens = sum(r.max_tokens for r in requests)
         warm = requests[: args.concurrency]
         ours = GenerationEngine(CausalLMPolicy(model, name="policy"), max_batch_size=args.concurrency)
-        _through_batching_engine(ours, warm, args.concurrency)
+        through_batching_engine(ours, warm, args.concurrency)
         sampled: list[int] = []
-        seconds = _through_batching_engine(ours, requests, args.concurrency, sampled)
+        seconds = through_batching_engine(ours, requests, args.concurrency, sampled)
         log.info("ours (%s): %d new tokens in %.2fs", ours.mode, new_tokens, seconds)
         ours_tokens = _sampled_by_ours(ours, requests[: args.greedy])
         with _vllm_server(args, model_dir, url) as (server_url, start_s):
