@@ -7,8 +7,6 @@ policy; the parameter, gradient and AdamW bytes against the tensors a real optim
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 import yaml
