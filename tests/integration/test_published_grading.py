@@ -7,7 +7,9 @@
   to everything, ``sys.exit(0)``, ``os._exit(0)``, fake verdict and result lines printed everywhere a
   candidate can write, builtins and ``math`` patched) pass no task and are never masked. Each task's first
   test runs first; a task whose first test passed (``assert candidate([]) == None`` for ``return None``,
-  ``assert candidate(...)`` for a truthy object) runs its other tests.
+  ``assert candidate(...)`` for a truthy object) runs its other tests. MBPP sanitized's sweep takes the
+  129 of its 427 tasks that the grader sees differently from MBPP's task of the same id (tests, limits,
+  entry point); the other 298 get byte-identical hostile programs and tests in MBPP's sweep.
 
 Measured on the 2-core VM beside other suites, 2026-11-28 (HumanEval / MBPP / sanitized): canonical 16-59 s /
 49-67 s / 24-78 s, hostile 24-62 s / 138-309 s / 107-139 s; the whole module 11:25 at load average 19-21.
@@ -19,6 +21,7 @@ import pytest
 
 from sandbox.failure import Verdict
 from tasks.grader import Grader
+from tasks.task import Task
 from tests.published_support import HOSTILE, SETS, canonical, grade_published, hostile, published
 from tests.sandbox_support import sandbox_config
 
@@ -44,9 +47,39 @@ def test_canonical_solutions_pass_every_published_task(name):
     assert sum(len(rs) for rs in results) == COUNTS[name][1]
 
 
+GRADED_FIELDS = ("kind", "tests", "limits", "fn_name", "starter_code", "completion_prefix", "setup_code")
+
+
+def graded_alike(task: Task, other: Task | None) -> bool:
+    """The grader sees the same thing for a hostile program of either task (prompt and references aside)."""
+    return other is not None and all(getattr(task, f) == getattr(other, f) for f in GRADED_FIELDS)
+
+
+def hostile_sweep(name: str) -> list[Task]:
+    """The tasks of ``name`` whose hostile programs are not already graded by another set's sweep: MBPP sanitized
+    keeps its tasks whose tests, limits or entry point differ from the MBPP task of the same id (the rest are graded
+    exactly as the MBPP sweep grades them)."""
+    tasks = published(name)
+    if name != "mbpp-sanitized":
+        return tasks
+    full = {t.task_id: t for t in published("mbpp")}
+    return [t for t in tasks if not graded_alike(t, full.get(t.task_id))]
+
+
+def test_the_sanitized_sweep_skips_only_tasks_the_mbpp_sweep_grades_alike():
+    full = {t.task_id: t for t in published("mbpp")}
+    sanitized = published("mbpp-sanitized")
+    kept = hostile_sweep("mbpp-sanitized")
+    skipped = [t for t in sanitized if t not in kept]
+    assert 100 <= len(kept) < len(sanitized) and len(kept) + len(skipped) == COUNTS["mbpp-sanitized"][0]
+    for t in skipped:  # the programs the MBPP sweep grades are these tasks' own, byte for byte
+        assert all(hostile(t, kind) == hostile(full[t.task_id], kind) for kind in HOSTILE)
+    assert not graded_alike(kept[0], full.get(kept[0].task_id))
+
+
 @pytest.mark.parametrize("name", list(SETS))
 def test_degenerate_and_hostile_solutions_pass_no_published_task(name):
-    tasks = published(name)
+    tasks = hostile_sweep(name)
     items = [(t, hostile(t, kind), [0]) for kind in HOSTILE for t in tasks]
     first = grade_published(items, sandbox_config())
     again = [k for k, results in enumerate(first) if results[0].verdict == Verdict.PASSED]
