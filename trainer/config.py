@@ -334,8 +334,11 @@ class LoopConfig(BaseModel):
     """Push weights to the rollout engine every this many steps (a new weights version each time)."""
     micro_batch_size: int = Field(8, ge=1)
     """Sequences per forward/backward (gradient accumulation over the batch)."""
-    updates_per_batch: int = Field(1, ge=1)
-    """Optimizer steps per batch (PPO mini-batches); above 1 the ratio's proximal policy is recomputed first."""
+    updates_per_batch: int = Field(1, ge=0)
+    """Optimizer steps per batch (PPO mini-batches); above 1 the ratio's proximal policy is recomputed first.
+    0: a baseline run: the loop samples, grades and logs the same stream, evaluates and checkpoints as ever, but
+    takes no optimizer step (no forward or backward pass of the learner, no weights push: the version stays put),
+    so its weights are the starting ones throughout: the paired control of a learning run at a fraction of its cost."""
     max_masked_share: float = Field(0.05, ge=0, le=1)
     """Stop the run (MaskedShareError, after writing summary.json) when more than this share of the samples
     consumed so far were masked (infrastructure failures); judged after each step; 1 never stops."""

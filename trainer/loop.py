@@ -389,7 +389,7 @@ class Loop:
                 figures = await trio.to_thread.run_sync(self.update, batch.scored)
                 sync_started = time.monotonic()
                 state.step += 1
-                if state.step % config.loop.sync_every == 0:
+                if config.loop.updates_per_batch and state.step % config.loop.sync_every == 0:
                     state.weights_version += 1
                     await trio.to_thread.run_sync(self.push_weights, state.weights_version)
                 producer.grant(config.rollout.groups_per_step)
@@ -448,6 +448,8 @@ class Loop:
         self.sync = FanOutSync((self.sync, workers))
 
     def update(self, scored: list[Scored]) -> dict[str, float]:
+        if not self.config.loop.updates_per_batch:  # a baseline run: the weights stay the starting ones
+            return {}
         self.command(Step(scored))
         return self.learner.train_step(scored)
 

@@ -4,14 +4,15 @@ Two runs of the shipped main job (the generated task family, real sandbox, real 
 its full 32 steps, side by side (one core each: the job runs one torch thread), as two ``python -m gym train``
 processes:
 
-1. the control: ``optimizer.lr: 0``; its weights never move after the warm start;
+1. the control: ``loop.updates_per_batch: 0`` (a baseline run: no optimizer step, no weights push); its weights
+   never move after the warm start, and it spends no time in the learner;
 2. the learning run: the job's own learning rate.
 
 Both warm-start the same way (same demos, seed and one thread: the same weights on one machine) and then draw the
 same task stream with the same sampling seeds, so step for step they differ only by the weights. The held-out
 evaluation (the job's 32 tasks, EVAL_SAMPLES samples each at the training temperature, the same seeds in every
 pass) runs before the first step and after the last in the learning run, and after the last in the control: with
-lr 0 its results must equal, task for task, the learning run's before its first step.
+no update its results must equal, task for task, the learning run's before its first step.
 
 The checks, each a comparison paired within this one run (no figure recorded on another machine enters them: torch
 picks its kernels by CPU, and a run's numbers differ from one CPU to another):
@@ -115,9 +116,9 @@ def task_rises(before: dict[str, list[int]], after: dict[str, list[int]]) -> lis
 
 
 @pytest.mark.timeout(2 * TIMEOUT_S + 120)
-def test_the_main_job_raises_heldout_pass1_and_its_lr0_control_does_not(tmp_path):
+def test_the_main_job_raises_heldout_pass1_and_its_baseline_control_does_not(tmp_path):
     control_dir, learn_dir = tmp_path / "control", tmp_path / "learn"
-    processes = [start(control_dir, "optimizer.lr=0", "eval.before=false"), start(learn_dir)]
+    processes = [start(control_dir, "loop.updates_per_batch=0", "eval.before=false"), start(learn_dir)]
     try:
         control, learned = Run(processes[0], control_dir), Run(processes[1], learn_dir)
     finally:
@@ -132,7 +133,7 @@ def test_the_main_job_raises_heldout_pass1_and_its_lr0_control_does_not(tmp_path
     report = (
         f"held-out pass@1 ({len(start_eval)} tasks x {EVAL_SAMPLES}): learning run "
         f"{learned.summary['heldout_pass1_before']} -> {learned.summary['heldout_pass1_after']}, paired by task "
-        f"{heldout:+.3f} (se {heldout_se:.3f}); control (lr 0) after {control.summary['heldout_pass1_after']}; "
+        f"{heldout:+.3f} (se {heldout_se:.3f}); control (no update) after {control.summary['heldout_pass1_after']}; "
         f"training pass rate over steps {half + 1}-{STEPS}, learning - control paired by step {steps:+.3f} "
         f"(se {steps_se:.3f}; learning {statistics.mean(learned.rates[half:]):.3f}, control "
         f"{statistics.mean(control.rates[half:]):.3f})"
@@ -142,6 +143,7 @@ def test_the_main_job_raises_heldout_pass1_and_its_lr0_control_does_not(tmp_path
     # control's weights never moved (its held-out results after its last step are, task for task, the learning
     # run's before its first)
     assert control.summary["heldout_pass1_before"] is None and control.evals.keys() == {STEPS}, report
+    assert control.summary["weights_version"] == 0 and learned.summary["weights_version"] == STEPS, report
     assert control.evals[STEPS] == start_eval, report
     assert drawn(control.trajectories) == drawn(learned.trajectories), report
     assert heldout >= HELDOUT_RISE, report

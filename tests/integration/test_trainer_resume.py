@@ -89,6 +89,38 @@ def test_resume_equals_uninterrupted(tmp_path):
     assert state["data_cursor"] == 8 and state["weights_version"] == 4  # 4 steps x 2 groups drawn, in order
 
 
+def trajectories(run_dir: Path) -> list[tuple]:
+    rows = [json.loads(line) for line in (run_dir / "trajectories.jsonl").read_text().splitlines()]
+    return sorted((r["seeds"]["position"], r["seeds"]["member"], r["task_id"], r["seeds"]["episode"]) for r in rows)
+
+
+def test_a_baseline_run_samples_the_same_stream_under_its_starting_weights(tmp_path):
+    """loop.updates_per_batch 0: no optimizer step, no push; the stream, the samples' seeds and the checkpoints
+    are the learning run's, the weights the warm start's throughout (control: the learning run moves them)."""
+    learn, baseline = tmp_path / "learn", tmp_path / "baseline"
+    learned = run(config(learn, 2, checkpoint={"every": 1, "keep": 5}))
+    held = run(
+        config(
+            baseline,
+            2,
+            checkpoint={"every": 1, "keep": 5},
+            loop={"steps": 2, "max_staleness": 0, "micro_batch_size": 2, "updates_per_batch": 0},
+        )
+    )
+    assert learned["weights_version"] == 2 and held["weights_version"] == 0 and held["steps"] == 2
+    assert trajectories(baseline) == trajectories(learn)  # the same tasks, members and episode seeds
+    first, second = (baseline / "checkpoints" / name / "model.safetensors" for name in ("step_000001", "step_000002"))
+    moved = load_file(str(learn / "checkpoints" / "step_000002" / "model.safetensors"))
+    start, end = load_file(str(first)), load_file(str(second))
+    assert all(torch.equal(start[k], end[k]) for k in start)  # nothing moved between its steps
+    assert any(not torch.equal(start[k], moved[k]) for k in start)  # the learning run's did
+    rows = [json.loads(line) for line in (baseline / "metrics.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if r["kind"] == "train"]
+    assert [r["step"] for r in train_rows] == [1, 2] and all("loss" not in r and "reward/mean" in r for r in train_rows)
+    with pytest.raises(ConfigError, match=r"loop\.updates_per_batch"):
+        config(tmp_path, 2, loop={"updates_per_batch": -1})
+
+
 def test_config_errors_name_the_field(tmp_path):
     with pytest.raises(ConfigError, match=r"algorithm\.clip_high"):
         config(tmp_path, 2, algorithm={"clip_high": -1})
