@@ -2,8 +2,8 @@
 
 Another library's trainer calls its reward hook from plain threads (verl's reward loop runs ``compute_score`` in an
 executor, TRL calls it in its training loop, verifiers from asyncio). The graders are trio code over a warm pool of
-Docker workspaces, so a `Scorer` runs one trio loop in a thread of its own, started on first use, and callers block
-on it (`trio.from_thread`). The pool is opened on the first program to grade (math needs no Docker) and closed by
+Docker workspaces, so a `Scorer` runs one trio loop in a thread of its own (`gym.integrations.loop_thread`), started
+on first use, and callers block on it (`trio.from_thread`). The pool is opened on the first program to grade (math needs no Docker) and closed by
 `Scorer.close` (also at interpreter exit).
 
 * Programs: `tasks.grader.Grader` in a fresh container each, ``concurrency`` at once over every caller and thread.
@@ -17,17 +17,17 @@ on it (`trio.from_thread`). The pool is opened on the first program to grade (ma
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
-from collections.abc import Sequence
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
 import trio
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from gym.integrations.loop_thread import LoopThread, LoopThreadError
 from sandbox.config import SandboxConfig
 from sandbox.config_file import load_config
 from sandbox.failure import Verdict
@@ -143,61 +143,43 @@ class Scorer:
     def __init__(self, config: ScorerConfig | None = None) -> None:
         self.config = config or ScorerConfig()
         self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._failed: BaseException | None = None
+        self._loop: LoopThread | None = None
         self._golds: dict[str, str] = {}  # gold -> why the check cannot grade against it ("" when it can)
         self.in_flight = 0  # programs being graded now
         self.peak_in_flight = 0  # the most at once so far
 
     # ------------------------------------------------------------ lifecycle
 
-    def _start(self) -> trio.lowlevel.TrioToken:
+    def _started(self) -> LoopThread:
+        """The service's loop, started (again, after a close or a failure) when it is not running."""
         with self._lock:
-            if self._token is not None:
-                return self._token
-            ready = threading.Event()
-            self._thread = threading.Thread(target=self._run, args=(ready,), name="gym-scorer", daemon=True)
-            self._thread.start()
-            if not ready.wait(START_TIMEOUT_S) or self._token is None:
-                raise SandboxUnavailable(f"the scorer's event loop did not start: {self._failed!r}")
-            atexit.register(self.close)
-            return self._token
-
-    def _run(self, ready: threading.Event) -> None:
+            if self._loop is None or self._loop.ended:
+                self._loop = LoopThread("gym-scorer", self._serve, START_TIMEOUT_S)
+            loop = self._loop
         try:
-            trio.run(self._serve, ready)
-        except BaseException as exc:  # the service died: callers get SandboxUnavailable, never a hang
-            self._failed = exc
-            log.exception("the scorer's event loop ended")
-        finally:
-            ready.set()
+            loop.start()
+        except LoopThreadError as exc:
+            raise SandboxUnavailable(str(exc)) from None
+        return loop
 
-    async def _serve(self, ready: threading.Event) -> None:
-        self._closing = trio.Event()
+    @asynccontextmanager
+    async def _serve(self, closing: trio.Event) -> AsyncIterator[None]:
+        self._closing = closing  # the pool's holder closes it (its drain is shielded) once it is set
         self._pool_lock = trio.Lock()
         self._limiter = trio.CapacityLimiter(self.config.concurrency)
         self._math = MathGrader(self.config.math)
         self._grader: Grader | None = None
         self._reading: dict[str, trio.Event] = {}
-        async with AsyncExitStack() as stack:
-            self._nursery = await stack.enter_async_context(trio.open_nursery())
-            self._token = trio.lowlevel.current_trio_token()
-            ready.set()
-            await self._closing.wait()  # then the pool's holder closes it (its drain is shielded) and the nursery ends
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            yield
 
     def close(self) -> None:
         """Stop the service and destroy its containers; idempotent. A later call starts it again."""
         with self._lock:
-            token, thread, self._token = self._token, self._thread, None
-        if token is not None:
-            try:
-                trio.from_thread.run_sync(self._closing.set, trio_token=token)
-            except trio.RunFinishedError:
-                pass
-        if thread is not None:
-            thread.join(timeout=120)
-        atexit.unregister(self.close)
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.close()
 
     def __enter__(self) -> Scorer:
         return self
@@ -215,11 +197,13 @@ class Scorer:
         """The scores of ``pairs``, in order, graded concurrently (programs ``concurrency`` at a time)."""
         if not pairs:
             return []
-        token = self._start()
+        loop = self._started()
         try:
-            return trio.from_thread.run(self._score_many, list(pairs), trio_token=token)
+            return loop.run(self._score_many, list(pairs))
         except trio.RunFinishedError:
-            raise SandboxUnavailable(f"the scorer's event loop has ended: {self._failed!r}") from None
+            raise SandboxUnavailable(f"the scorer's event loop has ended: {loop.failed!r}") from None
+        except LoopThreadError as exc:  # closed by another thread between the start and the call
+            raise SandboxUnavailable(str(exc)) from None
 
     async def _score_many(self, pairs: list[tuple[Task | MathTask, str]]) -> list[Score]:
         scores: list[Score | None] = [None] * len(pairs)

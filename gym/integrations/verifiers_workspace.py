@@ -16,28 +16,30 @@ own episodes:
   OOM kill as theirs; a sandbox the engine failed under is ``[infra_error]``.
 
 The workspace is a trio object and the MCP server an asyncio one: `WorkspaceSession` holds it in a trio loop of
-its own thread, and each call crosses with ``trio.from_thread`` from a worker thread.
+its own thread (`gym.integrations.loop_thread`), and each call crosses with ``trio.from_thread`` from a worker thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import json
 import signal
-import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
 import verifiers.v1 as vf
 
 from gym.format.message import ToolCall
+from gym.integrations.loop_thread import LoopThread, LoopThreadError
 from gym.tools import NAMESPACE, Toolbox, ToolOutcome, ToolsConfig
 from sandbox.config import SandboxConfig
 from sandbox.failure import FailureKind
 from sandbox.fleet import open_pool
 
 OPEN_TIMEOUT_S = 300.0  # the first call waits this long for its workspace (an image check, a container start)
+ENDED = ToolOutcome(output="the rollout has ended: its workspace was released", failure=FailureKind.TOOL_ERROR)
 
 
 class GymToolsetConfig(vf.ToolsetConfig):
@@ -56,73 +58,35 @@ class WorkspaceSession:
         self.sandbox = sandbox.model_copy(update={"pool": sandbox.pool.model_copy(update={"size": 0})})
         self.toolbox = Toolbox(tools)
         self.owner = owner
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._closing: trio.Event | None = None
         self._ws: Any = None
-        self._failed: BaseException | None = None
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
+        self._loop = LoopThread("gym-workspace", self._hold, OPEN_TIMEOUT_S)
         self._released = False
 
-    def _open(self) -> None:
-        with self._lock:
-            if self._thread is not None:
-                if self._failed is not None:
-                    raise RuntimeError(f"the workspace could not start: {self._failed!r}")
-                return
-            ready = threading.Event()
-            self._thread = threading.Thread(target=self._run, args=(ready,), name="gym-workspace", daemon=True)
-            self._thread.start()
-            if not ready.wait(OPEN_TIMEOUT_S) or self._failed is not None or self._ws is None:
-                raise RuntimeError(f"the workspace could not start: {self._failed!r}")
-            atexit.register(self.close)
-
-    def _run(self, ready: threading.Event) -> None:
-        try:
-            trio.run(self._hold, ready)
-        except BaseException as exc:  # the engine did not answer, the image is missing: every call says so
-            self._failed = exc
-        finally:
-            ready.set()
-
-    async def _hold(self, ready: threading.Event) -> None:
-        self._closing = trio.Event()
+    @asynccontextmanager
+    async def _hold(self, _closing: trio.Event) -> AsyncIterator[None]:
         async with open_pool(self.sandbox, gc_at_start=False) as pool, pool.acquire(owner=self.owner) as ws:
-            self._ws, self._token = ws, trio.lowlevel.current_trio_token()
-            ready.set()
-            await self._closing.wait()
+            self._ws = ws
+            yield
 
     def call(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
         """One tool call in the workspace (blocking: call it from a worker thread)."""
         if self._released:  # a call after the rollout ended: data for whoever made it, and no new workspace
-            return ToolOutcome(
-                output="the rollout has ended: its workspace was released", failure=FailureKind.TOOL_ERROR
-            )
-        self._open()
+            return ENDED
         call = ToolCall(namespace=NAMESPACE, name=name, arguments=arguments, raw=json.dumps(arguments))
-        token = self._token
-        if token is None:  # released while this call opened it
-            return ToolOutcome(
-                output="the rollout has ended: its workspace was released", failure=FailureKind.TOOL_ERROR
-            )
         try:
-            return trio.from_thread.run(self.toolbox.call, self._ws, call, trio_token=token)
+            self._loop.start()  # the first call opens the workspace
+            return self._loop.run(self.toolbox.call, self._ws, call)
+        except LoopThreadError:
+            if self._released:  # released while this call opened it
+                return ENDED
+            raise RuntimeError(f"the workspace could not start: {self._loop.failed!r}") from None
         except trio.RunFinishedError:  # the workspace's loop ended under the call: its engine failed
             return ToolOutcome(output="the workspace's loop ended", failure=FailureKind.INFRA_ERROR)
 
     def close(self) -> None:
         """Destroy the workspace; idempotent."""
-        with self._lock:
-            token, thread, self._token = self._token, self._thread, None
-            self._released = True
-        if token is not None and self._closing is not None:
-            try:
-                trio.from_thread.run_sync(self._closing.set, trio_token=token)
-            except trio.RunFinishedError:
-                pass
-        if thread is not None:
-            thread.join(timeout=120)
-        atexit.unregister(self.close)
+        self._released = True
+        self._loop.close()
 
 
 def observation(outcome: ToolOutcome) -> str:

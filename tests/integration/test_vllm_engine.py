@@ -13,8 +13,8 @@ sampled episode through vLLM makes real tool calls. In-memory workspaces and gra
   with ``loop.partial_rollouts``, keeps them across the push, tagged with the version they started under;
 - two GRPO steps of the real loop on the attached server: after the last push the server's greedy tokens and
   logprobs are the HF forward of the trainer's checkpoint, not of the weights it started from; the versions and
-  the staleness of every trajectory and the push figures are recorded;
-- a run with ``engine.vllm`` launches its own server on its initial weights, trains on it and stops it at the end;
+  the staleness of every trajectory and the push figures are recorded (a run that launches its own server
+  through ``python -m gym train``: tests/integration/test_qwen_one_switch.py);
 - two servers behind one engine (the module launches two replicas, ``engine.vllm.replicas: 2``; the other tests
   sample on the first): requests spread over both, a push reaches both (greedy tokens through each equal the HF
   forward of the pushed weights), and when one is SIGKILLed its requests are masked, it leaves the rotation, the
@@ -34,7 +34,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 import torch
 import trio
@@ -367,43 +366,6 @@ def test_two_grpo_steps_change_the_servers_samples_as_the_trainers_weights_predi
         assert s["sync/servers_pushed"] == 1 and s["vllm/servers_live"] == 1 and s["vllm/left_rotation"] == 0
     print(f"push: {steps[-1]['sync/mb']:.2f} MB, reload {steps[-1]['sync/reload_s'] * 1e3:.0f} ms")
     assert (tmp_path / "pushed" / "push" / "model.safetensors").is_file()
-
-
-def test_a_run_launches_its_own_server_and_stops_it_at_the_end(served, tmp_path):
-    """The launch form through the loop: one GRPO step on a server the run starts from the venv's python on its
-    initial weights (written with the policy's config and tokenizer), gone when the run ends (two replicas: the
-    module's fixture)."""
-    run = tmp_path / "run"
-    data = {
-        "run_dir": str(run),
-        "environment": {**ENVIRONMENT, "tokenizer": f"hf:{family_dir('qwen')}", "sampling": {"temperature": 1.0}},
-        "policy": {"type": "hf", "path": str(served.memorised_dir)},
-        "engine": {"type": "vllm", "vllm": {"python": str(vllm_python()), "args": list(SERVER_ARGS)}},
-        "rollout": {"group_size": 2, "groups_per_step": 1, "seed": 1},
-        "optimizer": {"lr": 0.01},
-        "algorithm": {"entropy_coef": 0.1, "dynamic_sampling": {"enabled": False}, "overlong": {"mode": "none"}},
-        "loop": {"steps": 1, "max_staleness": 0, "micro_batch_size": 2, "max_masked_share": 1.0},
-        "checkpoint": {"every": 100},
-        "metrics": {"progress": False, "tensorboard": False},
-        "threads": 1,
-    }
-    config = TrainConfig.parse(data, source="test")
-    started = time.monotonic()
-    summary = trainer.loop.train(config, workspaces=FakePool(), grader=FakeGrader(Environment(config.env), FakePool()))
-    print(f"a 1-step run that launched its own server: {time.monotonic() - started:.1f} s")
-    assert summary["steps"] == 1 and summary["weights_version"] == 1 and summary["masked"] == 0
-    launched = json.loads((run / "vllm" / "engine.json").read_text())
-    assert launched["launched"] and len(launched["urls"]) == 1 and (run / "vllm" / "server.log").stat().st_size > 0
-    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
-        p.name for p in (run / "vllm" / "model").iterdir()
-    }
-    [step] = [s for s in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "vllm/servers_used" in s]
-    print({k: v for k, v in step.items() if k.startswith(("vllm/", "sync/servers"))})
-    assert step["vllm/servers_used"] == 1 and step["vllm/servers_live"] == 1 and step["vllm/left_rotation"] == 0
-    assert step["sync/servers_pushed"] == 1 and step["sync/servers_failed"] == 0
-    for url in launched["urls"]:
-        with pytest.raises(httpx.ConnectError):  # stopped with the run
-            httpx.get(f"{url}/health", timeout=5)
 
 
 def test_two_servers_share_samples_and_pushes_and_a_killed_one_leaves_the_rest_serving(served):
