@@ -1,28 +1,22 @@
-"""The main job learns, and its control does not: configs/cp_grpo_tiny.yaml in real Docker workspaces.
+"""The main job learns: configs/cp_grpo_tiny.yaml in real Docker workspaces, its full 32 steps, through
+``python -m gym train`` (the generated task family, real sandbox, real grader, real engine and learner).
 
-Two runs of the shipped main job (the generated task family, real sandbox, real grader, real engine and learner),
-its full 32 steps, side by side (one core each: the job runs one torch thread), as two ``python -m gym train``
-processes:
+The held-out evaluation (the job's 32 tasks, EVAL_SAMPLES samples each at the training temperature) runs before the
+first step and after the last, with the same sampling seeds in both passes, so the two passes differ only by the
+weights: the before pass is the control (the warm-started policy RL starts from, on exactly the episodes the after
+pass samples). That an evaluation of unchanged weights repeats itself task for task is checked by
+tests/integration/test_trainer_resume.py (a baseline run, ``loop.updates_per_batch: 0``, evaluated at every step).
 
-1. the control: ``loop.updates_per_batch: 0`` (a baseline run: no optimizer step, no weights push); its weights
-   never move after the warm start, and it spends no time in the learner;
-2. the learning run: the job's own learning rate.
+The check, paired within this one run (no figure recorded on another machine enters it: torch picks its kernels by
+CPU, and a run's numbers differ from one CPU to another): the pass rate after - before, paired by task, averaged
+over the tasks, must reach HELDOUT_RISE; nothing is masked.
 
-Both warm-start the same way (same demos, seed and one thread: the same weights on one machine) and then draw the
-same task stream with the same sampling seeds, so step for step they differ only by the weights. The held-out
-evaluation (the job's 32 tasks, EVAL_SAMPLES samples each at the training temperature, the same seeds in every
-pass) runs before the first step and after the last in the learning run, and after the last in the control: with
-no update its results must equal, task for task, the learning run's before its first step.
+The training pass rate over a baseline run on the same stream (`loop.updates_per_batch: 0`: the same tasks and
+sampling seeds, no update) is a figure of docs/benchmarks.md with its commands, not a check of this test: it costs
+a second run of the job, and the held-out rise is the claim.
 
-The checks, each a comparison paired within this one run (no figure recorded on another machine enters them: torch
-picks its kernels by CPU, and a run's numbers differ from one CPU to another):
-- held-out: the learning run's pass rate after - before, paired by task (same tasks, same sampling seeds), averaged
-  over the tasks, must reach HELDOUT_RISE; the control's evaluation equals the learning run's before, exactly;
-- training: the learning run's pass rate - the control's, paired by step (same tasks and seeds), averaged over the
-  second half of the steps, must reach PAIRED_RISE.
-
-Measured (2026-11-28, the project's 2-core VM, AMD EPYC with AVX-512, the two runs side by side beside other
-work, load average 9-22; `se` is the standard error of the paired mean, from the spread of the task or step
+Measured (2026-11-28, the project's 2-core VM, AMD EPYC with AVX-512, the learning run and an lr-0 control side by
+side beside other work, load average 9-22; `se` is the standard error of the paired mean, from the spread of the task or step
 differences), seed 0 under three of torch's kernel levels (ATEN_CPU_CAPABILITY: a stand-in for another CPU) and
 seeds 1 and 2 (other warm starts, tasks and sampling seeds: a trajectory as different as one CPU can make it):
 
@@ -34,13 +28,12 @@ seeds 1 and 2 (other warm starts, tasks and sampling seeds: a trajectory as diff
 | seed 1 | 0.182 -> 0.391 | +0.209 (0.042) | +0.143 (0.027) |
 | seed 2 | 0.182 -> 0.303 | +0.121 (0.037) | +0.162 (0.019) |
 
-Margins: HELDOUT_RISE 0.06 sits 5.7-5.8 standard errors under seed 0's rise on every kernel level (3.5 under seed
-1's, 1.6 under seed 2's, the weakest seen); PAIRED_RISE 0.07 sits 6.0-10.0 standard errors under seed 0's and 2.7-4.8
-under the other seeds'.
+Margin: HELDOUT_RISE 0.06 sits 5.7-5.8 standard errors under seed 0's rise on every kernel level (3.5 under seed
+1's, 1.6 under seed 2's, the weakest seen).
 The 16-step version of this test (held-out 32 x 4 samples, unpaired) failed a fresh machine at +0.047 against 0.05:
 at 16 steps the rise had hardly begun on that CPU (the same seed reaches +0.256 by step 32 here), and a 128-episode
-evaluation has a standard error near 0.03. Each run takes 430-610 s beside other work (seed 0 native: 523 s
-learning, 427 s control, load average 9-20), 950-1110 s with the default kernels.
+evaluation has a standard error near 0.03. A run takes 430-610 s beside other work (seed 0 native: 523 s, load
+average 9-20), 950-1110 s with the default kernels.
 """
 
 from __future__ import annotations
@@ -61,8 +54,7 @@ CONFIG = ROOT / "configs" / "cp_grpo_tiny.yaml"
 STEPS = 32  # the shipped job's own length
 EVAL_SAMPLES = 16  # per held-out task (the shipped job: 4): 512 held-out episodes a pass
 HELDOUT_RISE = 0.06
-PAIRED_RISE = 0.07
-TIMEOUT_S = 2700  # each run; the test's own bound holds both (they run side by side)
+TIMEOUT_S = 2700
 
 
 def start(run_dir: Path, *overrides: str) -> subprocess.Popen:
@@ -83,7 +75,7 @@ def start(run_dir: Path, *overrides: str) -> subprocess.Popen:
 
 
 class Run:
-    """What one finished run wrote: summary, per-step training pass rates, trajectories, per-task evaluations."""
+    """What one finished run wrote: summary, per-step training pass rates, per-task evaluations."""
 
     def __init__(self, process: subprocess.Popen, run_dir: Path) -> None:
         rc = process.wait(timeout=TIMEOUT_S)
@@ -93,15 +85,8 @@ class Run:
         assert self.summary["steps"] == STEPS and self.summary["masked"] == 0, self.summary
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         self.rates = [row["reward/pass_rate"] for row in rows if row["kind"] == "train"]
-        lines = (run_dir / "trajectories.jsonl").read_text().splitlines()
-        self.trajectories = [json.loads(line) for line in lines]
         evals = [json.loads(line) for line in (run_dir / "evals.jsonl").read_text().splitlines()]
         self.evals = {row["step"]: row["per_task"] for row in evals}
-
-
-def drawn(trajectories: list[dict]) -> dict[tuple[int, int], tuple[str, int]]:
-    """Stream position and group member -> (task, episode seed): what the task stream handed out."""
-    return {(t["seeds"]["position"], t["seeds"]["member"]): (t["task_id"], t["seeds"]["episode"]) for t in trajectories}
 
 
 def paired(differences: list[float]) -> tuple[float, float]:
@@ -115,36 +100,26 @@ def task_rises(before: dict[str, list[int]], after: dict[str, list[int]]) -> lis
     return [after[task][0] / after[task][1] - before[task][0] / before[task][1] for task in sorted(before)]
 
 
-@pytest.mark.timeout(2 * TIMEOUT_S + 120)
-def test_the_main_job_raises_heldout_pass1_and_its_baseline_control_does_not(tmp_path):
-    control_dir, learn_dir = tmp_path / "control", tmp_path / "learn"
-    processes = [start(control_dir, "loop.updates_per_batch=0", "eval.before=false"), start(learn_dir)]
+@pytest.mark.timeout(TIMEOUT_S + 120)
+def test_the_main_job_raises_heldout_pass1_over_the_policy_it_starts_from(tmp_path):
+    run_dir = tmp_path / "learn"
+    process = start(run_dir)
     try:
-        control, learned = Run(processes[0], control_dir), Run(processes[1], learn_dir)
+        learned = Run(process, run_dir)
     finally:
-        for process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert learned.evals.keys() == {0, STEPS} and learned.summary["weights_version"] == STEPS
     start_eval, end_eval = learned.evals[0], learned.evals[STEPS]
     heldout, heldout_se = paired(task_rises(start_eval, end_eval))
     half = STEPS // 2
-    steps, steps_se = paired([a - b for a, b in zip(learned.rates[half:], control.rates[half:])])
     report = (
-        f"held-out pass@1 ({len(start_eval)} tasks x {EVAL_SAMPLES}): learning run "
+        f"held-out pass@1 ({len(start_eval)} tasks x {EVAL_SAMPLES}): "
         f"{learned.summary['heldout_pass1_before']} -> {learned.summary['heldout_pass1_after']}, paired by task "
-        f"{heldout:+.3f} (se {heldout_se:.3f}); control (no update) after {control.summary['heldout_pass1_after']}; "
-        f"training pass rate over steps {half + 1}-{STEPS}, learning - control paired by step {steps:+.3f} "
-        f"(se {steps_se:.3f}; learning {statistics.mean(learned.rates[half:]):.3f}, control "
-        f"{statistics.mean(control.rates[half:]):.3f})"
+        f"{heldout:+.3f} (se {heldout_se:.3f}); training pass rate steps 1-{half} "
+        f"{statistics.mean(learned.rates[:half]):.3f}, steps {half + 1}-{STEPS} "
+        f"{statistics.mean(learned.rates[half:]):.3f}; {learned.summary['wall_s']} s"
     )
     print(report)
-    # the same warm-started weights, tasks and sampling seeds: the runs differ only by the learning rate, and the
-    # control's weights never moved (its held-out results after its last step are, task for task, the learning
-    # run's before its first)
-    assert control.summary["heldout_pass1_before"] is None and control.evals.keys() == {STEPS}, report
-    assert control.summary["weights_version"] == 0 and learned.summary["weights_version"] == STEPS, report
-    assert control.evals[STEPS] == start_eval, report
-    assert drawn(control.trajectories) == drawn(learned.trajectories), report
     assert heldout >= HELDOUT_RISE, report
-    assert steps >= PAIRED_RISE, report

@@ -98,6 +98,13 @@ def test_a_baseline_run_samples_the_same_stream_under_its_starting_weights(tmp_p
     """loop.updates_per_batch 0: no optimizer step, no push; the stream, the samples' seeds and the checkpoints
     are the learning run's, the weights the warm start's throughout (control: the learning run moves them)."""
     learn, baseline = tmp_path / "learn", tmp_path / "baseline"
+    # evaluated before the first step and after each: with the weights unchanged, every evaluation repeats the first
+    # (the same sampling seeds in every pass), so a learning run's rise between two is the weights' doing
+    held_out = tmp_path / "heldout.yaml"
+    env = config(tmp_path, 1).env.model_dump(mode="json")
+    env["task_pool"] = {"type": "jsonl", "path": str(SAMPLES / "mbpp.jsonl"), "format": "mbpp"}
+    held_out.write_text(json.dumps(env))  # JSON is YAML
+    evaluated = {"every": 1, "before": True, "environment": str(held_out), "samples": 3, "k": [1]}
     learned = run(config(learn, 2, checkpoint={"every": 1, "keep": 5}))
     held = run(
         config(
@@ -105,6 +112,7 @@ def test_a_baseline_run_samples_the_same_stream_under_its_starting_weights(tmp_p
             2,
             checkpoint={"every": 1, "keep": 5},
             loop={"steps": 2, "max_staleness": 0, "micro_batch_size": 2, "updates_per_batch": 0},
+            eval=evaluated,
         )
     )
     assert learned["weights_version"] == 2 and held["weights_version"] == 0 and held["steps"] == 2
@@ -117,6 +125,11 @@ def test_a_baseline_run_samples_the_same_stream_under_its_starting_weights(tmp_p
     rows = [json.loads(line) for line in (baseline / "metrics.jsonl").read_text().splitlines()]
     train_rows = [r for r in rows if r["kind"] == "train"]
     assert [r["step"] for r in train_rows] == [1, 2] and all("loss" not in r and "reward/mean" in r for r in train_rows)
+    evals = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows if r["kind"] == "eval"]
+    assert [r["step"] for r in evals] == [0, 1, 2] and evals[0]["tasks"] == 3
+    assert all({**r, "step": 0} == evals[0] for r in evals)  # reward_mean too: every sampled length repeats
+    per_task = [json.loads(line)["per_task"] for line in (baseline / "evals.jsonl").read_text().splitlines()]
+    assert per_task == [per_task[0]] * 3
     with pytest.raises(ConfigError, match=r"loop\.updates_per_batch"):
         config(tmp_path, 2, loop={"updates_per_batch": -1})
 
