@@ -165,11 +165,14 @@ t0 = ticks / os.sysconf("SC_CLK_TCK") - time.clock_gettime(time.CLOCK_BOOTTIME) 
 H, ALL = {H}, os.sched_getaffinity(0)
 main = os.getpid()
 if os.fork() == 0:
-    os.sched_setaffinity(0, ALL - {{H}})
-    time.sleep(max(0.0, 2.5 - (time.monotonic() - t0)))
-    os.sched_setaffinity(main, ALL)
-    os.sched_setaffinity(0, ALL)
-    time.sleep(100)
+    try:  # the helper ends quietly where the sandbox refuses it: the main process's error is the program's
+        os.sched_setaffinity(0, ALL - {{H}})
+        time.sleep(max(0.0, 2.5 - (time.monotonic() - t0)))
+        os.sched_setaffinity(main, ALL)
+        os.sched_setaffinity(0, ALL)
+        time.sleep(100)
+    finally:
+        os._exit(1)
 os.sched_setaffinity(0, {{H}})
 while True:
     pass
