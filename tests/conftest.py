@@ -34,33 +34,31 @@ def docker_engine() -> None:
         pytest.skip(problem)
 
 
-# The longest modules, longest first (fresh-clone CI on the 2-core VM, 2026-11-25): `make test` runs two xdist
-# workers that take whole modules in collection order (`--dist loadfile --no-loadscope-reorder`), so these start
-# at once instead of one of them ending the run alone (the learning test, ~7 min, came last and the suite took
-# 25 min; xdist's default order puts modules with the most tests first).
+# The longest modules, longest first (their durations in a fresh-clone `make test` on the 2-core VM, 2026-11-29):
+# `make test` runs two xdist workers that take whole modules in collection order (`--dist loadfile
+# --no-loadscope-reorder`), so these start at once instead of one of them ending the run alone (the learning test
+# came last once and the suite took 25 min; xdist's default order puts modules with the most tests first).
 LONGEST_FIRST = (
-    "tests/integration/test_main_job_learning.py",  # 420 s
-    "tests/integration/test_compose.py",  # 325 s with a cold image build, 25 s warm
-    "tests/integration/test_published_grading.py",  # 150 s (mbpp's hostile and canonical sweeps)
-    "tests/integration/test_vllm_engine.py",  # 125-145 s warm (3 server starts); ~150 s more to build its venv, policy
-    "tests/integration/test_train_ray.py",  # 120 s
-    "tests/integration/test_trainer_fsdp.py",  # 110 s (torchrun pairs)
-    "tests/integration/test_swe_episodes.py",  # 110 s
-    "tests/integration/test_fleet.py",  # 100 s
-    "tests/integration/test_attacks_candidate_failures.py",  # 105 s (40 s of it building the shipped SWE instances)
-    "tests/integration/test_cp_timing.py",  # 100 s
-    "tests/integration/test_trainer_eval_summary.py",  # 95 s
-    "tests/unit/test_math_published_golds.py",  # 80 s
-    "tests/integration/test_train_fsdp_cli.py",  # 75 s (two torchrun trainings)
-    "tests/integration/test_trainer_distributed.py",  # 77 s
-    "tests/integration/test_remote_engine.py",  # 70 s
-    "tests/integration/test_verifier_learning.py",  # 59 s
-    "tests/integration/test_qwen_one_switch.py",  # 68 s (gym train twice, 50 s of it the vLLM run's server)
-    "tests/integration/test_bench_vllm.py",  # 61 s (46 s of it the bench CLI with its vLLM server)
-    "tests/integration/test_killtest_catalog.py",  # 56 s
-    "tests/integration/test_integrations_verifiers.py",  # 55 s (two verifiers evaluation runs, one with tools)
-    "tests/integration/test_sharded_checkpoint.py",  # 45 s
-    "tests/integration/test_bench_peers.py",  # 45 s warm; ~30 s more where the peers' venvs and image are built
+    "tests/integration/test_main_job_learning.py",  # ~450 s: one run of the main job, 32 steps, two evaluations
+    "tests/integration/test_swe_episodes.py",  # 210 s (34 s of it building the shipped SWE instances)
+    "tests/integration/test_published_grading.py",  # 150-180 s (MBPP's hostile and canonical sweeps)
+    "tests/integration/test_train_ray.py",  # 160 s
+    "tests/integration/test_math_published_golds.py",  # 130 s
+    "tests/integration/test_vllm_engine.py",  # 100 s warm (two servers); ~150 s more to build its venv
+    "tests/integration/test_fleet.py",  # 85 s
+    "tests/integration/test_qwen_one_switch.py",  # 85 s (gym train twice, one launching a vLLM server)
+    "tests/integration/test_trainer_fsdp.py",  # 80 s (torchrun pairs)
+    "tests/integration/test_train_fsdp_cli.py",  # 80 s (two torchrun trainings)
+    "tests/integration/test_attacks_candidate_failures.py",  # 75 s
+    "tests/integration/test_cp_timing.py",  # 75 s
+    "tests/integration/test_compose.py",  # 30 s with its image built, up to 300 s building it
+    "tests/integration/test_replicas.py",  # 70 s
+    "tests/integration/test_attacks_checker.py",  # 65 s
+    "tests/integration/test_swe_leak_scan.py",  # 60 s
+    "tests/integration/test_selfplay_cli.py",  # 60 s
+    "tests/integration/test_remote_engine.py",  # 50 s
+    "tests/integration/test_bench_vllm.py",  # 50 s (most of it the bench CLI's vLLM server start)
+    "tests/integration/test_cp_samples.py",  # 50 s
 )
 
 
