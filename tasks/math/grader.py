@@ -181,11 +181,12 @@ class MathGrader:
         while not ended.is_set():
             with trio.move_on_after(POLL_S):
                 await ended.wait()
-            if ended.is_set() or _cpu_s(pid) - cpu0 > self.config.timeout_s:
+            fields = _stat(pid)  # one read a poll: the CPU used and the state
+            if ended.is_set() or _cpu_of(fields) - cpu0 > self.config.timeout_s:
                 return ""
-            slept = slept or _state(pid) in ("S", "D")
+            slept = slept or (fields is not None and fields[0] in ("S", "D"))
             if (wall := trio.current_time() - start) > backstop:
-                used = _cpu_s(pid) - cpu0
+                used = _cpu_of(fields) - cpu0
                 waited = _run_delay_s(pid) - delay0
                 if not slept:
                     # the kernel adds a wait to the run delay when the thread next runs: a check the host keeps off
@@ -204,21 +205,22 @@ class MathGrader:
 _TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
 
+def _stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first); None once the process is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _cpu_of(fields: list[str] | None) -> float:
+    """CPU time (user + system, every thread) from `_stat`'s fields; 0 once the process is gone."""
+    return (int(fields[11]) + int(fields[12])) * _TICK_S if fields else 0.0  # utime, stime (stat's 14 and 15)
+
+
 def _cpu_s(pid: int) -> float:
     """CPU time (user + system) of process ``pid``, every thread; 0 once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) * _TICK_S  # utime, stime (fields 14 and 15 of stat)
-
-
-def _state(pid: int) -> str:
-    """The process's state letter (R running or runnable, S sleeping, D blocked, ...); "" once it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
+    return _cpu_of(_stat(pid))
 
 
 def _run_delay_s(pid: int) -> float:
