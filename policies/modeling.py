@@ -22,7 +22,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
 from kernels import token_logprob_entropy
-from policies.attention import Attention, attention_mask_4d, rope_cos_sin
+from policies.attention import Attention, attention_mask_4d, causal_suffices, rope_cos_sin
 from policies.config import MODEL_TYPE, RdepMoeConfig
 from policies.dispatcher import Dispatcher
 from policies.experts import ExpertShard, MoEBlock, SwiGLU
@@ -155,7 +155,11 @@ class RdepMoeModel(RdepMoePreTrainedModel):
                 f"with leading dims {(num_moe, batch, length)}"
             )
         cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta)
-        mask = attention_mask_4d(attention_mask, batch, length, past, x.device)
+        mask = (
+            None
+            if causal_suffices(attention_mask, past)
+            else attention_mask_4d(attention_mask, batch, length, past, x.device)
+        )
         routes_used, aux_total = [], None
         for layer in self.layers:
             replay = None if routed_experts is None or not layer.is_moe else routed_experts[len(routes_used)]

@@ -7,6 +7,7 @@ import torch
 from pydantic import ValidationError
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 
+from policies.attention import causal_suffices
 from policies.config import MoEArchitecture, RdepMoeConfig
 from policies.modeling import RdepMoeForCausalLM
 from policies.router import Router
@@ -58,6 +59,29 @@ def test_left_padding_matches_unpadded() -> None:
     # measured max |diff| 0 to 1e-6 (same maths, different masking); margin 20x
     assert torch.allclose(alone, batched, atol=2e-5)
     assert torch.isfinite(model(padded, attention_mask=mask, position_ids=positions).logits).all()
+
+
+def test_right_padding_takes_the_causal_kernel_and_matches_the_masked_one(monkeypatch) -> None:
+    """The trainer's right-padded batches skip the (B, 1, T, S) mask (`causal_suffices`); every real token's
+    logits equal the masked path's, and a left-padded or cached call keeps the mask."""
+    import policies.modeling
+
+    assert causal_suffices(None, 0) and causal_suffices(torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0]]), 0)
+    assert not causal_suffices(torch.tensor([[0, 1, 1]]), 0)  # left padding
+    assert not causal_suffices(torch.tensor([[1, 0, 1]]), 0)  # a hole
+    assert not causal_suffices(None, 4)  # keys in a cache
+    model = small_model()
+    ids = tokens(3, 40)
+    mask = torch.ones(3, 40, dtype=torch.int64)
+    mask[1, 25:] = 0
+    mask[2, 3:] = 0
+    causal = model(ids, attention_mask=mask).logits
+    monkeypatch.setattr(policies.modeling, "causal_suffices", lambda *_: False)
+    masked = model(ids, attention_mask=mask).logits
+    real = mask.bool()
+    # measured max |diff| 0; the margin is float noise
+    assert torch.allclose(causal[real], masked[real], atol=2e-5)
+    assert torch.isfinite(causal).all()
 
 
 def test_kv_cache_steps_equal_full_forward() -> None:
