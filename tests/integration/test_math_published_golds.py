@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import gzip
+import inspect
 import json
 import logging
 import multiprocessing
@@ -28,7 +29,7 @@ from tasks.math.problem import MathTask, gsm8k_gold
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "tasks" / "samples" / "published"
 DEADLINE_S = 20  # the check's deadline (MathGraderConfig.timeout_s): a slower answer would be its time_limit
-HEDGE_EVERY = 5  # hedges are built on every fifth gold of each set (the whole set: ~5x the time)
+HEDGE_EVERY = 5  # hedges are built on every fifth gold of each set (the whole set: ~5x the time); odd: `Workers`
 
 # Hedge classes: a gold with a wrong answer of its kind (`_kind`: text, a base-n numeral, a list, a constant, an
 # expression with unknowns, a name, a relation) beside it, or alone.
@@ -58,17 +59,24 @@ def honest(gold: str) -> list[str]:
     return answers
 
 
-def _judged(answers: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """``(verdict, detail)`` of each ``(gold, answer)``, as the check process would give it within its deadline."""
-    from tasks.math.check import judge
+_READ: dict[str, tuple] = {}  # a worker's golds, each read once (`tasks.math.check.read_gold`)
 
+
+def _judged(answers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``(verdict, detail)`` of each ``(gold, answer)``, as the check process would give it within its deadline:
+    ``judge``'s two steps, the gold read once (a check process reads its task's gold once, then the answer; the
+    reading is most of a check's time, and a gold is judged against up to ~110 answers here)."""
+    from tasks.math.check import judge, judge_read
+
+    limits = [inspect.signature(judge).parameters[name].default for name in ("max_chars", "max_answers")]
     logging.disable(logging.WARNING)
     signal.signal(signal.SIGALRM, _deadline)
     verdicts = []
     for gold, answer in answers:
         signal.alarm(DEADLINE_S)
         try:
-            verdicts.append(judge(gold, answer))
+            read, why = _read(gold)
+            verdicts.append(("gold_error", why) if read is None else judge_read(read, answer, *limits))
         except TimeoutError:
             verdicts.append(("time_limit", f"past {DEADLINE_S} s"))
         finally:
@@ -76,15 +84,22 @@ def _judged(answers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return verdicts
 
 
+def _read(gold: str) -> tuple:
+    from tasks.math.check import read_gold
+
+    if gold not in _READ:
+        _READ[gold] = read_gold(gold)
+    return _READ[gold]
+
+
 def _deadline(*_):
     raise TimeoutError
 
 
 def _kind(gold: str) -> str:
-    from tasks.math.check import read_gold
     from tasks.math.reply import is_constant, is_name, is_relation
 
-    read, _ = read_gold(gold)
+    read, _ = _read(gold)
     if read is None or read.form != "value":
         return read.form if read else "unread"
     if is_relation(read.value) or is_constant(read.value):
@@ -119,13 +134,36 @@ def _honest(gold: str) -> list[tuple[str, str, str]]:
     return [(gold, answer, verdict[0]) for answer, verdict in zip(answers, _judged([(gold, a) for a in answers]))]
 
 
+class Workers:
+    """Two forked worker processes, item ``k`` of a map always to worker ``k % 2``: a gold's honest answers, its
+    kind and its hedges (gold ``5k``, of the same parity as ``k``) are judged in the process that read it, so each
+    gold is read once in the module (`_read`).
+
+    Executors, not multiprocessing.Pool: a worker that dies breaks its executor (the test fails, BrokenProcessPool),
+    where a Pool replaces it and its replacement can wait forever on the task queue's lock, hanging the suite in
+    this fixture's teardown (it did once, for ten minutes, in a fresh-clone CI)."""
+
+    def __init__(self) -> None:
+        fork = multiprocessing.get_context("fork")
+        self.executors = [ProcessPoolExecutor(1, mp_context=fork) for _ in range(2)]
+
+    def map(self, fn, items: list, chunksize: int) -> list:
+        shares = [executor.map(fn, items[k::2], chunksize=chunksize) for k, executor in enumerate(self.executors)]
+        results = [None] * len(items)
+        for k, share in enumerate(shares):
+            results[k::2] = list(share)
+        return results
+
+    def close(self) -> None:
+        for executor in self.executors:
+            executor.shutdown()
+
+
 @pytest.fixture(scope="module")
 def pool():
-    """Two forked workers. An executor, not a multiprocessing.Pool: a worker that dies breaks the executor (the test
-    fails, BrokenProcessPool), where a Pool replaces it and its replacement can wait forever on the task queue's
-    lock, hanging the suite in this fixture's teardown (it did once, for ten minutes, in a fresh-clone CI)."""
-    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as workers:
-        yield workers
+    workers = Workers()
+    yield workers
+    workers.close()
 
 
 @pytest.mark.slow
@@ -144,8 +182,8 @@ def test_every_published_gold_earns_one_and_nothing_is_masked(pool, name):
 @pytest.mark.parametrize("name", ["math", "gsm8k"])
 def test_every_hedge_class_built_from_the_published_golds_earns_zero(pool, name):
     every = golds(name)
-    kinds = list(pool.map(_kind, every, chunksize=50))
-    built = list(pool.map(_hedges, [(every, kinds, i) for i in range(0, len(every), HEDGE_EVERY)], chunksize=10))
+    kinds = pool.map(_kind, every, chunksize=50)
+    built = pool.map(_hedges, [(every, kinds, i) for i in range(0, len(every), HEDGE_EVERY)], chunksize=10)
     rows = [row for rows in built for row in rows]
     by_class: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for hedge_class, _, _, verdict in rows:
