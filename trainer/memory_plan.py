@@ -30,8 +30,8 @@ output and the kernel's logsumexp per head (2q + 2kv + heads); a SwiGLU MLP keep
 their product (4i); a routed MoE layer keeps, per chosen expert, the row sent and returned (2h) and the
 expert's SwiGLU (4 i_moe), plus the router's logits (E) and any shared experts' SwiGLU (the router's
 probabilities and the chosen gates, a few more per token, are left out). Our RDEP policy repeats k and v to every
-head before attention (2q instead of 2kv) and hands attention an additive mask, one row of T per token and
-layer. The final norm keeps 2h + 1 per token; the LM head runs on sampled tokens only through the fused logprob
+head before attention (2q instead of 2kv); a trainer batch is right-padded, so it takes the causal kernel and
+hands attention no mask (`policies.attention.causal_suffices`). The final norm keeps 2h + 1 per token; the LM head runs on sampled tokens only through the fused logprob
 kernel (`kernels.token_logprob_entropy`) and keeps no (T x V) logits. A CPU test checks this count against the
 bytes autograd actually saves for two small Qwen2 models and the RDEP policy (tests/unit/test_memory_plan.py).
 
@@ -76,7 +76,6 @@ class ModelShape:
     top_k: int
     shared_intermediate: int  # the shared experts' total width in a MoE layer
     kv_saved: int  # width of the k and v attention keeps: kv_dim, or q_dim when heads are repeated first (ours)
-    explicit_mask: bool  # an additive (T x T) mask reaches attention in every layer (ours)
 
 
 @dataclass(frozen=True)
@@ -159,7 +158,6 @@ def model_shape(model: nn.Module) -> ModelShape:
         top_k=int(getattr(config, "num_experts_per_tok", 0) or 0),
         shared_intermediate=shared,
         kv_saved=heads * head_dim if ours else kv_heads * head_dim,
-        explicit_mask=ours,
     )
 
 
@@ -179,13 +177,12 @@ def _moe_layers(config, layers: int) -> int:
     return sum(1 for i in range(layers) if (i + 1) % step == 0 and i not in skip)
 
 
-def activation_elements_per_token(shape: ModelShape, sequence: int) -> tuple[int, int]:
-    """(all layers, the largest one layer): elements autograd keeps per token of ``sequence``-token rows."""
+def activation_elements_per_token(shape: ModelShape) -> tuple[int, int]:
+    """(all layers, the largest one layer): elements autograd keeps per token (the same at any row length: no
+    kernel here keeps a (T x T) tensor)."""
     h = shape.hidden
     norms = 2 * (3 * h + 1)  # each RMSNorm: input, normalised, weighted output, 1/rms
     attention = norms + 2 * shape.q_dim + 2 * shape.kv_saved + shape.heads  # q, output, k, v, logsumexp
-    if shape.explicit_mask:
-        attention += sequence  # one row of the (T x T) additive mask
     dense = attention + 4 * shape.intermediate
     moe = attention + shape.top_k * (2 * h + 4 * shape.moe_intermediate) + shape.experts + 4 * shape.shared_intermediate
     dense_layers = shape.layers - shape.moe_layers
@@ -215,7 +212,7 @@ def memory_plan(shape: ModelShape, setting: Setting) -> MemoryPlan:
     reference = parameters if setting.reference else 0  # the frozen KL reference, sharded as the policy
 
     tokens = setting.micro_batch * setting.sequence
-    per_token, largest_layer = activation_elements_per_token(shape, setting.sequence)
+    per_token, largest_layer = activation_elements_per_token(shape)
     if setting.activation_checkpointing:
         kept = tokens * (shape.layers * shape.hidden + largest_layer + 2 * shape.hidden)
     else:

@@ -191,17 +191,6 @@ def test_a_gold_that_raises_is_the_tasks_fault_not_a_wrong_answer(monkeypatch):
     assert judge("42", "42") == ("gold_error", "the gold '42' does not parse (RecursionError)")
 
 
-@pytest.mark.slow
-def test_a_gold_that_hangs_the_check_is_masked_and_an_answer_that_does_is_scored():
-    # the gold's time is the start's (start_timeout_s), the answer's is timeout_s of CPU from the gold on; the
-    # wall-clock backstop far past it, so a host at load 20 still sees the CPU limit reached, not starvation
-    grader = MathGrader(MathGraderConfig(timeout_s=4, start_timeout_s=20, backstop_factor=40))
-    hanging_gold = grade_sync(grader, TASK.model_copy(update={"gold": "9^{9^{9^{9}}}"}), "1")
-    assert hanging_gold.infra_error and "ran past 20 s before reading the gold" in hanging_gold.detail
-    hanging_answer = grade_sync(grader, TASK, "9^{9^{9^{9}}}")
-    assert hanging_answer.tests[0].verdict == Verdict.TIME_LIMIT and not hanging_answer.infra_error
-
-
 def _fake_check(tmp_path, body: str):
     script = tmp_path / "check.py"
     script.write_text(f"import os, signal, sys\nsys.stdin.read()\n{body}\n")

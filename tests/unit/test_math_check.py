@@ -123,33 +123,6 @@ def test_a_huge_answer_is_refused_unread():
     assert result.tests[0].verdict == Verdict.WRONG_ANSWER and "1000000 characters" in result.detail
 
 
-@pytest.mark.slow
-def test_an_answer_that_keeps_sympy_busy_is_a_time_limit_not_a_hang():
-    # 3 s of CPU; a wall-clock backstop far past it, so a loaded host (a CI at load 12 gives the check a sixth of a
-    # CPU) still sees the CPU limit reached, never the backstop's starvation (masked, infra_error: its own test)
-    result = grade_sync(MathGrader(MathGraderConfig(timeout_s=3, backstop_factor=40)), TASK, "9^{9^{9^{9}}}")
-    assert result.tests[0].verdict == Verdict.TIME_LIMIT and not result.passed and not result.infra_error
-    assert "ran past 3 s" in result.detail and result.wall_s < 150  # killed, not a hang (start-up is not bounded here)
-
-
-def test_the_answers_time_starts_when_the_gold_is_read(tmp_path, monkeypatch):
-    """The check's start (its process, sympy's import: ~1.6 s idle on the 2-core VM, much more under load; here 8 s
-    more of sleep before it) is not the answer's time: a 4 s limit is enough for "42", however long the start took.
-    Before, the limit covered the start, and an overloaded host turned it into infra_error (a masked sample) or, had
-    the gold been read, into the answer's time_limit. (A 0.5 s limit without the sleep failed a loaded CI: the check
-    of "42" itself, after the gold, took longer there.)"""
-    import tasks.math.grader
-
-    check, slow_start = str(tasks.math.grader.CHECK), tmp_path / "slow_start.py"
-    slow_start.write_text(
-        f"import runpy, sys, time\ntime.sleep(8)\nsys.argv = [{check!r}]\nrunpy.run_path({check!r}, run_name='__main__')\n"
-    )
-    monkeypatch.setattr(tasks.math.grader, "CHECK", slow_start)
-    result = grade_sync(MathGrader(MathGraderConfig(timeout_s=4)), TASK, "42")
-    assert result.passed and result.tests[0].verdict == Verdict.PASSED, result
-    assert result.wall_s > 8  # the start took longer than the limit
-
-
 def test_a_check_that_cannot_read_the_gold_within_its_start_bound_is_masked():
     result = grade_sync(MathGrader(MathGraderConfig(start_timeout_s=0.05)), TASK, "42")
     assert result.infra_error and result.tests[0].verdict == Verdict.INFRA_ERROR
