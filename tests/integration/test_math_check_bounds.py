@@ -13,7 +13,7 @@ from sandbox.failure import Verdict
 from tasks.math.golds import unread_golds
 from tasks.math.grader import MathGrader, MathGraderConfig, grade_sync
 from tasks.math.problem import MathTask
-from tests.unit.test_math_nesting import DEEP, nested
+from tests.math_support import DEEP, nested
 
 pytestmark = pytest.mark.slow
 
