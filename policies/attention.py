@@ -60,9 +60,10 @@ def attention_mask_4d(
     return mask | diagonal[None, None]
 
 
-def causal_suffices(attention_mask: torch.Tensor | None, past_len: int) -> bool:
+def causal_suffices(attention_mask: torch.Tensor | None, batch: int, q_len: int, past_len: int) -> bool:
     """Whether the plain causal mask gives every real token the keys `attention_mask_4d` would: no cache, and
-    every row's padding (if any) on the right, after its last real token.
+    every row's padding (if any) on the right, after its last real token. A mask of another shape than
+    (batch, q_len) is left to `attention_mask_4d`, which refuses it by name.
 
     A real token then never sees a pad (pads come after it), and a pad sees the causal prefix, never an empty
     row. SDPA's causal kernel (``is_causal``) skips the masked half instead of reading a (B, 1, T, T) mask:
@@ -72,6 +73,8 @@ def causal_suffices(attention_mask: torch.Tensor | None, past_len: int) -> bool:
         return False
     if attention_mask is None:
         return True
+    if attention_mask.shape != (batch, q_len):
+        return False
     real = attention_mask.to(torch.int8)
     return bool((real[:, 1:] <= real[:, :-1]).all())
 

@@ -157,7 +157,7 @@ class RdepMoeModel(RdepMoePreTrainedModel):
         cos, sin = rope_cos_sin(position_ids, self.config.head_dim, self.config.rope_theta)
         mask = (
             None
-            if causal_suffices(attention_mask, past)
+            if causal_suffices(attention_mask, batch, length, past)
             else attention_mask_4d(attention_mask, batch, length, past, x.device)
         )
         routes_used, aux_total = [], None

@@ -66,11 +66,13 @@ def test_right_padding_takes_the_causal_kernel_and_matches_the_masked_one(monkey
     logits equal the masked path's, and a left-padded or cached call keeps the mask."""
     import policies.modeling
 
-    assert causal_suffices(None, 0) and causal_suffices(torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0]]), 0)
-    assert not causal_suffices(torch.tensor([[0, 1, 1]]), 0)  # left padding
-    assert not causal_suffices(torch.tensor([[1, 0, 1]]), 0)  # a hole
-    assert not causal_suffices(None, 4)  # keys in a cache
+    assert causal_suffices(None, 3, 3, 0) and causal_suffices(torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0]]), 3, 3, 0)
+    assert not causal_suffices(torch.tensor([[0, 1, 1]]), 1, 3, 0)  # left padding
+    assert not causal_suffices(torch.tensor([[1, 0, 1]]), 1, 3, 0)  # a hole
+    assert not causal_suffices(None, 1, 3, 4)  # keys in a cache
     model = small_model()
+    with pytest.raises(ValueError, match="attention_mask has shape"):  # a mask of another length is still refused
+        model(tokens(1, 6), attention_mask=torch.ones(1, 9, dtype=torch.int64))
     ids = tokens(3, 40)
     mask = torch.ones(3, 40, dtype=torch.int64)
     mask[1, 25:] = 0
