@@ -31,8 +31,9 @@ their product (4i); a routed MoE layer keeps, per chosen expert, the row sent an
 expert's SwiGLU (4 i_moe), plus the router's logits (E) and any shared experts' SwiGLU (the router's
 probabilities and the chosen gates, a few more per token, are left out). Our RDEP policy repeats k and v to every
 head before attention (2q instead of 2kv); a trainer batch is right-padded, so it takes the causal kernel and
-hands attention no mask (`policies.attention.causal_suffices`). The final norm keeps 2h + 1 per token; the LM head runs on sampled tokens only through the fused logprob
-kernel (`kernels.token_logprob_entropy`) and keeps no (T x V) logits. A CPU test checks this count against the
+hands attention no mask (`policies.attention.causal_suffices`). The final norm keeps 2h + 1 per token; the LM
+head runs on sampled tokens only through the fused logprob kernel (`kernels.token_logprob_entropy`) and keeps no
+(T x V) logits. A CPU test checks this count against the
 bytes autograd actually saves for two small Qwen2 models and the RDEP policy (tests/unit/test_memory_plan.py).
 
 CPU offload moves parameters, gradients and optimizer state to host memory: they are reported as host bytes

@@ -31,8 +31,7 @@ def test_a_gold_that_hangs_the_check_is_masked_and_an_answer_that_does_is_scored
 
 
 def test_a_gold_that_hangs_the_check_is_reported_and_the_reading_goes_on():
-    # the hanging gold holds the check for its whole bound
-    # The bound is 10 s: an honest gold here is read in ~0.06 s idle, and one read under a 2 s bound ran past it
+    # The hanging gold holds the check for its whole bound, 10 s: an honest gold here is read in ~0.06 s idle, and one read under a 2 s bound ran past it
     # on the 2-core VM with two CPU hogs and other suites beside it (the hanging one never ends at any bound).
     golds = ["5", "9^{9^{9^{9}}}", "\\text{east}", "6 | 5", "40_9"]
     tasks = [MathTask(task_id=str(i), source_format="plain", problem="?", gold=gold) for i, gold in enumerate(golds)]

@@ -14,6 +14,7 @@ hedges). Measured on the 2-core VM: 2.5 minutes for the module at load average ~
 from __future__ import annotations
 
 import collections
+import functools
 import gzip
 import inspect
 import json
@@ -64,11 +65,10 @@ _READ: dict[str, tuple] = {}  # a worker's golds, each read once (`tasks.math.ch
 
 def _judged(answers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """``(verdict, detail)`` of each ``(gold, answer)``, as the check process would give it within its deadline:
-    ``judge``'s two steps, the gold read once (a check process reads its task's gold once, then the answer; the
-    reading is most of a check's time, and a gold is judged against up to ~110 answers here)."""
-    from tasks.math.check import judge, judge_read
+    ``judge``'s two steps, the gold read once (a check process reads its task's gold once, then the answer; a gold
+    is judged against up to ~110 answers here, and a read costs about as much as judging one answer)."""
+    from tasks.math.check import judge_read
 
-    limits = [inspect.signature(judge).parameters[name].default for name in ("max_chars", "max_answers")]
     logging.disable(logging.WARNING)
     signal.signal(signal.SIGALRM, _deadline)
     verdicts = []
@@ -76,12 +76,20 @@ def _judged(answers: list[tuple[str, str]]) -> list[tuple[str, str]]:
         signal.alarm(DEADLINE_S)
         try:
             read, why = _read(gold)
-            verdicts.append(("gold_error", why) if read is None else judge_read(read, answer, *limits))
+            verdicts.append(("gold_error", why) if read is None else judge_read(read, answer, *_limits()))
         except TimeoutError:
             verdicts.append(("time_limit", f"past {DEADLINE_S} s"))
         finally:
             signal.alarm(0)
     return verdicts
+
+
+@functools.cache
+def _limits() -> tuple[int, int]:
+    """``judge``'s defaults for ``max_chars`` and ``max_answers``, the ones a check is run with here."""
+    from tasks.math.check import judge
+
+    return tuple(inspect.signature(judge).parameters[name].default for name in ("max_chars", "max_answers"))
 
 
 def _read(gold: str) -> tuple:
