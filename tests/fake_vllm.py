@@ -5,7 +5,8 @@
 A completion's ids say who sampled it: ``[tag, 50 + reloads, stop]`` (the server's tag, how many reloads it has
 done, the request's first stop id). ``hold`` keeps completions in flight until set; ``fail_reload`` answers the reload with HTTP 500; ``kill``
 stops listening (connections are refused from then on). Run as a script (``fake_vllm.py -m vllm... --port P
---model DIR ...``, the launcher's argv) it serves in the foreground and prints its ``CUDA_VISIBLE_DEVICES``.
+--model DIR ...``, the launcher's argv) it serves in the foreground, prints its ``CUDA_VISIBLE_DEVICES`` and tags
+its completions with 10 + its first GPU.
 """
 
 from __future__ import annotations
@@ -100,8 +101,12 @@ class FakeVllm:
 def main(argv: list[str]) -> None:
     """The launcher's argv (``-m vllm.entrypoints.openai.api_server --model DIR ... --port P ...``): serve there."""
     port = int(argv[argv.index("--port") + 1])
-    print(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}", flush=True)
-    fake = FakeVllm(tag=port % 40 + 10, port=port)
+    devices = os.environ.get("CUDA_VISIBLE_DEVICES")
+    print(f"CUDA_VISIBLE_DEVICES={devices}", flush=True)
+    # the tag names the replica: from its first pinned GPU (distinct per replica), else from the port (two ports
+    # may share a tag then: tests that tell replicas apart pin them)
+    tag = 10 + int(devices.split(",")[0]) if devices else port % 40 + 10
+    fake = FakeVllm(tag=tag, port=port)
     fake.server.serve_forever()
 
 
