@@ -77,6 +77,13 @@ class ExecRequest(_Wire):
         "its CPU limit; one still starved at that cap comes back with starved set. None: killed at timeout_s",
     )
     env: dict[str, str] = Field(default_factory=dict, description="added to the clean sandbox environment")
+    fork_server: bool = Field(
+        False,
+        description="run a `python3 -I` command (a -c program or a script, no other option, no env of its own) in "
+        "a child the workspace's fork server forks from an interpreter started with the container, in the "
+        "command's identity and limits, instead of a fresh interpreter (its start-up skipped; a command of "
+        "another shape, or a workspace without the server, runs the usual way)",
+    )
 
     @model_validator(mode="after")
     def _grace_needs_a_cpu_limit(self) -> ExecRequest:

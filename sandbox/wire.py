@@ -44,3 +44,6 @@ RESULT = "result"
 HELLO = "hello"
 VERSION = "version"
 RUNNER_NAME = "gym-runner"
+# The first line of the fork server's program (`sandbox/runner/zygote.py`, run as ``python3 -I -c``): how a
+# process listing tells it apart (with its user, root, which no command of the sandbox user can be).
+FORK_SERVER_TAG = "# gym-fork-server"

@@ -4,6 +4,8 @@
   container per task from the warm pool, one ``exec_batch`` per task, host
   judging), ``--concurrency`` tasks at a time. The pool is warmed first, as in
   a long-running gym; refilling it during the run is counted.
+* ``tests_per_s_grader_fresh``: the same grading with ``fork_server: false`` (a fresh
+  interpreter per test instead of a child of the workspace's fork server).
 * ``tests_per_s_bare``: the very same processes (argv, stdin) as bare host
   subprocesses, judged the same way, with the same concurrency: the
   no-sandbox limit. The interpreter is this process's own binary (a pyenv
@@ -176,9 +178,10 @@ class _Totals:
     """Seconds, tests run and tests passed per mode, summed over the rounds."""
 
     def __init__(self) -> None:
-        self.seconds = {"grader": 0.0, "bare": 0.0, "docker_run": 0.0}
-        self.tests = {"grader": 0, "bare": 0, "docker_run": 0}
-        self.passed = {"grader": 0, "bare": 0, "docker_run": 0}
+        modes = ("grader", "grader_fresh", "bare", "docker_run")
+        self.seconds = dict.fromkeys(modes, 0.0)
+        self.tests = dict.fromkeys(modes, 0)
+        self.passed = dict.fromkeys(modes, 0)
 
     def add(self, mode: str, seconds: float, tests: int, passed: int) -> None:
         self.seconds[mode] += seconds
@@ -204,23 +207,28 @@ async def measure(
     per_round = -(-docker_tests // len(rounds))
     async with WorkspacePool(sandbox) as pool:
         await pool.wait_ready(120)
-        grader = Grader(pool, config)
+        graders = {
+            "grader": Grader(pool, config),
+            "grader_fresh": Grader(pool, config.model_copy(update={"fork_server": False})),
+        }
         for n, chunk in enumerate(rounds):
             tests = sum(len(task.tests) for task, _ in chunk)
-            started = time.perf_counter()
-            results = await grader.grade_many(chunk)
-            await pool.wait_ready(120)
-            passed = sum(t.verdict == Verdict.PASSED for r in results for t in r.tests)
-            totals.add("grader", time.perf_counter() - started, tests, passed)
+            for mode, grader in graders.items():
+                started = time.perf_counter()
+                results = await grader.grade_many(chunk)
+                await pool.wait_ready(120)
+                passed = sum(t.verdict == Verdict.PASSED for r in results for t in r.tests)
+                totals.add(mode, time.perf_counter() - started, tests, passed)
             seconds, passed = await trio.to_thread.run_sync(run_bare, chunk, config, size)
             totals.add("bare", seconds, tests, passed)
             seconds, ran, passed = await trio.to_thread.run_sync(run_docker, chunk, config, sandbox, per_round, size)
             totals.add("docker_run", seconds, ran, passed)
             log.info(
-                "round %d/%d: grader %.1f, bare %.1f, docker run %.1f tests/s so far",
+                "round %d/%d: grader %.1f (fresh interpreters %.1f), bare %.1f, docker run %.1f tests/s so far",
                 n + 1,
                 len(rounds),
                 totals.rate("grader"),
+                totals.rate("grader_fresh"),
                 totals.rate("bare"),
                 totals.rate("docker_run"),
             )
@@ -241,8 +249,11 @@ def run(args: argparse.Namespace) -> dict:
     if totals.passed != totals.tests:
         raise RuntimeError(f"reference solutions must pass in every mode: passed {totals.passed} of {totals.tests}")
     grader, bare, docker = totals.rate("grader"), totals.rate("bare"), totals.rate("docker_run")
+    fresh = totals.rate("grader_fresh")
     return {
         "tests_per_s_grader": grader,
+        "tests_per_s_grader_fresh": fresh,
+        "fork_server_speedup": grader / fresh,
         "tests_per_s_bare": bare,
         "tests_per_s_docker_run": docker,
         "grader_vs_bare": grader / bare,

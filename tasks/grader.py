@@ -139,6 +139,11 @@ class GraderConfig(BaseModel):
     )
     concurrency: int = Field(2, ge=1, le=64, description="tasks graded at once, each in its own container")
     python: tuple[str, ...] = Field(("python3", "-I"), min_length=1, description="interpreter argv in the container")
+    fork_server: bool = Field(
+        True,
+        description="run each test in a child of the workspace's fork server (a `python3 -I` started with the "
+        "container) instead of a fresh interpreter; a test of another interpreter runs fresh either way",
+    )
 
     @property
     def speed(self) -> float:
@@ -310,6 +315,7 @@ class Grader:
         exec_request = ExecRequest(
             argv=[*self.config.python, *isolated, "-c", source or driver_source()],
             stdin=payload,
+            fork_server=self.config.fork_server,
             memory_limit_bytes=memory,
             output_limit_bytes=self.config.output_limit_bytes,
             **self.deadlines(time_s),
@@ -334,6 +340,7 @@ class Grader:
             request = ExecRequest(
                 argv=[*self.config.python, "solution.py"],
                 stdin=test.input.encode(),
+                fork_server=self.config.fork_server,
                 memory_limit_bytes=memory,
                 output_limit_bytes=limit,
                 **self.deadlines(time_s),

@@ -1,6 +1,7 @@
 """Host-side checks: what the attack left behind, seen from outside the container.
 
-- ``survivors``: processes in the container besides init and the runner, right after a call (``docker top``);
+- ``survivors``: processes in the container besides init, the runner and its fork server, right after a call
+  (``docker top``);
 - ``rootfs_changes``: the container's writable root layer, against its state at acquire;
 - ``removed``: after release the container is gone and no host process still sits in its cgroup;
 - ``file_states``: the host's own files at the paths an attack targeted, before and after;
@@ -23,12 +24,18 @@ import trio
 from sandbox.docker_engine import RUNNER_COMMAND, Engine
 from sandbox.errors import InfraError
 from sandbox.killtest.judge import Check
+from sandbox.wire import FORK_SERVER_TAG
 
 log = logging.getLogger(__name__)
 EXPECTED_PROCESSES = ("docker-init", RUNNER_COMMAND[-1])
 REMOVAL_TIMEOUT_S = 20.0
 SETTLE_S = 1.0  # zombies reparented to init are reaped asynchronously; give it this long
 DAEMON_PING_LIMIT_S = 5.0
+
+
+def fork_server(row: dict) -> bool:
+    """The runner's fork server: root (no command of the sandbox user is) and started on its program."""
+    return row.get("USER") == "root" and row.get("COMMAND", "").startswith(f"python3 -I -c {FORK_SERVER_TAG}")
 
 
 class HostChecks:
@@ -55,7 +62,7 @@ class HostChecks:
             left = [
                 f"pid {r.get('PID')} {r.get('USER')} {r.get('STAT')} {r.get('COMMAND', '')[:80]}"
                 for r in rows
-                if not any(marker in r.get("COMMAND", "") for marker in EXPECTED_PROCESSES)
+                if not any(marker in r.get("COMMAND", "") for marker in EXPECTED_PROCESSES) and not fork_server(r)
             ]
             # A zombie has left its cgroup, so `docker top` never lists it: ask the host for the children of
             # the container's own processes that wait to be reaped.

@@ -1,7 +1,7 @@
 """The posture snapshot: how a workspace looks from inside, compared with the expected posture in the repo.
 
 A program run as the sandbox user reports identity, capabilities (its own,
-the runner's and init's), NoNewPrivs, seccomp mode, namespaces, mounts and their flags,
+the runner's, its fork server's and init's), NoNewPrivs, seccomp mode, namespaces, mounts and their flags,
 rlimits, cgroup limits, environment keys, open descriptors, network
 interfaces and routes, visible processes. The host normalises away what
 varies between runs or machines (namespace inode numbers become
@@ -23,7 +23,7 @@ TMPFS_OPTIONS = ("size=", "nr_inodes=", "mode=", "uid=", "gid=")
 VIRTUAL_FS = ("overlay", "proc", "tmpfs", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue")
 
 PROGRAM = """
-import resource, socket
+import resource, socket, time
 
 
 def status(pid):
@@ -62,6 +62,13 @@ def privileges(st):
 me = status("self")
 runner_pid = pid_of(RUNNER)
 runner = status(runner_pid) if runner_pid else {}
+fork_server_pid = pid_of(FORK_SERVER)
+fork_server = status(fork_server_pid) if fork_server_pid else {}
+for _ in range(200):  # its steady state: it empties its bounding set once its interpreter is up (before any fork)
+    if not fork_server or fork_server.get("CapBnd", "").strip().strip("0") == "":
+        break
+    time.sleep(0.01)
+    fork_server = status(fork_server_pid)
 mounts = {}
 with open("/proc/self/mounts") as handle:
     for line in handle:
@@ -86,6 +93,7 @@ report("posture", posture={
     "no_new_privs": me["NoNewPrivs"].strip(),
     "seccomp": me["Seccomp"].strip(),
     "runner": privileges(runner),
+    "fork_server": privileges(fork_server),
     "init": privileges(status(1)),
     "namespaces": {ns: os.readlink("/proc/self/ns/" + ns) for ns in sorted(os.listdir("/proc/self/ns"))},
     "mounts": mounts,

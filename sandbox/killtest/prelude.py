@@ -120,3 +120,4 @@ def sibling():
 
 
 RUNNER = b"/opt/gym/sandbox/runner"  # in the runner's command line (sandbox.docker_engine.RUNNER_COMMAND)
+FORK_SERVER = b"# gym-fork-server"  # the first line of the fork server's program (sandbox.wire.FORK_SERVER_TAG)

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 
+from sandbox.runner import forkserver
 from sandbox.runner.cgroup import TreeClock, counters
 from sandbox.runner.privileges import SANDBOX_GID, SANDBOX_UID, Denied, SandboxIdentity, resolve
 from sandbox.runner.replies import exec_result
@@ -73,35 +74,31 @@ def run_command(body, fs_paths):
     before = counters(fs_paths)
     clock = TreeClock()
     started = time.monotonic()
-    # The command (and all it forks) inherits an OOM score of 1000: when the container runs out of
-    # memory the kernel kills the candidate's processes, not this supervisor. The command runs under
-    # another uid, non-dumpable, so it cannot write its score back down.
-    _set_oom_score_adj(1000)
-    try:
-        proc = subprocess.Popen(
-            body["argv"],
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            user=SANDBOX_UID,
-            group=SANDBOX_GID,
-            extra_groups=[],
-            process_group=0,
-            close_fds=True,
-            restore_signals=True,  # SIGPIPE and SIGXFSZ back at their defaults in the command
-            preexec_fn=_child_setup(memory_limit, cpu_limit) if memory_limit or cpu_limit else None,
-        )
-    except OSError as exc:
-        return exec_result(exit_code=127, failure="nonzero_exit", detail="cannot start %r: %s" % (body["argv"][0], exc))
-    finally:
-        _set_oom_score_adj(0)
+    forked = forkserver.takes(body)
+    proc = None
+    if forked is not None:
+        proc = forkserver.SERVER.spawn(forked, cwd, env, memory_limit, cpu_limit)
+        if isinstance(proc, str):  # its fork failed where the runner's spawn would have failed too (pids limit)
+            return _not_started(body, proc)
+    if proc is None:
+        proc = _spawn(body, cwd, env, memory_limit, cpu_limit)
+        if isinstance(proc, dict):
+            return proc
 
     watch = StarvationWatch.of(clock, started, timeout, body.get("starved_grace_s"), cpu_limit)
-    out, err, timed_out, truncated, status, rusage, cpu_out = _supervise(
-        proc, stdin_data, timeout, limit, started, cpu_limit, clock, watch
-    )
+    try:
+        out, err, timed_out, truncated, status, rusage, cpu_out = _supervise(
+            proc, stdin_data, timeout, limit, started, cpu_limit, clock, watch
+        )
+    except forkserver.Lost as exc:  # a root process the candidate cannot reach: the sandbox's failure
+        sweep()
+        reap()
+        remove_ipc()
+        return exec_result(failure="infra_error", detail="the fork server was lost while the command ran: %s" % exc)
+    except BaseException:
+        if isinstance(proc, forkserver.Child):
+            proc.abandon()
+        raise
     wall = time.monotonic() - started
     tree_cpu = clock.used()
     survivors = sweep()
@@ -131,6 +128,38 @@ def run_command(body, fs_paths):
         run_delay_s=None if watch is None else watch.wait_s,
         starved=bool(timed_out and not cpu_out and watch is not None and watch.starved),
     )
+
+
+def _not_started(body, why):
+    return exec_result(exit_code=127, failure="nonzero_exit", detail="cannot start %r: %s" % (body["argv"][0], why))
+
+
+def _spawn(body, cwd, env, memory_limit, cpu_limit):
+    """The command as a child of the runner: a Popen, or the reply when it could not start."""
+    # The command (and all it forks) inherits an OOM score of 1000: when the container runs out of
+    # memory the kernel kills the candidate's processes, not this supervisor. The command runs under
+    # another uid, non-dumpable, so it cannot write its score back down.
+    _set_oom_score_adj(1000)
+    try:
+        return subprocess.Popen(
+            body["argv"],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            user=SANDBOX_UID,
+            group=SANDBOX_GID,
+            extra_groups=[],
+            process_group=0,
+            close_fds=True,
+            restore_signals=True,  # SIGPIPE and SIGXFSZ back at their defaults in the command
+            preexec_fn=_child_setup(memory_limit, cpu_limit) if memory_limit or cpu_limit else None,
+        )
+    except OSError as exc:
+        return _not_started(body, exc)
+    finally:
+        _set_oom_score_adj(0)
 
 
 def _deadline_detail(timeout, watch):
@@ -232,7 +261,10 @@ def _supervise(proc, stdin_data, timeout, limit, started, cpu_limit=None, clock=
             pass
     sel.close()
     os.close(pidfd)
-    _, status, rusage = os.wait4(proc.pid, 0)
+    if isinstance(proc, forkserver.Child):
+        status, rusage = proc.wait4()
+    else:
+        _, status, rusage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     return bytes(buffers["stdout"]), bytes(buffers["stderr"]), timed_out, truncated, status, rusage, cpu_out
 

@@ -7,8 +7,9 @@ import signal
 import sys
 
 from sandbox import wire
+from sandbox.runner import forkserver
 from sandbox.runner.archives import op_get_archive, op_put_archive
-from sandbox.runner.command import op_exec, op_exec_batch
+from sandbox.runner.command import SANDBOX_ENV, op_exec, op_exec_batch
 from sandbox.runner.files import op_list_dir, op_read_file, op_write_file
 from sandbox.runner.framing import read_frame, write_frame
 from sandbox.runner.privileges import drop_bounding_set
@@ -79,6 +80,8 @@ def serve(stdin, stdout):
 
 
 def main():
+    # The fork server first: it needs the capabilities the bounding set still grants (it empties its own)
+    forkserver.SERVER.start(SANDBOX_ENV)
     drop_bounding_set()
     # No supplementary groups: file operations under SandboxIdentity must carry the sandbox
     # user's credentials only (group 0 would open root-group-readable files).

@@ -1,7 +1,8 @@
 """After every call nothing of the sandbox user outlives it: its processes are killed (`sweep`), the
 zombies that are the runner's own children reaped (`reap`), its System V IPC objects removed (`remove_ipc`).
 
-Every process in the container but init and the runner belongs to the sandbox user.
+Every process in the container but init, the runner and the runner's fork server (`KEEP`) belongs to the
+sandbox user.
 """
 
 import ctypes
@@ -13,17 +14,20 @@ from sandbox.runner.privileges import SandboxIdentity
 
 IPC_RMID = 0
 SWEEP_DEADLINE_S = 3.0
+SPARING_S = 1.0
+KEEP = set()
+"""Pids of the runner's own helpers (its fork server, root): a sweep spares them while it can."""
 
 
 def live_processes():
-    """Pids of processes other than init and the runner that are not zombies."""
-    me = os.getpid()
+    """Pids of processes other than init, the runner and its helpers that are not zombies."""
+    skip = {1, os.getpid()} | KEEP
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         pid = int(entry)
-        if pid in (1, me):
+        if pid in skip:
             continue
         try:
             with open("/proc/%d/stat" % pid, "rb") as handle:
@@ -39,14 +43,28 @@ def sweep():
     """Kill every process except init and the runner (all belong to the sandbox user).
 
     kill(-1) skips init and the caller; repeating it outpaces a fork bomb because
-    a killed process forks no more. Returns the number that survived (0 expected).
+    a killed process forks no more. While the runner has helpers to spare (`KEEP`), each
+    process is killed by its pid instead, round after round; a tree still alive after
+    SPARING_S is killed with kill(-1), helpers and all (they are forgotten: the runner
+    then spawns without them). Returns the number that survived (0 expected).
     """
-    deadline = time.monotonic() + SWEEP_DEADLINE_S
+    started = time.monotonic()
+    deadline = started + SWEEP_DEADLINE_S
+    left = live_processes()
     while True:
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if KEEP and time.monotonic() - started > SPARING_S:
+            KEEP.clear()
+        if KEEP:
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        else:
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         left = live_processes()
         if not left or time.monotonic() > deadline:
             return len(left)

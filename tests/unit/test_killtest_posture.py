@@ -51,7 +51,10 @@ def test_checked_in_posture_is_the_hardened_one():
     assert expected["network"] == {"interfaces": ["lo"], "ipv4_default_route": False, "ipv6_default_route": False}
     assert expected["mounts"]["/"]["options"] == ["ro"]
     assert {"nosuid", "nodev"} <= set(expected["mounts"]["/workspace"]["options"])
-    assert expected["fds"] == [0, 1, 2] and expected["processes"] == ["docker-init", "python3"]
+    # the fork server: root with the runner's four capabilities and nothing to regain (it forks, never runs code)
+    assert expected["fork_server"]["capabilities"] == expected["runner"]["capabilities"]
+    assert expected["fork_server"]["groups"] == [] and expected["fork_server"]["no_new_privs"] == "1"
+    assert expected["fds"] == [0, 1, 2] and expected["processes"] == ["docker-init", "python3", "python3"]
     assert expected["rlimits"]["core"] == [0, 0] and expected["cgroup"]["pids"] == "128"
     assert all(expected["namespaces"][ns] == "private" for ns in ("mnt", "net", "pid", "ipc", "uts"))
     assert "/var/run/docker.sock" not in expected["mounts"]
