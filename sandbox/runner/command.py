@@ -277,10 +277,12 @@ def _read_some(fd):
 
 
 def _killpg(pid):
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    """The command's process group, and the command itself (it may have left its group)."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _classify(before, after, exit_code, sig, timed_out, truncated):

@@ -15,6 +15,7 @@ import array
 import marshal
 import os
 import select
+import signal
 import socket
 import subprocess
 
@@ -23,6 +24,7 @@ from sandbox.runner.sweep import KEEP
 
 INTERPRETER = ["python3", "-I"]
 REPLY_TIMEOUT_S = 10.0
+REAP_PATIENCE_S = 0.5
 MAX_REQUEST = 1 << 20  # the server's receive buffer: a larger request runs through the runner's spawn
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 
@@ -45,7 +47,7 @@ class Child:
     def wait4(self):
         """``(status, rusage)`` once the child has exited (its parent, the server, reaps it when asked); Lost if
         the server cannot say."""
-        return self.server.reaped()
+        return self.server.reaped(self.pid)
 
     def abandon(self):
         """The runner gave up on this child between spawn and reap: the server is out of step, never asked again."""
@@ -131,11 +133,21 @@ class ForkServer:
             return None if reply is None else str(reply.get("error"))
         return Child(self, reply["pid"], *ours)
 
-    def reaped(self):
-        """``(status, rusage)`` of the child that has exited (the server reaps it only now)."""
+    def reaped(self, pid):
+        """``(status, rusage)`` of child ``pid`` once it has exited (the server reaps it only now). A reply slow to
+        come means a thread of the child still runs (its main thread may have exited alone): the child is killed,
+        as a command past its deadline is, and the reply awaited again; only a server that still does not answer
+        is Lost (it cannot be the candidate's doing: the child, unreaped, keeps its pid)."""
         try:
             self.sock.send(b"reap")
-            reply = self._reply()
+            try:
+                reply = self._reply(REAP_PATIENCE_S)
+            except Lost:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                reply = self._reply()
         except (OSError, Lost) as exc:
             self.close()
             raise Lost(str(exc)) from exc
@@ -144,10 +156,10 @@ class ForkServer:
             raise Lost("the fork server answered %.200r" % (reply,))
         return reply["status"], Usage(reply)
 
-    def _reply(self):
-        ready, _, _ = select.select([self.sock], [], [], REPLY_TIMEOUT_S)
+    def _reply(self, timeout_s=REPLY_TIMEOUT_S):
+        ready, _, _ = select.select([self.sock], [], [], timeout_s)
         if not ready:
-            raise Lost("no reply within %.0f s" % REPLY_TIMEOUT_S)
+            raise Lost("no reply within %.1f s" % timeout_s)
         data = self.sock.recv(4096)
         if not data:
             raise Lost("the fork server closed its socket")

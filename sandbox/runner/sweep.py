@@ -19,24 +19,38 @@ KEEP = set()
 """Pids of the runner's own helpers (its fork server, root): a sweep spares them while it can."""
 
 
+def _state(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid):
+    """Whether any thread of ``pid`` still runs: a process whose main thread alone exited shows ``Z`` while its
+    other threads go on."""
+    state = _state("/proc/%d/stat" % pid)
+    if state is None:
+        return False
+    if state not in (b"Z", b"X"):
+        return True
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return False
+    return any(
+        _state("/proc/%d/task/%s/stat" % (pid, tid)) not in (None, b"Z", b"X") for tid in tids if tid != str(pid)
+    )
+
+
+def _pids(skip):
+    return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and int(entry) not in skip]
+
+
 def live_processes():
-    """Pids of processes other than init, the runner and its helpers that are not zombies."""
-    skip = {1, os.getpid()} | KEEP
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        if pid in skip:
-            continue
-        try:
-            with open("/proc/%d/stat" % pid, "rb") as handle:
-                state = handle.read().rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state not in (b"Z", b"X"):
-            pids.append(pid)
-    return pids
+    """Pids of processes other than init, the runner and its helpers with a thread that has not exited."""
+    return [pid for pid in _pids({1, os.getpid()} | KEEP) if _alive(pid)]
 
 
 def sweep():
@@ -50,12 +64,11 @@ def sweep():
     """
     started = time.monotonic()
     deadline = started + SWEEP_DEADLINE_S
-    left = live_processes()
     while True:
         if KEEP and time.monotonic() - started > SPARING_S:
             KEEP.clear()
-        if KEEP:
-            for pid in left:
+        if KEEP:  # every pid, whatever its state reads (a zombie main thread may lead live threads)
+            for pid in _pids({1, os.getpid()} | KEEP):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:

@@ -25,6 +25,48 @@ import sys
 BASELINE = set(sys.modules)  # what a fresh `python3 -I` holds: the child forgets every module imported below
 MAIN = {k: v for k, v in vars(sys.modules["__main__"]).items() if k.startswith("__")}
 
+
+def vm_bytes():
+    """This process's address space (VmSize), or 0 when it cannot be read."""
+    try:
+        with open("/proc/self/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+VM_PROBE = (
+    "import sys\nfor line in open('/proc/self/status'):\n    if line.startswith('VmSize:'): sys.stdout.write(line)"
+)
+FRESH_VM = []  # a fresh interpreter's address space when its program starts, measured once (before the first fork)
+
+
+def fresh_vm():
+    """VmSize of a real fresh ``python3 -I`` running a small program, in bytes (0 when it cannot be measured)."""
+    if not FRESH_VM:
+        FRESH_VM.append(0)
+        try:
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.dup2(write, 1)
+                    os.execv(sys.executable, ["python3", "-I", "-c", VM_PROBE])
+                finally:
+                    os._exit(127)
+            os.close(write)
+            with os.fdopen(read, "rb") as handle:
+                line = handle.read(200)
+            os.waitpid(pid, 0)
+            FRESH_VM[0] = int(line.split()[1]) * 1024
+        except (OSError, ValueError, IndexError):
+            pass
+    return FRESH_VM[0]
+
+
 import _socket  # noqa: E402  (after BASELINE on purpose)
 import ctypes  # noqa: E402
 import gc  # noqa: E402
@@ -67,6 +109,7 @@ def serve(sock, libc):
         if got is None:
             os._exit(0)
         request, fds = got
+        fresh = fresh_vm() if request["memory"] else 0
         try:
             pid = os.fork()
         except OSError as exc:
@@ -75,7 +118,7 @@ def serve(sock, libc):
             sock.send(marshal.dumps({"error": str(exc)}))
             continue
         if pid == 0:
-            return become(request, fds, sock, libc)
+            return become(request, fds, sock, libc, fresh)
         for fd in fds:
             os.close(fd)
         sock.send(marshal.dumps({"pid": pid}))
@@ -91,7 +134,7 @@ def serve(sock, libc):
         )
 
 
-def become(request, fds, sock, libc):
+def become(request, fds, sock, libc, fresh):
     """In the child: the command's identity, limits and descriptors, as the runner's spawn sets them."""
     try:
         stdin, stdout, stderr = fds
@@ -103,8 +146,9 @@ def become(request, fds, sock, libc):
         os.setresgid(SANDBOX_GID, SANDBOX_GID, SANDBOX_GID)
         os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
         libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as after the exec of the runner's spawn
-        if request["memory"]:
-            resource.setrlimit(resource.RLIMIT_AS, (request["memory"], request["memory"]))
+        if request["memory"]:  # the same room as a fresh interpreter's: what this server mapped beyond one is added
+            memory = request["memory"] + max(0, vm_bytes() - fresh) if fresh else request["memory"]
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         if request["cpu"]:
             seconds = int(request["cpu"]) + 2
             resource.setrlimit(resource.RLIMIT_CPU, (seconds, seconds + 1))
