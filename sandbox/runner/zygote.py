@@ -41,7 +41,7 @@ def vm_bytes():
 VM_PROBE = (
     "import sys\nfor line in open('/proc/self/status'):\n    if line.startswith('VmSize:'): sys.stdout.write(line)"
 )
-FRESH_VM = []  # a fresh interpreter's address space when its program starts, measured once (before the first fork)
+FRESH_VM = []  # a fresh interpreter's address space when its program starts, measured once at the server's start
 
 
 def fresh_vm():
@@ -215,6 +215,9 @@ def start():
     os.setgroups([])
     drop_bounding_set(libc)  # before the first request: every child is forked without a capability to regain
     sock = _socket.socket(fileno=int(sys.argv[1]))
+    # Measured now, at the container's start: measured at the first request it ran inside that command's time (a
+    # host that starves the container turned it into seconds of the command's deadline)
+    fresh_vm()
     gc.freeze()  # the server's objects out of every collection a child makes (its finalisation's included)
     return serve(sock, libc)
 
