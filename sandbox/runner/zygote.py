@@ -38,8 +38,11 @@ def vm_bytes():
     return 0
 
 
+TAG = "# gym-fork-server"  # sandbox.wire.FORK_SERVER_TAG: the probe below is the server's, for a process listing
 VM_PROBE = (
-    "import sys\nfor line in open('/proc/self/status'):\n    if line.startswith('VmSize:'): sys.stdout.write(line)"
+    TAG
+    + "\n"
+    + ("import sys\nfor line in open('/proc/self/status'):\n    if line.startswith('VmSize:'): sys.stdout.write(line)")
 )
 FRESH_VM = []  # a fresh interpreter's address space when its program starts, measured once at the server's start
 
@@ -211,13 +214,14 @@ def run(job):
 
 
 def start():
+    # Measured now, at the container's start: measured at the first request it ran inside that command's time (a
+    # host that starves the container turned it into seconds of the command's deadline); before the bounding set
+    # is emptied, so a server that shows an empty one (the kill-test's posture waits for it) has no probe left
+    fresh_vm()
     libc = ctypes.CDLL(None, use_errno=True)
     os.setgroups([])
     drop_bounding_set(libc)  # before the first request: every child is forked without a capability to regain
     sock = _socket.socket(fileno=int(sys.argv[1]))
-    # Measured now, at the container's start: measured at the first request it ran inside that command's time (a
-    # host that starves the container turned it into seconds of the command's deadline)
-    fresh_vm()
     gc.freeze()  # the server's objects out of every collection a child makes (its finalisation's included)
     return serve(sock, libc)
 

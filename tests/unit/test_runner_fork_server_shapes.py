@@ -37,3 +37,11 @@ def test_the_interpreters_own_shapes_are_taken(name):
 @pytest.mark.parametrize("name", list(REFUSED))
 def test_every_other_shape_keeps_the_runners_spawn(name):
     assert takes(REFUSED[name]) is None
+
+
+def test_the_servers_probe_carries_the_tag_a_process_listing_spares():
+    """The fresh interpreter the server runs once at start is listed as the server's own (kill-test host check)."""
+    from sandbox.runner import zygote
+    from sandbox.wire import FORK_SERVER_TAG
+
+    assert zygote.TAG == FORK_SERVER_TAG and zygote.VM_PROBE.startswith(FORK_SERVER_TAG + "\n")
