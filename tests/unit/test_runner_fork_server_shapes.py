@@ -45,3 +45,12 @@ def test_the_servers_probe_carries_the_tag_a_process_listing_spares():
     from sandbox.wire import FORK_SERVER_TAG
 
     assert zygote.TAG == FORK_SERVER_TAG and zygote.VM_PROBE.startswith(FORK_SERVER_TAG + "\n")
+
+
+def test_the_servers_copies_of_the_runners_constants_agree():
+    """The server runs as its own interpreter and imports nothing of the runner: its identity and capability
+    constants are copies of `sandbox.runner.privileges`' (a drift would fork children as another user)."""
+    from sandbox.runner import privileges, zygote
+
+    assert (zygote.SANDBOX_UID, zygote.SANDBOX_GID) == (privileges.SANDBOX_UID, privileges.SANDBOX_GID)
+    assert (zygote.PR_CAPBSET_DROP, zygote.LAST_CAP) == (privileges.PR_CAPBSET_DROP, privileges.LAST_CAP)
