@@ -44,13 +44,15 @@ def _alive(pid):
     )
 
 
-def _pids(skip):
+def _others():
+    """Pids of every process but init, the runner and its helpers, whatever their state."""
+    skip = {1, os.getpid()} | KEEP
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and int(entry) not in skip]
 
 
 def live_processes():
     """Pids of processes other than init, the runner and its helpers with a thread that has not exited."""
-    return [pid for pid in _pids({1, os.getpid()} | KEEP) if _alive(pid)]
+    return [pid for pid in _others() if _alive(pid)]
 
 
 def sweep():
@@ -68,7 +70,7 @@ def sweep():
         if KEEP and time.monotonic() - started > SPARING_S:
             KEEP.clear()
         if KEEP:  # every pid, whatever its state reads (a zombie main thread may lead live threads)
-            for pid in _pids({1, os.getpid()} | KEEP):
+            for pid in _others():
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
