@@ -97,6 +97,14 @@ class PoolConfig(_Config):
     size: int = Field(4, ge=0, le=64, description="containers kept started and ready; 0 disables warming")
     ttl_s: float = Field(3600.0, gt=0, description="deadline label: gc removes a container older than this")
     max_concurrent_starts: int = Field(4, ge=1, description="container starts in flight at once")
+    recycle_uses: int = Field(
+        32,
+        ge=0,
+        le=10000,
+        description="tasks one warm container may serve: a released workspace whose runner resets it cleanly "
+        "(sandbox/runner/reset.py checks the result) goes back to the warm pool instead of being destroyed; "
+        "0 destroys every released workspace",
+    )
 
 
 class EngineTLS(_Config):

@@ -4,7 +4,12 @@ Lifecycle: ``async with WorkspacePool(config) as pool`` collects garbage left by
 dead owners, then keeps ``pool.size`` containers started with their runner
 ready. ``async with pool.acquire(owner) as ws`` hands one out (or starts one
 cold when the pool is empty); leaving the block destroys it on every exit path
-(return, exception, cancellation, Ctrl-C). A released workspace is never reused.
+(return, exception, cancellation, Ctrl-C), but one: a block left without an
+exception, by a workspace whose stream is in step, may recycle it
+(``pool.recycle_uses`` tasks per container at most). Its runner then empties
+what the sandbox user could write and checks the container against its own
+start (``sandbox/runner/reset.py``): only a clean reset puts the workspace back
+in the warm pool; anything else, or a reset that fails, destroys it.
 A warm workspace whose stream hung up while it waited is destroyed, not handed
 out. When the engine stops answering (a daemon restart), starts wait for it up
 to ``engine.outage_wait_s`` per outage, then fail as ``InfraError``.
@@ -79,6 +84,9 @@ class WorkspacePool(PoolContext):
         self.cold_starts = 0
         self.warm_hits = 0
         self.hung_up = 0  # warm workspaces destroyed because their stream hung up while they waited
+        self._lent = 0  # handed out and may come back (recycling): the refill counts them as the pool's
+        self.recycled = 0  # releases that went back to the warm pool
+        self.resets_refused = 0  # releases whose reset found the container changed (destroyed instead)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -177,7 +185,8 @@ class WorkspacePool(PoolContext):
 
     @asynccontextmanager
     async def acquire(self, owner: str = "", artifacts_dir: Path | None = None) -> AsyncIterator[Workspace]:
-        """A fresh workspace for one task; destroyed when the block exits, however it exits."""
+        """A workspace as a fresh container is, for one task; destroyed when the block exits, however it exits,
+        unless a clean exit lets it be recycled (see the module docstring)."""
         if self._nursery is None or self._closing:
             raise RuntimeError("use the pool inside `async with WorkspacePool(...)`")
         ws = self._take_warm()
@@ -188,19 +197,49 @@ class WorkspacePool(PoolContext):
             ws = await self._start_cold()
             self._streams.pop(ws.id, None)
         ws.claim(owner)
+        may_return = self.config.pool.recycle_uses > ws.served + 1
+        self._lent += may_return
         self._wakeup.set()
+        finished = False
         try:
             yield ws
+            finished = True
         finally:
             with trio.CancelScope(shield=True):
                 if artifacts_dir is not None:
                     await ws.save_artifacts(artifacts_dir)
-                await ws.aclose()
-                # Removal runs in the background so release never waits on the engine.
-                try:
-                    self._nursery.start_soon(self._remove, ws.id)
-                except RuntimeError:  # the pool is already closing: remove inline
-                    await self._remove(ws.id)
+                kept = finished and may_return and await self._recycle(ws)
+                self._lent -= may_return
+                self._wakeup.set()
+                if not kept:
+                    await ws.aclose()
+                    # Removal runs in the background so release never waits on the engine.
+                    try:
+                        self._nursery.start_soon(self._remove, ws.id)
+                    except RuntimeError:  # the pool is already closing: remove inline
+                        await self._remove(ws.id)
+
+    async def _recycle(self, ws: Workspace) -> bool:
+        """Put a released workspace back in the warm pool after a clean reset; False leaves it to be destroyed."""
+        if self._closing or self._suspended or ws.broken or ws.closed or len(self._ready) >= self.size:
+            return False
+        if time.monotonic() - ws.born > self.config.pool.ttl_s / 2:  # gc's deadline label stays far off
+            return False
+        try:
+            result = await ws.reset()
+        except InfraError as exc:
+            log.info("workspace %s could not be reset (destroyed): %s", ws.id[:12], exc)
+            return False
+        if not result.clean:
+            self.resets_refused += 1
+            log.info("workspace %s changed past its reset (destroyed): %s", ws.id[:12], result.detail)
+            return False
+        if self._closing or self._suspended or len(self._ready) >= self.size:
+            return False
+        self._streams[ws.id] = ws.stream
+        self._ready.append(ws)
+        self.recycled += 1
+        return True
 
     def _take_warm(self) -> Workspace | None:
         """A ready workspace whose runner is still there, or None.
@@ -275,7 +314,7 @@ class WorkspacePool(PoolContext):
 
     async def _refill(self) -> None:
         while True:
-            while not self._suspended and len(self._ready) + self._starting < self.size:
+            while not self._suspended and len(self._ready) + self._starting + self._lent < self.size:
                 self._starting += 1
                 self._nursery.start_soon(self._start_into_pool)
             self._wakeup = trio.Event()
@@ -362,5 +401,7 @@ class WorkspacePool(PoolContext):
             "warm_hits": self.warm_hits,
             "cold_starts": self.cold_starts,
             "hung_up": self.hung_up,
+            "recycled": self.recycled,
+            "resets_refused": self.resets_refused,
             "time": time.time(),
         }

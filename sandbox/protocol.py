@@ -209,6 +209,15 @@ class GetArchiveResult(_Wire):
     detail: str = ""
 
 
+class ResetRequest(_Wire):
+    """Make the container as it was when its runner started (`sandbox/runner/reset.py`)."""
+
+
+class ResetResult(_Wire):
+    clean: bool = Field(False, description="every check passed: the container may serve another task")
+    detail: str = Field("", description="what differs from the start, when not clean")
+
+
 # op name -> (request model, result model)
 OPERATIONS: dict[str, tuple[type[_Wire], type[_Wire]]] = {
     wire.EXEC: (ExecRequest, ExecResult),
@@ -218,6 +227,7 @@ OPERATIONS: dict[str, tuple[type[_Wire], type[_Wire]]] = {
     wire.LIST_DIR: (ListDirRequest, ListDirResult),
     wire.PUT_ARCHIVE: (PutArchiveRequest, FileResult),
     wire.GET_ARCHIVE: (GetArchiveRequest, GetArchiveResult),
+    wire.RESET: (ResetRequest, ResetResult),
 }
 
 

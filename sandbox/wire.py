@@ -29,6 +29,7 @@ LIST_DIR = "list_dir"
 PUT_ARCHIVE = "put_archive"
 GET_ARCHIVE = "get_archive"
 PING = "ping"
+RESET = "reset"
 
 # The envelope's fields.
 ID = "id"

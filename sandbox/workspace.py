@@ -43,6 +43,8 @@ from sandbox.protocol import (
     PutArchiveRequest,
     ReadFileRequest,
     ReadFileResult,
+    ResetRequest,
+    ResetResult,
     WriteFileRequest,
     encode_frame,
     reply_of,
@@ -55,6 +57,8 @@ FILE_OP_TIMEOUT_S = 30.0
 # The runner's sweep after a command may take up to its own deadline (3 s, a fork bomb fighting it) plus
 # the IPC clean-up: the host waits that long past a command's deadline and grace before it gives up.
 SWEEP_ALLOWANCE_S = 4.0
+# A reset sweeps (up to SWEEP_ALLOWANCE_S) and walks the writable filesystems (bounded by the runner).
+RESET_TIMEOUT_S = 10.0
 # How long a lost runner's container may take to be seen as exited by the engine.
 LOSS_SETTLE_S = 3.0
 KILLED_FROM_OUTSIDE = (128 + 9, 128 + 15)  # SIGKILL / SIGTERM: sandboxed code cannot signal the runner
@@ -86,7 +90,9 @@ class Workspace:
         self._lock = trio.Lock()
         self._next_id = 1
         self._started = time.monotonic()
+        self.born = self._started
         self.calls = 0
+        self.served = 0  # tasks handed this container before the current one (sandbox.pool's recycling)
         self.broken: str | None = None
         self.closed = False
         self.log: list[dict[str, Any]] = []  # one summary line per call, copied out as an artifact
@@ -329,6 +335,17 @@ class Workspace:
             raise ValueError(f"get_archive {path}: {result.failure.value}: {result.detail}")
         return result.tar
 
+    async def reset(self) -> ResetResult:
+        """Make the container as its runner started it, to serve another task (`sandbox.pool` recycles it only when
+        the result is clean; the runner checks the result, `sandbox/runner/reset.py`). A lost runner raises
+        InfraError."""
+        result: ResetResult = await self._call(wire.RESET, ResetRequest(), [RESET_TIMEOUT_S])
+        if result.clean:
+            self.calls = 0
+            self.log = []
+            self.served += 1
+        return result
+
     async def _file_op(self, op: str, request: BaseModel, budgeted: bool = True) -> Any:
         result_model = OPERATIONS[op][1]
         if budgeted:
@@ -365,6 +382,10 @@ class Workspace:
         for scope in self._diagnosing:
             scope.cancel()
         self._stream.abort()
+
+    @property
+    def stream(self) -> AttachedStream:
+        return self._stream
 
     @property
     def engine_url(self) -> str | None:

@@ -1,11 +1,14 @@
 """`python -m gym bench grader`: CP tests per second, three ways, side by side in one run.
 
-* ``tests_per_s_grader``: the grader end to end (host compile check, a fresh
+* ``tests_per_s_grader``: the grader end to end (host compile check, a
   container per task from the warm pool, one ``exec_batch`` per task, host
-  judging), ``--concurrency`` tasks at a time. The pool is warmed first, as in
-  a long-running gym; refilling it during the run is counted.
+  judging, the container's reset and recycling), ``--concurrency`` tasks at a
+  time. The pool is warmed first, as in a long-running gym; refilling it during
+  the run is counted.
 * ``tests_per_s_grader_fresh``: the same grading with ``fork_server: false`` (a fresh
   interpreter per test instead of a child of the workspace's fork server).
+* ``tests_per_s_grader_new_containers``: the same grading from a pool with
+  ``recycle_uses: 0`` (a new container per task, destroyed after it).
 * ``tests_per_s_bare``: the very same processes (argv, stdin) as bare host
   subprocesses, judged the same way, with the same concurrency: the
   no-sandbox limit. The interpreter is this process's own binary (a pyenv
@@ -178,7 +181,7 @@ class _Totals:
     """Seconds, tests run and tests passed per mode, summed over the rounds."""
 
     def __init__(self) -> None:
-        modes = ("grader", "grader_fresh", "bare", "docker_run")
+        modes = ("grader", "grader_fresh", "grader_new_containers", "bare", "docker_run")
         self.seconds = dict.fromkeys(modes, 0.0)
         self.tests = dict.fromkeys(modes, 0)
         self.passed = dict.fromkeys(modes, 0)
@@ -205,18 +208,21 @@ async def measure(
     size = config.concurrency
     rounds = [pairs[i : i + size] for i in range(0, len(pairs), size)]
     per_round = -(-docker_tests // len(rounds))
-    async with WorkspacePool(sandbox) as pool:
+    no_recycling = sandbox.model_copy(update={"pool": sandbox.pool.model_copy(update={"recycle_uses": 0})})
+    async with WorkspacePool(sandbox) as pool, WorkspacePool(no_recycling, gc_at_start=False) as new_containers:
         await pool.wait_ready(120)
+        await new_containers.wait_ready(120)
         graders = {
             "grader": Grader(pool, config),
             "grader_fresh": Grader(pool, config.model_copy(update={"fork_server": False})),
+            "grader_new_containers": Grader(new_containers, config),
         }
         for n, chunk in enumerate(rounds):
             tests = sum(len(task.tests) for task, _ in chunk)
             for mode, grader in graders.items():
                 started = time.perf_counter()
                 results = await grader.grade_many(chunk)
-                await pool.wait_ready(120)
+                await grader.pool.wait_ready(120)
                 passed = sum(t.verdict == Verdict.PASSED for r in results for t in r.tests)
                 totals.add(mode, time.perf_counter() - started, tests, passed)
             seconds, passed = await trio.to_thread.run_sync(run_bare, chunk, config, size)
@@ -224,11 +230,13 @@ async def measure(
             seconds, ran, passed = await trio.to_thread.run_sync(run_docker, chunk, config, sandbox, per_round, size)
             totals.add("docker_run", seconds, ran, passed)
             log.info(
-                "round %d/%d: grader %.1f (fresh interpreters %.1f), bare %.1f, docker run %.1f tests/s so far",
+                "round %d/%d: grader %.1f (fresh interpreters %.1f, new containers %.1f), bare %.1f, "
+                "docker run %.1f tests/s so far",
                 n + 1,
                 len(rounds),
                 totals.rate("grader"),
                 totals.rate("grader_fresh"),
+                totals.rate("grader_new_containers"),
                 totals.rate("bare"),
                 totals.rate("docker_run"),
             )
@@ -254,6 +262,8 @@ def run(args: argparse.Namespace) -> dict:
         "tests_per_s_grader": grader,
         "tests_per_s_grader_fresh": fresh,
         "fork_server_speedup": grader / fresh,
+        "tests_per_s_grader_new_containers": totals.rate("grader_new_containers"),
+        "recycling_speedup": grader / totals.rate("grader_new_containers"),
         "tests_per_s_bare": bare,
         "tests_per_s_docker_run": docker,
         "grader_vs_bare": grader / bare,
@@ -263,6 +273,8 @@ def run(args: argparse.Namespace) -> dict:
         "docker_run_tests": totals.tests["docker_run"],
         "concurrency": args.concurrency,
         "cold_starts": int(stats["cold_starts"]),
+        "recycled": int(stats["recycled"]),
+        "resets_refused": int(stats["resets_refused"]),
         "host_cpus": os.cpu_count() or 0,
         "host_load_1min": round(os.getloadavg()[0], 2),
     }

@@ -1,11 +1,12 @@
-"""Grading competitive-programming submissions in a fresh sandbox, one container per task.
+"""Grading competitive-programming submissions in a sandbox no earlier task left anything in, one container per task.
 
 For one (task, submission):
 
 1. the program is assembled (`tasks.submission.program`) and compiled on the
    host with `compile()` (no execution): a syntax error makes every test
    ``compile_error`` and no container is used;
-2. a fresh container is taken from the pool, the program is written to
+2. a container is taken from the pool (new, or recycled after a reset its runner
+   checked against its start: `sandbox.pool`), the program is written to
    ``/workspace/solution.py``, and ALL tests go through ONE runner call
    (``exec_batch``; only a task whose test inputs total more than
    `MAX_BATCH_STDIN_BYTES` is cut into consecutive batches in the same
@@ -33,8 +34,8 @@ least half the wall time beyond what the tree's own CPU use explains) that did n
 computes or waits for a CPU: it passes, or ends at its CPU limit (``time_limit``); one still starved at
 the end of that grace is the host's failure, ``infra_error`` (masked; the detail says how long it waited
 for a CPU in how much wall time), never ``time_limit``. A test that ends with
-CPU time over its limit by at most ``rerun_margin`` is re-run once, in a fresh container (nothing the
-first run wrote can speed the second up), and judged by the re-run (one scheduler hiccup does not flip
+CPU time over its limit by at most ``rerun_margin`` is re-run once, in another workspace (nothing the
+first run wrote can speed the second up: a recycled one is reset first), and judged by the re-run (one scheduler hiccup does not flip
 a verdict; ``TaskResult.reruns`` counts them); past the margin it is killed, ``time_limit``. ``time_model: wall`` restores a wall-clock deadline per test.
 
 A sandbox failure or a crash of the grader itself marks the task
@@ -398,7 +399,7 @@ class Grader:
         borderline = [
             i for i, (request, outcome) in enumerate(zip(requests, outcomes)) if self._borderline(request, outcome)
         ]
-        if borderline:  # once, in a fresh container: nothing the first run left behind (files) helps the re-run
+        if borderline:  # once, in another workspace: nothing the first run left behind (files) helps the re-run
             again = await self._execute(task, source, [requests[i] for i in borderline], budget)
             if isinstance(again, str):
                 return _all(task, Verdict.INFRA_ERROR, f"re-running borderline tests: {again}"), len(borderline)
@@ -421,7 +422,7 @@ class Grader:
     async def _execute(
         self, task: Task, source: str, requests: list[ExecRequest], budget: float
     ) -> list[ExecResult] | str:
-        """The results of ``requests`` in a fresh container holding the program, or why the sandbox could not run them.
+        """The results of ``requests`` in a workspace holding the program, or why the sandbox could not run them.
 
         ``budget``: the task's wall seconds without starvation grace; each test's grace is cut to its share of
         the room the episode's wall clock leaves past it (starved tests run on, but never past the episode)."""

@@ -69,6 +69,7 @@ class ForkServer:
     def __init__(self):
         self.sock = None
         self.process = None
+        self.settled = False
 
     def start(self, env):
         """Start the server with the sandbox's environment (its interpreter reads it at start-up, as a command's
@@ -98,6 +99,21 @@ class ForkServer:
             self.sock = ours
             KEEP.add(self.process.pid)
         except (OSError, ValueError):
+            self.close()
+
+    def settle(self):
+        """Wait, once, for the server's ``{"ready": True}``: until then its probe of a fresh interpreter may run, a
+        root process that is neither the server nor the sandbox user's (a sweep would kill it, and a reset count
+        it). A server that does not say so is closed."""
+        if self.settled:
+            return
+        self.settled = True
+        if not self.alive:
+            return
+        try:
+            if self._reply().get("ready") is not True:
+                self.close()
+        except (OSError, Lost):
             self.close()
 
     @property

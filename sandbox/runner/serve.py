@@ -13,6 +13,7 @@ from sandbox.runner.command import SANDBOX_ENV, op_exec, op_exec_batch
 from sandbox.runner.files import op_list_dir, op_read_file, op_write_file
 from sandbox.runner.framing import read_frame, write_frame
 from sandbox.runner.privileges import drop_bounding_set
+from sandbox.runner.reset import op_reset, remember_boot
 from sandbox.runner.sweep import live_processes, reap, remove_ipc, sweep
 
 
@@ -33,6 +34,7 @@ OPS = {
     wire.PUT_ARCHIVE: op_put_archive,
     wire.GET_ARCHIVE: op_get_archive,
     wire.PING: op_ping,
+    wire.RESET: op_reset,
 }
 
 
@@ -64,6 +66,8 @@ def serve(stdin, stdout):
             write_frame(stdout, {wire.ID: request_id, wire.OK: False, wire.ERROR: "unknown op in %.200r" % (request,)})
             continue
 
+        forkserver.SERVER.settle()  # before the first sweep: the server's start-up is over
+
         def emit(body, request_id=request_id):
             try:
                 write_frame(stdout, {wire.ID: request_id, wire.OK: True, wire.PARTIAL: True, wire.BODY: body})
@@ -90,6 +94,7 @@ def main():
     # must be an EPIPE we handle, never a SIGPIPE that kills the supervisor (and masks the call).
     # Children get SIGPIPE back at its default (subprocess restores it before exec).
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    remember_boot()  # what a reset puts back: the container as it is before the first request
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
     hello = {wire.HELLO: wire.RUNNER_NAME, wire.VERSION: wire.PROTOCOL_VERSION}
     write_frame(stdout, {wire.ID: 0, wire.OK: True, wire.BODY: hello})

@@ -10,7 +10,8 @@ itself as a fresh ``python3 -I`` would: its own ``__main__``, ``sys.argv``, the 
 for itself forgotten, its streams' buffers never used. Anything else (a directory or archive as the script)
 is handed to a real ``python3 -I`` by ``exec`` from the child, already in its identity and limits.
 
-Wire, on the ``SOCK_SEQPACKET`` socket ``FD`` shared with the runner only, one request at a time, each a
+Wire, on the ``SOCK_SEQPACKET`` socket ``FD`` shared with the runner only: first ``{"ready": True}`` once the
+server's start-up (its probe of a fresh interpreter included) is over; then one request at a time, each a
 `marshal` dict: ``{"argv": [...after "python3 -I"], "cwd": str, "env": {...}, "memory": int | None, "cpu":
 float | None}`` with the command's three descriptors (SCM_RIGHTS); the replies ``{"pid": int}`` (or ``{"error":
 str}`` when the fork failed); then the runner's ``reap`` once it has seen the child exit, answered, after the
@@ -223,6 +224,7 @@ def start():
     drop_bounding_set(libc)  # before the first request: every child is forked without a capability to regain
     sock = _socket.socket(fileno=int(sys.argv[1]))
     gc.freeze()  # the server's objects out of every collection a child makes (its finalisation's included)
+    sock.send(marshal.dumps({"ready": True}))  # its probe is over: no process of the server's but itself is left
     return serve(sock, libc)
 
 

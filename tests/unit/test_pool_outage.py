@@ -60,7 +60,10 @@ class FakeEngine(Engine):
 
 
 def pool_on(engine_of, size: int = 0, outage_wait_s: float = 10.0) -> WorkspacePool:
-    config = SandboxConfig(image="fake:0", pool={"size": size}, engine={"outage_wait_s": outage_wait_s})
+    # recycle_uses 0: the fake stream answers no reset
+    config = SandboxConfig(
+        image="fake:0", pool={"size": size, "recycle_uses": 0}, engine={"outage_wait_s": outage_wait_s}
+    )
     pool = WorkspacePool(config, gc_at_start=False)
     pool.engine = engine_of(config)
     return pool

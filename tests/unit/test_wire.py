@@ -21,6 +21,7 @@ def test_the_runner_answers_every_op_the_host_types_and_ping():
         wire.LIST_DIR,
         wire.PUT_ARCHIVE,
         wire.GET_ARCHIVE,
+        wire.RESET,
     }
 
 
