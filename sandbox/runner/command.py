@@ -262,7 +262,7 @@ def _supervise(proc, stdin_data, timeout, limit, started, cpu_limit=None, clock=
     sel.close()
     os.close(pidfd)
     if isinstance(proc, forkserver.Child):
-        status, rusage = proc.wait4()
+        status, rusage = proc.wait4(killed=timed_out or truncated)
     else:
         _, status, rusage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)

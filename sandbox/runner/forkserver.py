@@ -44,9 +44,16 @@ class Child:
         self.stderr = os.fdopen(stderr, "rb", buffering=0)
         self.returncode = None
 
-    def wait4(self):
+    def wait4(self, killed=False):
         """``(status, rusage)`` once the child has exited (its parent, the server, reaps it when asked); Lost if
-        the server cannot say."""
+        the server cannot say. ``killed``: the runner killed the command (its deadline, its output bound) and swept
+        before this; a sweep that cannot spare the server within its SPARING_S (processes slow to die on a starved
+        host, or made slow by the candidate) kills every process, the server too. The command's end is then the
+        runner's SIGKILL, whatever the server could have said: never the server's loss (that would mask the
+        candidate's own timeout as infra_error). Its CPU time is the tree's, from the cgroup."""
+        if killed and not self.server.alive:
+            self.server.close()
+            return int(signal.SIGKILL), Usage({"utime": 0.0, "stime": 0.0, "maxrss": 0})
         return self.server.reaped(self.pid)
 
     def abandon(self):
