@@ -98,12 +98,13 @@ class PoolConfig(_Config):
     ttl_s: float = Field(3600.0, gt=0, description="deadline label: gc removes a container older than this")
     max_concurrent_starts: int = Field(4, ge=1, description="container starts in flight at once")
     recycle_uses: int = Field(
-        32,
+        0,
         ge=0,
         le=10000,
         description="tasks one warm container may serve: a released workspace whose runner resets it cleanly "
         "(sandbox/runner/reset.py checks the result) goes back to the warm pool instead of being destroyed; "
-        "0 destroys every released workspace",
+        "0 (the default) destroys every released workspace. A recycled container keeps counters a candidate can "
+        "steer and the next one read (pid, inode numbers, the cgroup's CPU time): docs/sandbox.md, Recycling",
     )
 
 

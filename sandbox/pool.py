@@ -4,9 +4,9 @@ Lifecycle: ``async with WorkspacePool(config) as pool`` collects garbage left by
 dead owners, then keeps ``pool.size`` containers started with their runner
 ready. ``async with pool.acquire(owner) as ws`` hands one out (or starts one
 cold when the pool is empty); leaving the block destroys it on every exit path
-(return, exception, cancellation, Ctrl-C), but one: a block left without an
-exception, by a workspace whose stream is in step, may recycle it
-(``pool.recycle_uses`` tasks per container at most). Its runner then empties
+(return, exception, cancellation, Ctrl-C), but one: with ``pool.recycle_uses``
+set (0, off, by default), a block left without an exception, by a workspace
+whose stream is in step, may recycle it (that many tasks per container at most). Its runner then empties
 what the sandbox user could write and checks the container against its own
 start (``sandbox/runner/reset.py``): only a clean reset puts the workspace back
 in the warm pool; anything else, or a reset that fails, destroys it.
@@ -208,9 +208,11 @@ class WorkspacePool(PoolContext):
             with trio.CancelScope(shield=True):
                 if artifacts_dir is not None:
                     await ws.save_artifacts(artifacts_dir)
-                kept = finished and may_return and await self._recycle(ws)
-                self._lent -= may_return
-                self._wakeup.set()
+                try:
+                    kept = finished and may_return and await self._recycle(ws)
+                finally:
+                    self._lent -= may_return
+                    self._wakeup.set()
                 if not kept:
                     await ws.aclose()
                     # Removal runs in the background so release never waits on the engine.
@@ -227,8 +229,9 @@ class WorkspacePool(PoolContext):
             return False
         try:
             result = await ws.reset()
-        except InfraError as exc:
-            log.info("workspace %s could not be reset (destroyed): %s", ws.id[:12], exc)
+        except Exception as exc:  # a lost runner, a reply that is no ResetResult: never a failed release
+            self.resets_refused += 1
+            log.info("workspace %s could not be reset (destroyed): %r", ws.id[:12], exc)
             return False
         if not result.clean:
             self.resets_refused += 1

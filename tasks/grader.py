@@ -5,8 +5,8 @@ For one (task, submission):
 1. the program is assembled (`tasks.submission.program`) and compiled on the
    host with `compile()` (no execution): a syntax error makes every test
    ``compile_error`` and no container is used;
-2. a container is taken from the pool (new, or recycled after a reset its runner
-   checked against its start: `sandbox.pool`), the program is written to
+2. a container is taken from the pool (new; or, where ``pool.recycle_uses`` turns
+   recycling on, reset and checked against its start: `sandbox.pool`), the program is written to
    ``/workspace/solution.py``, and ALL tests go through ONE runner call
    (``exec_batch``; only a task whose test inputs total more than
    `MAX_BATCH_STDIN_BYTES` is cut into consecutive batches in the same

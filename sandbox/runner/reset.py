@@ -1,16 +1,27 @@
 """Reset: the container made as it was when the runner started, or a reply saying it is not (the host then
-destroys it instead of handing it out again: `sandbox.pool`'s recycling).
+destroys it instead of handing it out again: `sandbox.pool`'s recycling, off unless ``pool.recycle_uses`` asks).
 
 What a call leaves behind lives in processes (swept), System V IPC objects (removed) and writable filesystems:
 the workspace, /tmp, /dev/shm and the POSIX message queues of /dev/mqueue, emptied here as the sandbox user (its
-files are its own; the runner has no CAP_DAC_OVERRIDE). Then the result is checked, not the list that was emptied:
-no process but init, the runner and its fork server (alive if it was at start); no System V object; no OOM kill
-since the start (the engine's OOMKilled mark, which blames a lost runner, lasts the container's life); and every
-writable mount of the container (read from /proc/self/mountinfo, wherever it is) lists exactly what it listed at
-the runner's start: each entry's path, type, mode, owner, extended attributes, and a file's size and mtime. A
-directory it may not read, a tree too deep to walk and more than MAX_ENTRIES entries all read as a difference.
+files are its own; the runner has no CAP_DAC_OVERRIDE); the mount roots get their modes and times back. Then the
+result is checked, not the list that was emptied: no process but init, the runner and its fork server (alive if it
+was at start), not even a zombie; no System V object, and none made since the start (the ids the namespace hands
+out next); no OOM kill since the start (the engine's OOMKilled mark, which blames a lost runner, lasts the
+container's life); the network namespace's and the cgroup's counters a candidate steers (packets, sockets, limits
+hit) as they were; the mount roots' modes, times and inode flags as they were; and every writable mount of the
+container (read from /proc/self/mountinfo, wherever it is) listing exactly what it listed at the runner's start:
+each entry's path, type, mode, owner, extended attributes, and a file's size and mtime. A directory it may not
+read, a tree too deep to walk, more than MAX_ENTRIES entries, and a reset that raises all read as a difference.
+
+What it cannot put back, and why recycling is off by default: counters only a new container resets, which every
+task moves and a later one can read (the pid namespace's last pid, the tmpfs inode numbers, the cgroup's CPU time
+and memory high-water mark, the mount roots' ctime): a candidate can pass a few dozen bits through them to the
+next task of the container (docs/sandbox.md, "Recycling").
 """
 
+import array
+import ctypes
+import fcntl
 import os
 import re
 import stat
@@ -18,13 +29,15 @@ import stat
 from sandbox.runner import forkserver
 from sandbox.runner.cgroup import counters
 from sandbox.runner.privileges import SANDBOX_UID, SandboxIdentity
-from sandbox.runner.sweep import live_processes, reap, remove_ipc, sweep
+from sandbox.runner.sweep import other_processes, reap, remove_ipc, sweep
 
 EMPTIED = ("/dev/shm", "/dev/mqueue")  # besides the file paths the host gives the runner (workspace, /tmp)
 KERNEL_TYPES = {"proc", "sysfs", "cgroup", "cgroup2"}
 KERNEL_ROOTS = ("/proc", "/sys")
 MAX_ENTRIES = 20000
 MAX_DEPTH = 64
+MAX_REMOVALS = 200000
+FS_IOC_GETFLAGS = 0x80086601
 BOOT = {}
 """The runner's start: {"tree": snapshot(), "fork_server": bool}, set by `remember_boot`."""
 
@@ -112,53 +125,140 @@ def snapshot():
     return frozenset(rows)
 
 
-def remember_boot():
-    """Record the container's start (call once the fork server is up and before the first request)."""
-    BOOT["tree"] = snapshot()
-    BOOT["fork_server"] = forkserver.SERVER.alive
-    BOOT["oom_kill"] = counters([])["oom_kill"]
-    BOOT["modes"] = {}
+def _flags(path):
+    """A directory's inode flags (``FS_IOC_GETFLAGS``: its owner may set no-dump, no-atime, ...), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        buffer = array.array("l", [0])
+        fcntl.ioctl(fd, FS_IOC_GETFLAGS, buffer, True)
+        return buffer[0]
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _roots():
+    """Each writable mount root: ``{path: (owner, mode, atime_ns, mtime_ns, flags)}``."""
+    roots = {}
     for point in writable_mounts():
         try:
             st = os.lstat(point)
         except OSError:
             continue
-        if st.st_uid == SANDBOX_UID:  # the sandbox user may chmod its own mount roots: the reset puts them back
-            BOOT["modes"][point] = stat.S_IMODE(st.st_mode)
+        roots[point] = (st.st_uid, stat.S_IMODE(st.st_mode), st.st_atime_ns, st.st_mtime_ns, _flags(point))
+    return roots
 
 
-def _open_up(root):
-    """Give the owner full access to every directory under ``root`` (a tree chmod 000 cannot be emptied)."""
-    for directory, names, _ in os.walk(root):
-        for name in names:
-            try:
-                os.chmod(os.path.join(directory, name), 0o700, follow_symlinks=False)
-            except (OSError, NotImplementedError):
-                pass
+KERNEL_COUNTERS = (
+    "/proc/net/snmp",
+    "/proc/net/snmp6",
+    "/proc/net/netstat",
+    "/proc/net/dev",
+    "/proc/net/tcp",
+    "/proc/net/tcp6",
+    "/proc/net/udp",
+    "/proc/net/udp6",
+    "/proc/net/unix",
+    "/sys/fs/cgroup/memory/memory.failcnt",
+    "/sys/fs/cgroup/pids/pids.events",
+    "/sys/fs/cgroup/memory.events",
+    "/sys/fs/cgroup/pids.events",
+)
+"""Counters of the container's network namespace and cgroup that outlive every process, that a candidate steers
+(packets sent, sockets in TIME_WAIT, limits hit) and a later one could read: unchanged since the start, or the
+container is not recycled."""
+
+
+def _kernel_counters():
+    texts = {}
+    for path in KERNEL_COUNTERS:
+        try:
+            with open(path) as handle:
+                texts[path] = handle.read()
+        except OSError:
+            texts[path] = None
+    return texts
+
+
+def _ipc_probe():
+    """The ids the namespace hands out next for a System V message queue, segment and semaphore set (each made
+    and removed at once): they move with every object made, so a candidate that made any shows in them."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    made = []
+    for create, remove in (
+        (lambda: libc.msgget(0, 0o1600), lambda ident: libc.msgctl(ident, 0, None)),
+        (lambda: libc.shmget(0, 4096, 0o1600), lambda ident: libc.shmctl(ident, 0, None)),
+        (lambda: libc.semget(0, 1, 0o1600), lambda ident: libc.semctl(ident, 0, 0)),
+    ):
+        ident = create()
+        made.append(ident)
+        if ident >= 0:
+            remove(ident)
+    return tuple(made)
+
+
+def remember_boot():
+    """Record the container's start (call once the fork server is up and before the first request)."""
+    BOOT["tree"] = snapshot()
+    BOOT["fork_server"] = forkserver.SERVER.alive
+    BOOT["oom_kill"] = counters([])["oom_kill"]
+    BOOT["roots"] = _roots()
+    BOOT["kernel"] = _kernel_counters()
+    first, second = _ipc_probe(), _ipc_probe()
+    BOOT["ipc_step"] = tuple(b - a for a, b in zip(first, second))  # what one probe moves the ids by
+    BOOT["ipc_last"] = second
+
+
+def _put_back_roots():
+    """The mount roots' modes and times as at the start, each set by its owner (the sandbox user's own roots
+    under its identity): an owner may set any time, so a candidate could leave a number in them."""
+    for point, (owner, mode, atime, mtime, _) in BOOT["roots"].items():
+        try:
+            if owner == SANDBOX_UID:
+                with SandboxIdentity():
+                    os.chmod(point, mode)
+                    os.utime(point, ns=(atime, mtime), follow_symlinks=False)
+            elif owner == os.geteuid():
+                os.utime(point, ns=(atime, mtime), follow_symlinks=False)
+        except OSError:
+            pass
 
 
 def _empty(root):
-    """Remove what ``root`` holds, as far as the sandbox user can (the check after says whether it did)."""
+    """Remove what ``root`` holds, as far as the sandbox user can (the check after says whether it did). Iterative
+    (a tree as deep as its path bound allows is no recursion), and bounded: past MAX_REMOVALS entries it stops, and
+    what is left fails the check."""
     try:
         os.chmod(root, 0o700 | stat.S_IMODE(os.lstat(root).st_mode))
     except OSError:
         pass
-    _open_up(root)
-    for directory, names, files in os.walk(root, topdown=False):
-        for name in files:
+    stack, order, budget = [root], [], MAX_REMOVALS
+    while stack and budget > 0:
+        directory = stack.pop()
+        order.append(directory)
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            budget -= 1
             try:
-                os.unlink(os.path.join(directory, name))
-            except OSError:
-                pass
-        for name in names:
-            path = os.path.join(directory, name)
-            try:
-                if os.path.islink(path):
-                    os.unlink(path)
+                if entry.is_dir(follow_symlinks=False):
+                    os.chmod(entry.path, 0o700)  # a real directory (no symlink is followed): opened for its owner
+                    stack.append(entry.path)
                 else:
-                    os.rmdir(path)
+                    os.unlink(entry.path)
             except OSError:
                 pass
+    for directory in reversed(order[1:]):  # every directory after everything under it
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass
 
 
 def _difference(now):
@@ -175,9 +275,18 @@ def _difference(now):
 
 
 def op_reset(body, fs_paths, emit):
-    """Empty what the sandbox user could write and check the container is as it started: ``{clean, detail}``."""
+    """Empty what the sandbox user could write and check the container is as it started: ``{clean, detail}``.
+    Never raises: whatever goes wrong is a reset that is not clean (the container is destroyed)."""
+    try:
+        problems = _reset(fs_paths)
+    except Exception as exc:  # RecursionError, MemoryError, OSError from what the candidate left
+        problems = ["the reset failed: %s: %s" % (type(exc).__name__, exc)]
+    return {"clean": not problems, "detail": "; ".join(problems)[:2000]}
+
+
+def _reset(fs_paths):
     if "tree" not in BOOT:
-        return {"clean": False, "detail": "the runner recorded no start to reset to"}
+        return ["the runner recorded no start to reset to"]
     survivors = sweep()
     reap()
     remove_ipc()
@@ -185,20 +294,19 @@ def op_reset(body, fs_paths, emit):
         for root in list(fs_paths) + list(EMPTIED):
             if os.path.isdir(root):
                 _empty(root)
-        for point, mode in BOOT["modes"].items():
-            try:
-                os.chmod(point, mode)
-            except OSError:
-                pass
+    _put_back_roots()
     problems = []
-    if survivors or live_processes():
-        problems.append("processes survived the sweep: %s" % live_processes()[:8])
+    if survivors or other_processes():  # a zombie too: one no process reaps holds a pid of the budget
+        problems.append("processes left after the sweep: %s" % other_processes()[:8])
     # The engine marks a container OOMKilled for any OOM kill in its life, and a lost runner's blame reads that
     # mark (sandbox.workspace.classify_loss): a container that saw one would blame the next task for it.
     if counters([])["oom_kill"] != BOOT["oom_kill"]:
         problems.append("an OOM kill happened in the container")
     if BOOT["fork_server"] and not forkserver.SERVER.alive:
         problems.append("the fork server is gone")
+    changed = [path for path, text in _kernel_counters().items() if text != BOOT["kernel"][path]]
+    if changed:
+        problems.append("kernel counters a later task could read changed: %s" % ", ".join(changed))
     try:
         with open("/proc/sysvipc/shm") as a, open("/proc/sysvipc/msg") as b, open("/proc/sysvipc/sem") as c:
             left = sum(len(handle.read().splitlines()[1:]) for handle in (a, b, c))
@@ -206,7 +314,16 @@ def op_reset(body, fs_paths, emit):
         left = 0
     if left:
         problems.append("%d System V IPC objects left" % left)
+    probe = _ipc_probe()
+    expected = tuple(last + step for last, step in zip(BOOT["ipc_last"], BOOT["ipc_step"]))
+    BOOT["ipc_last"] = probe
+    if probe != expected:
+        problems.append("System V objects were made since the start (ids %s, expected %s)" % (probe, expected))
+    roots = _roots()
+    moved = [point for point, row in BOOT["roots"].items() if roots.get(point) != row]
+    if moved:
+        problems.append("mount roots differ from the start (mode, times or flags): %s" % ", ".join(moved))
     difference = _difference(snapshot())
     if difference:
         problems.append(difference)
-    return {"clean": not problems, "detail": "; ".join(problems)[:2000]}
+    return problems

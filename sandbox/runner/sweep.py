@@ -44,7 +44,7 @@ def _alive(pid):
     )
 
 
-def _others():
+def other_processes():
     """Pids of every process but init, the runner and its helpers, whatever their state."""
     skip = {1, os.getpid()} | KEEP
     return [int(entry) for entry in os.listdir("/proc") if entry.isdigit() and int(entry) not in skip]
@@ -52,7 +52,7 @@ def _others():
 
 def live_processes():
     """Pids of processes other than init, the runner and its helpers with a thread that has not exited."""
-    return [pid for pid in _others() if _alive(pid)]
+    return [pid for pid in other_processes() if _alive(pid)]
 
 
 def sweep():
@@ -70,7 +70,7 @@ def sweep():
         if KEEP and time.monotonic() - started > SPARING_S:
             KEEP.clear()
         if KEEP:  # every pid, whatever its state reads (a zombie main thread may lead live threads)
-            for pid in _others():
+            for pid in other_processes():
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:

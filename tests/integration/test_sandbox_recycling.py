@@ -14,51 +14,13 @@ import json
 import pytest
 import trio
 
-from sandbox.config import SandboxConfig
 from sandbox.failure import FailureKind, Verdict
 from sandbox.pool import WorkspacePool
 from sandbox.protocol import ExecRequest
-from tasks.grader import Grader, GraderConfig
-from tasks.submission import Submission
-from tasks.task import Limits, StdinTest, Task
+from tests.recycling_support import FINGERPRINT, grade_in_one_container, one_container
 
 pytestmark = pytest.mark.docker
 
-FINGERPRINT = r"""
-import json, os
-def tree(root):
-    rows = []
-    for directory, dirs, files in os.walk(root):
-        for name in sorted(dirs + files):
-            path = os.path.join(directory, name)
-            st = os.lstat(path)
-            rows.append([path, oct(st.st_mode), st.st_uid])
-    return rows
-def xattrs(path):
-    try:
-        return sorted(os.listxattr(path))
-    except OSError as exc:
-        return exc.errno
-seen = {}
-for root in ["/workspace", "/tmp", "/dev/shm", "/dev/mqueue"]:
-    st = os.stat(root)
-    seen[root] = [oct(st.st_mode), st.st_uid, xattrs(root), tree(root)]
-seen["sysv"] = {kind: open("/proc/sysvipc/" + kind).read().splitlines()[1:] for kind in ("shm", "msg", "sem")}
-procs, servers = [], 0
-for pid in os.listdir("/proc"):
-    if pid.isdigit() and int(pid) != os.getpid():
-        try:
-            argv = open("/proc/%s/cmdline" % pid, "rb").read().split(b"\0")
-        except OSError:
-            argv = [b"gone"]
-        if len(argv) > 3 and argv[3].startswith(b"# gym-fork-server"):
-            servers += 1  # the server, and at a container's start its one probe of a fresh interpreter
-        else:
-            procs.append(repr(argv[:3]))
-seen["processes"] = sorted(procs)
-seen["a fork server"] = servers > 0
-print(json.dumps(seen))
-"""
 
 DAEMON = r"""
 import os, signal, time
@@ -153,10 +115,6 @@ ATTACKS = {
     "the workspace's inodes all used": [INODES],
     "all of it, through the fork server": [DAEMON, FILES, QUEUES, STOPPED],
 }
-
-
-def one_container(**pool) -> SandboxConfig:
-    return SandboxConfig.model_validate({"pool": {"size": 1, **pool}, "episode": {"wall_s": 600.0}})
 
 
 async def fingerprint(ws) -> dict:
@@ -274,14 +232,6 @@ def test_a_container_serves_recycle_uses_tasks_and_an_aborted_use_is_never_recyc
     assert after != aborted
 
 
-TASK = Task(
-    task_id="times-seven",
-    source_format="codecontests",
-    kind="stdin",
-    prompt="print n * 7",
-    tests=tuple(StdinTest(input=f"{n}\n", output=f"{n * 7}\n") for n in range(1, 7)),
-    limits=Limits(time_s=2.0),
-)
 HONEST = """
 import os
 n = int(input())
@@ -302,23 +252,8 @@ else:
 """
 
 
-def fenced(code: str) -> str:
-    return f"```python\n{code}\n```"
-
-
 def test_a_candidate_cannot_pass_on_what_an_earlier_candidate_left_and_honest_ones_always_pass():
-    async def main():
-        async with WorkspacePool(one_container()) as pool:
-            await pool.wait_ready(60)
-            grader = Grader(pool, GraderConfig(concurrency=1))
-            results = []
-            for completion in (HONEST, CHEAT, HONEST, HONEST, CHEAT):
-                results.append(
-                    await grader.grade(TASK, Submission(task_id=TASK.task_id, completion=fenced(completion)))
-                )
-            return results, pool.stats()
-
-    results, stats = trio.run(main)
+    results, stats = grade_in_one_container(HONEST, CHEAT, HONEST, HONEST, CHEAT)
     assert stats["recycled"] >= 4, stats  # the same container served them: the path under test ran
     honest = [results[0], results[2], results[3]]
     assert all(t.verdict == Verdict.PASSED for r in honest for t in r.tests), honest
