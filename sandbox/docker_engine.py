@@ -194,7 +194,11 @@ class Engine:
             tty=False,
             hostname="workspace",
             working_dir=cfg.workdir,
-            environment={"GYM_FS_PATHS": f"{cfg.workdir}:/tmp"},
+            # GYM_RESET: the runner records its start for `reset` (a few ms) only where the pool recycles
+            environment={
+                "GYM_FS_PATHS": f"{cfg.workdir}:/tmp",
+                **({"GYM_RESET": "1"} if cfg.pool.recycle_uses else {}),
+            },
             labels=labels.as_dict(),
             name=name,
             host_config=host_config,

@@ -94,7 +94,8 @@ def main():
     # must be an EPIPE we handle, never a SIGPIPE that kills the supervisor (and masks the call).
     # Children get SIGPIPE back at its default (subprocess restores it before exec).
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    remember_boot()  # what a reset puts back: the container as it is before the first request
+    if os.environ.get("GYM_RESET") == "1":  # set where the pool recycles: what a reset puts back
+        remember_boot()
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()
     hello = {wire.HELLO: wire.RUNNER_NAME, wire.VERSION: wire.PROTOCOL_VERSION}
     write_frame(stdout, {wire.ID: 0, wire.OK: True, wire.BODY: hello})

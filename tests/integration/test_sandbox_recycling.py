@@ -260,3 +260,21 @@ def test_a_candidate_cannot_pass_on_what_an_earlier_candidate_left_and_honest_on
     for cheat in (results[1], results[4]):
         assert not any(t.verdict == Verdict.PASSED for t in cheat.tests), cheat
         assert all(t.verdict == Verdict.WRONG_ANSWER for t in cheat.tests), cheat
+
+
+def test_by_default_every_released_workspace_is_destroyed_and_its_runner_keeps_no_start():
+    """recycle_uses 0 (the default): a new container per task; its runner records no start, so a reset asked of it
+    anyway is refused, never a container handed on."""
+
+    async def main():
+        async with WorkspacePool(one_container(recycle_uses=0)) as pool:
+            await pool.wait_ready(60)
+            async with pool.acquire("first") as ws:
+                first = ws.id
+                refused = await ws.reset()
+            async with pool.acquire("second") as ws:
+                return first, ws.id, refused, pool.stats()
+
+    first, again, refused, stats = trio.run(main)
+    assert again != first and stats["recycled"] == 0, stats
+    assert not refused.clean and "no start" in refused.detail, refused
