@@ -25,6 +25,7 @@ from sandbox.runner.sweep import KEEP
 INTERPRETER = ["python3", "-I"]
 REPLY_TIMEOUT_S = 10.0
 REAP_PATIENCE_S = 0.5
+READY_TIMEOUT_S = 2.0  # the first request waits this long at most for the server's start-up (then runs without it)
 MAX_REQUEST = 1 << 20  # the server's receive buffer: a larger request runs through the runner's spawn
 ZYGOTE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "zygote.py")
 
@@ -111,14 +112,15 @@ class ForkServer:
     def settle(self):
         """Wait, once, for the server's ``{"ready": True}``: until then its probe of a fresh interpreter may run, a
         root process that is neither the server nor the sandbox user's (a sweep would kill it, and a reset count
-        it). A server that does not say so is closed."""
+        it). A server that does not say so within READY_TIMEOUT_S is closed (the first request's time is the
+        candidate's: it must not wait out a server starting on a starved host)."""
         if self.settled:
             return
         self.settled = True
         if not self.alive:
             return
         try:
-            if self._reply().get("ready") is not True:
+            if self._reply(READY_TIMEOUT_S).get("ready") is not True:
                 self.close()
         except (OSError, Lost):
             self.close()
