@@ -20,7 +20,6 @@ next task of the container (docs/sandbox.md, "Recycling").
 """
 
 import array
-import ctypes
 import fcntl
 import os
 import re
@@ -29,7 +28,7 @@ import stat
 from sandbox.runner import forkserver
 from sandbox.runner.cgroup import counters
 from sandbox.runner.privileges import SANDBOX_UID, SandboxIdentity
-from sandbox.runner.sweep import other_processes, reap, remove_ipc, sweep
+from sandbox.runner.sweep import IPC_RMID, libc, other_processes, reap, remove_ipc, sweep
 
 EMPTIED = ("/dev/shm", "/dev/mqueue")  # besides the file paths the host gives the runner (workspace, /tmp)
 KERNEL_TYPES = {"proc", "sysfs", "cgroup", "cgroup2"}
@@ -187,12 +186,12 @@ def _kernel_counters():
 def _ipc_probe():
     """The ids the namespace hands out next for a System V message queue, segment and semaphore set (each made
     and removed at once): they move with every object made, so a candidate that made any shows in them."""
-    libc = ctypes.CDLL(None, use_errno=True)
+    c = libc()
     made = []
     for create, remove in (
-        (lambda: libc.msgget(0, 0o1600), lambda ident: libc.msgctl(ident, 0, None)),
-        (lambda: libc.shmget(0, 4096, 0o1600), lambda ident: libc.shmctl(ident, 0, None)),
-        (lambda: libc.semget(0, 1, 0o1600), lambda ident: libc.semctl(ident, 0, 0)),
+        (lambda: c.msgget(0, 0o1600), lambda ident: c.msgctl(ident, IPC_RMID, None)),
+        (lambda: c.shmget(0, 4096, 0o1600), lambda ident: c.shmctl(ident, IPC_RMID, None)),
+        (lambda: c.semget(0, 1, 0o1600), lambda ident: c.semctl(ident, 0, IPC_RMID)),
     ):
         ident = create()
         made.append(ident)

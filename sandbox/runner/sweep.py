@@ -89,7 +89,7 @@ def sweep():
 _LIBC = []
 
 
-def _libc():
+def libc():
     """The C library, loaded once (this runs after every call: a dlopen each time is wasted work)."""
     if not _LIBC:
         _LIBC.append(ctypes.CDLL(None, use_errno=True))
@@ -104,11 +104,11 @@ def remove_ipc():
     the runner itself is OOM-killed. All belong to the sandbox user, so its identity
     may remove them (no CAP_IPC_OWNER needed). Returns how many were removed.
     """
-    libc = _libc()
+    c = libc()
     removers = {
-        "shm": lambda ident: libc.shmctl(ident, IPC_RMID, None),
-        "msg": lambda ident: libc.msgctl(ident, IPC_RMID, None),
-        "sem": lambda ident: libc.semctl(ident, 0, IPC_RMID),
+        "shm": lambda ident: c.shmctl(ident, IPC_RMID, None),
+        "msg": lambda ident: c.msgctl(ident, IPC_RMID, None),
+        "sem": lambda ident: c.semctl(ident, 0, IPC_RMID),
     }
     removed = 0
     with SandboxIdentity():
