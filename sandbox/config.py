@@ -106,6 +106,16 @@ class PoolConfig(_Config):
         "0 (the default) destroys every released workspace. A recycled container keeps counters a candidate can "
         "steer and the next one read (pid, inode numbers, the cgroup's CPU time): docs/sandbox.md, Recycling",
     )
+    disjoint_uses: int = Field(
+        16,
+        ge=0,
+        le=10000,
+        description="tasks one container may serve when each acquire names its task's keys (the CP grader "
+        "names its tests): a clean reset between them, and never two tasks that share a key, so what a "
+        "candidate leaves in the counters a reset cannot put back reaches no later candidate of its own tests; "
+        "acquires that name no keys (episodes, tools) always get a container that served nothing. 0: off. "
+        "docs/sandbox.md, Recycling",
+    )
 
 
 class EngineTLS(_Config):

@@ -197,7 +197,7 @@ class Engine:
             # GYM_RESET: the runner records its start for `reset` (a few ms) only where the pool recycles
             environment={
                 "GYM_FS_PATHS": f"{cfg.workdir}:/tmp",
-                **({"GYM_RESET": "1"} if cfg.pool.recycle_uses else {}),
+                **({"GYM_RESET": "1"} if cfg.pool.recycle_uses or cfg.pool.disjoint_uses else {}),
             },
             labels=labels.as_dict(),
             name=name,

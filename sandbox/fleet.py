@@ -233,15 +233,18 @@ class FleetPool(PoolContext):
     # ------------------------------------------------------------ acquire / release
 
     @asynccontextmanager
-    async def acquire(self, owner: str = "", artifacts_dir: Path | None = None) -> AsyncIterator[Workspace]:
-        """A fresh workspace on the engine with the most free capacity; destroyed when the block exits."""
+    async def acquire(
+        self, owner: str = "", artifacts_dir: Path | None = None, keys: frozenset[str] | None = None
+    ) -> AsyncIterator[Workspace]:
+        """A fresh workspace on the engine with the most free capacity; destroyed when the block exits (``keys``:
+        as `WorkspacePool.acquire`'s, on that engine's pool)."""
         if self._nursery is None or self._closing:
             raise RuntimeError("use the pool inside `async with FleetPool(...)`")
         while True:
             member = await self._reserve()
             stack = AsyncExitStack()
             try:
-                ws = await stack.enter_async_context(member.pool.acquire(owner, artifacts_dir))
+                ws = await stack.enter_async_context(member.pool.acquire(owner, artifacts_dir, keys))
                 break
             except BaseException as exc:
                 self._release(member)

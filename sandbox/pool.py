@@ -9,7 +9,13 @@ set (0, off, by default), a block left without an exception, by a workspace
 whose stream is in step, may recycle it (that many tasks per container at most). Its runner then empties
 what the sandbox user could write and checks the container against its own
 start (``sandbox/runner/reset.py``): only a clean reset puts the workspace back
-in the warm pool; anything else, or a reset that fails, destroys it.
+in the warm pool; anything else, or a reset that fails, destroys it. An acquire
+that names its task's keys (``acquire(owner, keys=...)``: the CP grader names its
+tests) recycles by ``pool.disjoint_uses`` instead (on by default): its workspace,
+reset clean, waits apart from the fresh ones and goes only to a later acquire
+whose keys it never served, so no candidate reaches a later candidate of its own
+tests through what a reset cannot put back; an acquire without keys always gets
+a container that served nothing.
 A warm workspace whose stream hung up while it waited is destroyed, not handed
 out. When the engine stops answering (a daemon restart), starts wait for it up
 to ``engine.outage_wait_s`` per outage, then fail as ``InfraError``.
@@ -70,7 +76,8 @@ class WorkspacePool(PoolContext):
         self.engine = Engine(self.config)
         self.size = self.config.pool.size
         self._gc_at_start = gc_at_start
-        self._ready: list[Workspace] = []
+        self._ready: list[Workspace] = []  # fresh (or, with recycle_uses, recycled for any acquire)
+        self._served: list[Workspace] = []  # reset after tasks of the keys in `ws.keys`: for disjoint acquires only
         self._live: set[str] = set()  # every container id this pool created and has not removed
         self._streams: dict[str, AttachedStream] = {}  # of every started workspace not yet handed out
         self._outage_since: float | None = None  # when starts first met an engine that does not answer
@@ -121,7 +128,7 @@ class WorkspacePool(PoolContext):
 
     async def _drain(self) -> None:
         """Destroy the warm containers and anything still live."""
-        ready, self._ready = self._ready, []
+        ready, self._ready, self._served = self._ready + self._served, [], []
         self._streams.clear()
         async with trio.open_nursery() as nursery:
             for ws in ready:
@@ -184,12 +191,16 @@ class WorkspacePool(PoolContext):
     # ------------------------------------------------------------ acquire / release
 
     @asynccontextmanager
-    async def acquire(self, owner: str = "", artifacts_dir: Path | None = None) -> AsyncIterator[Workspace]:
+    async def acquire(
+        self, owner: str = "", artifacts_dir: Path | None = None, keys: frozenset[str] | None = None
+    ) -> AsyncIterator[Workspace]:
         """A workspace as a fresh container is, for one task; destroyed when the block exits, however it exits,
-        unless a clean exit lets it be recycled (see the module docstring)."""
+        unless a clean exit lets it be recycled (see the module docstring). ``keys``: what identifies the task's
+        secrets (its tests); given, the workspace may be one that served only tasks of other keys, and go on to
+        serve such tasks after this one."""
         if self._nursery is None or self._closing:
             raise RuntimeError("use the pool inside `async with WorkspacePool(...)`")
-        ws = self._take_warm()
+        ws = self._take_served(keys) or self._take_warm()
         if ws is not None:
             self.warm_hits += 1
         else:
@@ -198,6 +209,7 @@ class WorkspacePool(PoolContext):
             self._streams.pop(ws.id, None)
         ws.claim(owner)
         may_return = self.config.pool.recycle_uses > ws.served + 1
+        disjoint = not may_return and keys is not None and self.config.pool.disjoint_uses > ws.served + 1
         self._lent += may_return
         self._wakeup.set()
         finished = False
@@ -209,7 +221,10 @@ class WorkspacePool(PoolContext):
                 if artifacts_dir is not None:
                     await ws.save_artifacts(artifacts_dir)
                 try:
-                    kept = finished and may_return and await self._recycle(ws)
+                    if finished and disjoint:
+                        kept = await self._recycle(ws, keys)
+                    else:
+                        kept = finished and may_return and await self._recycle(ws)
                 finally:
                     self._lent -= may_return
                     self._wakeup.set()
@@ -221,9 +236,11 @@ class WorkspacePool(PoolContext):
                     except RuntimeError:  # the pool is already closing: remove inline
                         await self._remove(ws.id)
 
-    async def _recycle(self, ws: Workspace) -> bool:
-        """Put a released workspace back in the warm pool after a clean reset; False leaves it to be destroyed."""
-        if self._closing or self._suspended or ws.broken or ws.closed or len(self._ready) >= self.size:
+    async def _recycle(self, ws: Workspace, keys: frozenset[str] | None = None) -> bool:
+        """Put a released workspace back after a clean reset: in the warm pool, or with ``keys`` (the task it served)
+        among the served ones that only disjoint acquires take; False leaves it to be destroyed."""
+        waiting = self._ready if keys is None else self._served
+        if self._closing or self._suspended or ws.broken or ws.closed or len(waiting) >= self.size:
             return False
         if time.monotonic() - ws.born > self.config.pool.ttl_s / 2:  # gc's deadline label stays far off
             return False
@@ -237,27 +254,43 @@ class WorkspacePool(PoolContext):
             self.resets_refused += 1
             log.info("workspace %s changed past its reset (destroyed): %s", ws.id[:12], result.detail)
             return False
-        if self._closing or self._suspended or len(self._ready) >= self.size:
+        if self._closing or self._suspended or len(waiting) >= self.size:
             return False
+        if keys is not None:
+            ws.keys |= keys
         self._streams[ws.id] = ws.stream
-        self._ready.append(ws)
+        waiting.append(ws)
         self.recycled += 1
         return True
 
-    def _take_warm(self) -> Workspace | None:
-        """A ready workspace whose runner is still there, or None.
+    def _take_served(self, keys: frozenset[str] | None) -> Workspace | None:
+        """A served workspace whose tasks share no key with ``keys`` and whose runner is still there, or None (always
+        for ``keys`` None)."""
+        if keys is None:
+            return None
+        for ws in [ws for ws in reversed(self._served) if ws.keys.isdisjoint(keys)]:
+            self._served.remove(ws)
+            if self._still_there(ws):
+                return ws
+        return None
 
-        One whose stream hung up while it waited (a daemon restart cut the attach connection, its
-        container was killed) would fail the episode's first call: it is destroyed instead.
-        """
+    def _take_warm(self) -> Workspace | None:
+        """A ready workspace whose runner is still there, or None."""
         while self._ready:
             ws = self._ready.pop()
-            if not self._streams.pop(ws.id).hung_up():
+            if self._still_there(ws):
                 return ws
-            log.warning("warm workspace %s hung up while it waited; destroying it", ws.id[:12])
-            self.hung_up += 1
-            self._nursery.start_soon(self._destroy, ws)
         return None
+
+    def _still_there(self, ws: Workspace) -> bool:
+        """Whether a waiting workspace's stream is still up. One that hung up while it waited (a daemon restart cut
+        the attach connection, its container was killed) would fail the task's first call: it is destroyed."""
+        if not self._streams.pop(ws.id).hung_up():
+            return True
+        log.warning("warm workspace %s hung up while it waited; destroying it", ws.id[:12])
+        self.hung_up += 1
+        self._nursery.start_soon(self._destroy, ws)
+        return False
 
     async def _start_cold(self) -> Workspace:
         """``_start``, waiting out an engine outage (see ``_engine_came_back``)."""
@@ -400,6 +433,7 @@ class WorkspacePool(PoolContext):
     def stats(self) -> dict[str, float]:
         return {
             "ready": len(self._ready),
+            "served_ready": len(self._served),
             "live": len(self._live),
             "warm_hits": self.warm_hits,
             "cold_starts": self.cold_starts,

@@ -93,6 +93,7 @@ class Workspace:
         self.born = self._started
         self.calls = 0
         self.served = 0  # tasks handed this container before the current one (sandbox.pool's recycling)
+        self.keys: set[str] = set()  # the keys of every task it served (sandbox.pool's disjoint recycling)
         self.broken: str | None = None
         self.closed = False
         self.log: list[dict[str, Any]] = []  # one summary line per call, copied out as an artifact

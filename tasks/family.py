@@ -55,9 +55,10 @@ from tasks.task import Task
 
 
 class WorkspaceSource(Protocol):
-    """Hands out one fresh workspace per ``acquire`` (``sandbox.pool.WorkspacePool``)."""
+    """Hands out one fresh workspace per ``acquire`` (``sandbox.pool.WorkspacePool``; ``keys``: its disjoint
+    recycling)."""
 
-    def acquire(self, owner: str = ...) -> AbstractAsyncContextManager[Any]: ...
+    def acquire(self, owner: str = ..., keys: frozenset[str] | None = ...) -> AbstractAsyncContextManager[Any]: ...
 
 
 class TaskGrader(Protocol):

@@ -46,6 +46,8 @@ container.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import marshal
 import math
@@ -254,6 +256,22 @@ def compile_problem(source: str) -> str | None:
     return None
 
 
+def grading_keys(task: Task) -> frozenset[str]:
+    """One key per hidden test, from what of it enters the container (a stdin test's input, a call's arguments, an
+    assert's source): the pool hands a container that graded a task only to tasks whose keys it never served
+    (`sandbox.pool`, ``pool.disjoint_uses``), so a candidate that saw these tests reaches no later candidate of
+    them, whatever task id or set they come under."""
+    return frozenset(hashlib.sha256(_secret(test).encode()).hexdigest()[:32] for test in task.tests)
+
+
+def _secret(test: TestCase) -> str:
+    if isinstance(test, StdinTest):
+        return "stdin\0" + test.input
+    if isinstance(test, CallTest):
+        return "call\0" + json.dumps(test.args, sort_keys=True, separators=(",", ":"))
+    return "assert\0" + test.source
+
+
 def _all(task: Task, verdict: Verdict, detail: str) -> list[TestResult]:
     return [TestResult(index=i, verdict=verdict, detail=detail) for i in range(len(task.tests))]
 
@@ -426,7 +444,7 @@ class Grader:
 
         ``budget``: the task's wall seconds without starvation grace; each test's grace is cut to its share of
         the room the episode's wall clock leaves past it (starved tests run on, but never past the episode)."""
-        async with self.pool.acquire(owner=f"grade:{task.task_id}") as ws:
+        async with self.pool.acquire(owner=f"grade:{task.task_id}", keys=grading_keys(task)) as ws:
             episode = ws.config.episode.wall_s
             if budget >= episode:
                 return f"tests need up to {budget:.0f}s, above the episode budget of {episode:.0f}s"

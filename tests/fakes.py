@@ -117,7 +117,7 @@ class FakePool:
         self.acquired = self.released = self.held = self.max_held = 0
 
     @asynccontextmanager
-    async def acquire(self, owner: str = ""):
+    async def acquire(self, owner: str = "", keys: frozenset[str] | None = None):
         self.acquired += 1
         self.held += 1
         self.max_held = max(self.max_held, self.held)

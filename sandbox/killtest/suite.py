@@ -234,9 +234,9 @@ async def run_suite(
     """Run ``attacks`` against ``config``; see the module docstring."""
     options = options or SuiteOptions()
     # The pool size is how many workspaces are kept warm, not part of what is attacked. Every attack's container
-    # is destroyed after it (recycle_uses 0): the host checks that it is gone with nothing of it left on the host;
-    # what a recycled container keeps is attacked by tests/integration/test_sandbox_recycling.py.
-    pool = config.pool.model_dump() | {"recycle_uses": 0}
+    # is destroyed after it (recycle_uses and disjoint_uses 0): the host checks that it is gone with nothing of it
+    # left on the host; what a recycled container keeps is attacked by tests/integration/test_sandbox_recycling*.py.
+    pool = config.pool.model_dump() | {"recycle_uses": 0, "disjoint_uses": 0}
     warm = config.model_copy(update={"pool": PoolConfig(**{**pool, "size": options.concurrency})})
     # Latency probes run on a cold pool: a warm pool's background container starts would load the host mid-probe.
     cold = config.model_copy(update={"pool": PoolConfig(**{**pool, "size": 0})})

@@ -16,7 +16,7 @@ from sandbox.runner import forkserver
 from sandbox.runner.cgroup import TreeClock, counters
 from sandbox.runner.privileges import SANDBOX_GID, SANDBOX_UID, Denied, SandboxIdentity, resolve
 from sandbox.runner.replies import exec_result
-from sandbox.runner.sweep import reap, remove_ipc, sweep
+from sandbox.runner.sweep import clean_up, sweep
 from sandbox.runner.watch import StarvationWatch
 from sandbox.wire import ITEM, MAX_DATA, RESULT
 
@@ -91,9 +91,7 @@ def run_command(body, fs_paths):
             proc, stdin_data, timeout, limit, started, cpu_limit, clock, watch
         )
     except forkserver.Lost as exc:  # a root process the candidate cannot reach: the sandbox's failure
-        sweep()
-        reap()
-        remove_ipc()
+        clean_up()
         return exec_result(failure="infra_error", detail="the fork server was lost while the command ran: %s" % exc)
     except BaseException:
         if isinstance(proc, forkserver.Child):
@@ -101,9 +99,7 @@ def run_command(body, fs_paths):
         raise
     wall = time.monotonic() - started
     tree_cpu = clock.used()
-    survivors = sweep()
-    reap()
-    remove_ipc()
+    survivors = clean_up()
     after = counters(fs_paths)
     exit_code = os.waitstatus_to_exitcode(status)
     sig = -exit_code if exit_code < 0 else None

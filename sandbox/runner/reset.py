@@ -28,7 +28,7 @@ import stat
 from sandbox.runner import forkserver
 from sandbox.runner.cgroup import counters
 from sandbox.runner.privileges import SANDBOX_UID, SandboxIdentity
-from sandbox.runner.sweep import IPC_RMID, libc, other_processes, reap, remove_ipc, sweep
+from sandbox.runner.sweep import IPC_RMID, clean_up, libc, other_processes
 
 EMPTIED = ("/dev/shm", "/dev/mqueue")  # besides the file paths the host gives the runner (workspace, /tmp)
 KERNEL_TYPES = {"proc", "sysfs", "cgroup", "cgroup2"}
@@ -38,7 +38,7 @@ MAX_DEPTH = 64
 MAX_REMOVALS = 200000
 FS_IOC_GETFLAGS = 0x80086601
 BOOT = {}
-"""The runner's start: {"tree": snapshot(), "fork_server": bool}, set by `remember_boot`."""
+"""The runner's start: {"tree": snapshot(points), "fork_server": bool}, set by `remember_boot`."""
 
 
 def _unescape(field):
@@ -92,11 +92,11 @@ def _row(path, rows):
     return st
 
 
-def snapshot():
-    """Every entry of every writable mount, as a set of rows; mount points below one another are walked once
-    each (a walk does not cross into another filesystem)."""
+def snapshot(points):
+    """Every entry of the writable mounts ``points``, as a set of rows; mount points below one another are walked
+    once each (a walk does not cross into another filesystem)."""
     rows = set()
-    for point in writable_mounts():
+    for point in points:
         top = _row(point, rows)
         if top is None:
             continue
@@ -140,10 +140,10 @@ def _flags(path):
         os.close(fd)
 
 
-def _roots():
-    """Each writable mount root: ``{path: (owner, mode, atime_ns, mtime_ns, flags)}``."""
+def _roots(points):
+    """Each writable mount root of ``points``: ``{path: (owner, mode, atime_ns, mtime_ns, flags)}``."""
     roots = {}
-    for point in writable_mounts():
+    for point in points:
         try:
             st = os.lstat(point)
         except OSError:
@@ -202,10 +202,11 @@ def _ipc_probe():
 
 def remember_boot():
     """Record the container's start (call once the fork server is up and before the first request)."""
-    BOOT["tree"] = snapshot()
+    points = writable_mounts()
+    BOOT["tree"] = snapshot(points)
     BOOT["fork_server"] = forkserver.SERVER.alive
     BOOT["oom_kill"] = counters([])["oom_kill"]
-    BOOT["roots"] = _roots()
+    BOOT["roots"] = _roots(points)
     BOOT["kernel"] = _kernel_counters()
     first, second = _ipc_probe(), _ipc_probe()
     BOOT["ipc_step"] = tuple(b - a for a, b in zip(first, second))  # what one probe moves the ids by
@@ -286,9 +287,7 @@ def op_reset(body, fs_paths, emit):
 def _reset(fs_paths):
     if "tree" not in BOOT:
         return ["the runner recorded no start to reset to"]
-    survivors = sweep()
-    reap()
-    remove_ipc()
+    survivors = clean_up()
     with SandboxIdentity():
         for root in list(fs_paths) + list(EMPTIED):
             if os.path.isdir(root):
@@ -318,11 +317,12 @@ def _reset(fs_paths):
     BOOT["ipc_last"] = probe
     if probe != expected:
         problems.append("System V objects were made since the start (ids %s, expected %s)" % (probe, expected))
-    roots = _roots()
+    points = writable_mounts()  # read once: the roots and the walk see the same mounts
+    roots = _roots(points)
     moved = [point for point, row in BOOT["roots"].items() if roots.get(point) != row]
     if moved:
         problems.append("mount roots differ from the start (mode, times or flags): %s" % ", ".join(moved))
-    difference = _difference(snapshot())
+    difference = _difference(snapshot(points))
     if difference:
         problems.append(difference)
     return problems

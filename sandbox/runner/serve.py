@@ -14,7 +14,7 @@ from sandbox.runner.files import op_list_dir, op_read_file, op_write_file
 from sandbox.runner.framing import read_frame, write_frame
 from sandbox.runner.privileges import drop_bounding_set
 from sandbox.runner.reset import op_reset, remember_boot
-from sandbox.runner.sweep import live_processes, reap, remove_ipc, sweep
+from sandbox.runner.sweep import clean_up, live_processes
 
 
 class HostGone(Exception):
@@ -42,9 +42,7 @@ def failed_op(exc):
     """The reply body of an operation that raised (the workspace's content made it fail, e.g. a
     directory tree too deep to archive): the candidate's ``tool_error``, after the same sweep as any
     call so nothing it started outlives it."""
-    sweep()
-    reap()
-    remove_ipc()
+    clean_up()
     return {"failure": "tool_error", "detail": ("%s: %s" % (type(exc).__name__, exc))[:2000]}
 
 

@@ -1,5 +1,5 @@
-"""After every call nothing of the sandbox user outlives it: its processes are killed (`sweep`), the
-zombies that are the runner's own children reaped (`reap`), its System V IPC objects removed (`remove_ipc`).
+"""After every call nothing of the sandbox user outlives it (`clean_up`): its processes are killed (`sweep`),
+the zombies that are the runner's own children reaped (`reap`), its System V IPC objects removed (`remove_ipc`).
 
 Every process in the container but init, the runner and the runner's fork server (`KEEP`) belongs to the
 sandbox user.
@@ -135,3 +135,12 @@ def reap():
         if pid == 0:
             return reaped
         reaped += 1
+
+
+def clean_up():
+    """What follows every call, however it ended: `sweep`, `reap`, `remove_ipc`. Returns the number of
+    processes that survived the sweep (0 expected)."""
+    survivors = sweep()
+    reap()
+    remove_ipc()
+    return survivors

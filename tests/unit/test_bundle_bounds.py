@@ -35,7 +35,7 @@ class FilledPool(FakePool):
         self.files = files
 
     @asynccontextmanager
-    async def acquire(self, owner: str = ""):
+    async def acquire(self, owner: str = "", keys: frozenset[str] | None = None):
         async with super().acquire(owner) as ws:
             ws.files.update(self.files)
             yield ws

@@ -211,7 +211,7 @@ class ScriptedSandbox:
         self.script, self.acquired = list(script), 0
 
     @contextlib.asynccontextmanager
-    async def acquire(self, owner: str):
+    async def acquire(self, owner: str, keys: frozenset[str] | None = None):
         self.acquired += 1
         answers = self.script.pop(0)
 

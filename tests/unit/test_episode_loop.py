@@ -169,7 +169,7 @@ class DeadEnginePool(FakePool):
     """Every workspace start fails: the engine does not answer."""
 
     @asynccontextmanager
-    async def acquire(self, owner: str = ""):
+    async def acquire(self, owner: str = "", keys: frozenset[str] | None = None):
         self.acquired += 1
         raise InfraError("Docker engine call 'create' failed: connection refused")
         yield  # an async generator all the same
@@ -179,7 +179,7 @@ class BrokenStartPool(FakePool):
     """Every workspace start fails with an error that is not an ``InfraError`` (a bug below the pool)."""
 
     @asynccontextmanager
-    async def acquire(self, owner: str = ""):
+    async def acquire(self, owner: str = "", keys: frozenset[str] | None = None):
         self.acquired += 1
         raise RuntimeError("use the pool inside `async with WorkspacePool(...)`")
         yield

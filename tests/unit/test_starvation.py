@@ -251,7 +251,7 @@ class GraceRecorder:
         self.wall_s = wall_s
 
     @contextlib.asynccontextmanager
-    async def acquire(self, owner: str):
+    async def acquire(self, owner: str, keys: frozenset[str] | None = None):
         graces = self.graces
         wall_s = self.wall_s
 
