@@ -1,13 +1,17 @@
 """`python -m gym bench grader`: CP tests per second, three ways, side by side in one run.
 
-* ``tests_per_s_grader``: the grader end to end (host compile check, a new
-  container per task from the warm pool, one ``exec_batch`` per task, host
-  judging), ``--concurrency`` tasks at a time. The pool is warmed first, as in
-  a long-running gym; refilling it during the run is counted.
+* ``tests_per_s_grader``: the grader end to end with the default sandbox
+  (host compile check, a container from the warm pool: a new one, or one reset
+  after tasks of other tests, ``pool.disjoint_uses``; one ``exec_batch`` per task,
+  host judging), ``--concurrency`` tasks at a time. The pool is warmed first, as
+  in a long-running gym; refilling it during the run is counted.
 * ``tests_per_s_grader_fresh``: the same grading with ``fork_server: false`` (a fresh
   interpreter per test instead of a child of the workspace's fork server).
+* ``tests_per_s_grader_new_containers``: the same grading with ``disjoint_uses: 0``,
+  a new container for every task.
 * ``tests_per_s_grader_recycled``: the same grading from a pool with
-  ``recycle_uses: 32`` (a container reset and reused between tasks; opt-in: docs/sandbox.md, "Recycling").
+  ``recycle_uses: 32`` (every container reset and reused, whatever it served; the trusted opt-in of
+  docs/sandbox.md, "Recycling").
 * ``tests_per_s_bare``: the very same processes (argv, stdin) as bare host
   subprocesses, judged the same way, with the same concurrency: the
   no-sandbox limit. The interpreter is this process's own binary (a pyenv
@@ -21,8 +25,9 @@
 
 The task set is the shipped ``bench`` set (CodeContests layout, 8 tasks of 40
 tests) with its reference solutions; every test must pass in every mode or the
-figures are refused. The three modes run interleaved, ``--concurrency`` tasks
-per round (see `measure`), so load drifting on a shared machine hits them alike.
+figures are refused. The modes run interleaved, ``--concurrency`` tasks per
+round (see `measure`), so load drifting on a shared machine hits them alike; each
+grader mode has its own pool.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import trio
@@ -176,11 +182,26 @@ def run_docker(
 # ------------------------------------------------------------------ the three, interleaved
 
 
+GRADER_MODES = ("grader", "grader_fresh", "grader_new_containers", "grader_recycled")
+
+
+def mode_sandboxes(sandbox: SandboxConfig) -> dict[str, SandboxConfig]:
+    """The sandbox of each grader mode: the default, the default again (its grader turns the fork server off), a
+    new container per task, every container recycled."""
+    pool = sandbox.pool
+    return {
+        "grader": sandbox,
+        "grader_fresh": sandbox,
+        "grader_new_containers": sandbox.model_copy(update={"pool": pool.model_copy(update={"disjoint_uses": 0})}),
+        "grader_recycled": sandbox.model_copy(update={"pool": pool.model_copy(update={"recycle_uses": 32})}),
+    }
+
+
 class _Totals:
     """Seconds, tests run and tests passed per mode, summed over the rounds."""
 
     def __init__(self) -> None:
-        modes = ("grader", "grader_fresh", "grader_recycled", "bare", "docker_run")
+        modes = (*GRADER_MODES, "bare", "docker_run")
         self.seconds = dict.fromkeys(modes, 0.0)
         self.tests = dict.fromkeys(modes, 0)
         self.passed = dict.fromkeys(modes, 0)
@@ -204,17 +225,19 @@ async def measure(
     charged to the grader (and do not steal CPU from the baselines).
     """
     totals = _Totals()
+    await trio.to_thread.run_sync(lambda: config.speed)  # measured once per process: before the first round, not in it
     size = config.concurrency
     rounds = [pairs[i : i + size] for i in range(0, len(pairs), size)]
     per_round = -(-docker_tests // len(rounds))
-    recycling = sandbox.model_copy(update={"pool": sandbox.pool.model_copy(update={"recycle_uses": 32})})
-    async with WorkspacePool(sandbox) as pool, WorkspacePool(recycling, gc_at_start=False) as recycled:
-        await pool.wait_ready(120)
-        await recycled.wait_ready(120)
+    async with AsyncExitStack() as stack:
+        pools = {}
+        for mode, config_of_mode in mode_sandboxes(sandbox).items():
+            pools[mode] = await stack.enter_async_context(WorkspacePool(config_of_mode, gc_at_start=not pools))
+        for pool in pools.values():
+            await pool.wait_ready(120)
         graders = {
-            "grader": Grader(pool, config),
-            "grader_fresh": Grader(pool, config.model_copy(update={"fork_server": False})),
-            "grader_recycled": Grader(recycled, config),
+            mode: Grader(pool, config.model_copy(update={"fork_server": False}) if mode == "grader_fresh" else config)
+            for mode, pool in pools.items()
         }
         for n, chunk in enumerate(rounds):
             tests = sum(len(task.tests) for task, _ in chunk)
@@ -229,18 +252,13 @@ async def measure(
             seconds, ran, passed = await trio.to_thread.run_sync(run_docker, chunk, config, sandbox, per_round, size)
             totals.add("docker_run", seconds, ran, passed)
             log.info(
-                "round %d/%d: grader %.1f (fresh interpreters %.1f, recycled containers %.1f), bare %.1f, "
-                "docker run %.1f tests/s so far",
+                "round %d/%d: grader %.1f (fresh interpreters %.1f, new containers %.1f, all recycled %.1f), "
+                "bare %.1f, docker run %.1f tests/s so far",
                 n + 1,
                 len(rounds),
-                totals.rate("grader"),
-                totals.rate("grader_fresh"),
-                totals.rate("grader_recycled"),
-                totals.rate("bare"),
-                totals.rate("docker_run"),
+                *(totals.rate(mode) for mode in (*GRADER_MODES, "bare", "docker_run")),
             )
-        reused = recycled.stats()
-        return totals, pool.stats() | {"recycled": reused["recycled"], "resets_refused": reused["resets_refused"]}
+        return totals, pools["grader"].stats()
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -262,8 +280,9 @@ def run(args: argparse.Namespace) -> dict:
         "tests_per_s_grader": grader,
         "tests_per_s_grader_fresh": fresh,
         "fork_server_speedup": grader / fresh,
+        "tests_per_s_grader_new_containers": totals.rate("grader_new_containers"),
+        "recycling_speedup": grader / totals.rate("grader_new_containers"),
         "tests_per_s_grader_recycled": totals.rate("grader_recycled"),
-        "recycling_speedup": totals.rate("grader_recycled") / grader,
         "grader_recycled_vs_bare": totals.rate("grader_recycled") / bare,
         "tests_per_s_bare": bare,
         "tests_per_s_docker_run": docker,
