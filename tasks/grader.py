@@ -1,12 +1,13 @@
-"""Grading competitive-programming submissions in a sandbox no earlier task left anything in, one container per task.
+"""Grading competitive-programming submissions in a container no earlier candidate of the same tests ran in, one per task.
 
 For one (task, submission):
 
 1. the program is assembled (`tasks.submission.program`) and compiled on the
    host with `compile()` (no execution): a syntax error makes every test
    ``compile_error`` and no container is used;
-2. a container is taken from the pool (new; or, where ``pool.recycle_uses`` turns
-   recycling on, reset and checked against its start: `sandbox.pool`), the program is written to
+2. a container is taken from the pool: a new one, or one reset and checked against its start after tasks that
+   share no test with this one (``pool.disjoint_uses``, on by default; `grading_keys`; `sandbox.pool`), the
+   program is written to
    ``/workspace/solution.py``, and ALL tests go through ONE runner call
    (``exec_batch``; only a task whose test inputs total more than
    `MAX_BATCH_STDIN_BYTES` is cut into consecutive batches in the same
@@ -18,7 +19,7 @@ For one (task, submission):
    checker (`tasks/checker.py`): the test's code in a process of its own that
    reaches the candidate's process with plain data only;
 3. each result is judged on the host (`tasks.judge`); the container is
-   destroyed.
+   destroyed, or reset for tasks of other tests.
 
 Timing (``GraderConfig.time_model``, default ``cpu``): a test's limit (the row's, x ``time_scale``,
 x the machine's ``speed_factor``, within ``min_time_s``..``max_time_s``) applies to the CPU time (user + sys) of its whole process
