@@ -262,12 +262,13 @@ def test_a_candidate_cannot_pass_on_what_an_earlier_candidate_left_and_honest_on
         assert all(t.verdict == Verdict.WRONG_ANSWER for t in cheat.tests), cheat
 
 
-def test_by_default_every_released_workspace_is_destroyed_and_its_runner_keeps_no_start():
-    """recycle_uses 0 (the default): a new container per task; its runner records no start, so a reset asked of it
-    anyway is refused, never a container handed on."""
+def test_without_recycling_every_released_workspace_is_destroyed_and_its_runner_keeps_no_start():
+    """recycle_uses and disjoint_uses 0: a new container per task; its runner records no start, so a reset asked of it
+    anyway is refused, never a container handed on. (By default, acquires that name no keys are destroyed too:
+    test_sandbox_recycling_disjoint.py.)"""
 
     async def main():
-        async with WorkspacePool(one_container(recycle_uses=0)) as pool:
+        async with WorkspacePool(one_container(recycle_uses=0, disjoint_uses=0)) as pool:
             await pool.wait_ready(60)
             async with pool.acquire("first") as ws:
                 first = ws.id
