@@ -240,7 +240,8 @@ class WorkspacePool(PoolContext):
         """Put a released workspace back after a clean reset: in the warm pool, or with ``keys`` (the task it served)
         among the served ones that only disjoint acquires take; False leaves it to be destroyed."""
         waiting = self._ready if keys is None else self._served
-        if self._closing or self._suspended or ws.broken or ws.closed or len(waiting) >= self.size:
+        full = len(waiting) >= self.size and (keys is None or self.size == 0)  # a served one makes room (below)
+        if self._closing or self._suspended or ws.broken or ws.closed or full:
             return False
         if time.monotonic() - ws.born > self.config.pool.ttl_s / 2:  # gc's deadline label stays far off
             return False
@@ -254,10 +255,14 @@ class WorkspacePool(PoolContext):
             self.resets_refused += 1
             log.info("workspace %s changed past its reset (destroyed): %s", ws.id[:12], result.detail)
             return False
-        if self._closing or self._suspended or len(waiting) >= self.size:
+        if self._closing or self._suspended or (keys is None and len(waiting) >= self.size):
             return False
         if keys is not None:
             ws.keys |= keys
+            while len(waiting) >= self.size:  # the longest-waiting served one, the likeliest to share keys, goes
+                oldest = waiting.pop(0)
+                self._streams.pop(oldest.id, None)
+                self._nursery.start_soon(self._destroy, oldest)
         self._streams[ws.id] = ws.stream
         waiting.append(ws)
         self.recycled += 1

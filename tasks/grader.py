@@ -47,6 +47,7 @@ container.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import logging
@@ -258,19 +259,65 @@ def compile_problem(source: str) -> str | None:
 
 
 def grading_keys(task: Task) -> frozenset[str]:
-    """One key per hidden test, from what of it enters the container (a stdin test's input, a call's arguments, an
-    assert's source): the pool hands a container that graded a task only to tasks whose keys it never served
-    (`sandbox.pool`, ``pool.disjoint_uses``), so a candidate that saw these tests reaches no later candidate of
-    them, whatever task id or set they come under."""
-    return frozenset(hashlib.sha256(_secret(test).encode()).hexdigest()[:32] for test in task.tests)
+    """What a task's grading shows a candidate, as keys: the pool hands a container that graded a task only to tasks
+    that share no key with it (`sandbox.pool`, ``pool.disjoint_uses``), so what a candidate leaves in the counters a
+    reset cannot put back reaches no later candidate of the same problem or of the same test inputs.
+
+    The keys are coarse on purpose (a key too many only costs a reuse): the statement, whitespace collapsed (the same
+    problem under other tests or another id); each stdin input, whitespace collapsed (a program that reads numbers
+    meets ``"1\\n"`` and ``"1"`` alike); each call's arguments, canonical (``True``, ``1`` and ``1.0`` alike), whether
+    a call test's or a literal call inside an assert (``assert f(1) == 5``, ``assert f(1)==5``, ``assert 5 == f(1)``
+    and the call test ``f`` with ``[1]`` meet the candidate with the same call); and each assert's syntax tree
+    (spacing and comments aside)."""
+    keys = {"problem\0" + " ".join(task.prompt.split())}
+    for test in task.tests:
+        keys |= _test_keys(test)
+    return frozenset(hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32] for key in keys)
 
 
-def _secret(test: TestCase) -> str:
+def _test_keys(test: TestCase) -> set[str]:
     if isinstance(test, StdinTest):
-        return "stdin\0" + test.input
+        return {"input\0" + " ".join(test.input.split())}
     if isinstance(test, CallTest):
-        return "call\0" + json.dumps(test.args, sort_keys=True, separators=(",", ":"))
-    return "assert\0" + test.source
+        return {"args\0" + _canonical(test.args)}
+    try:
+        tree = ast.parse(test.source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return {"assert\0" + " ".join(test.source.split())}
+    keys = {"assert\0" + ast.dump(tree)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            try:
+                args = [ast.literal_eval(arg) for arg in node.args]
+            except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+                continue
+            keys.add("args\0" + _canonical(args))
+    return keys
+
+
+def _canonical(value: object) -> str:
+    """A call's arguments as one string, values Python compares equal written alike (bools and integral floats as
+    ints, tuples as lists, sets and dict items sorted)."""
+
+    def plain(v: object) -> object:
+        if isinstance(v, bool):
+            return int(v)
+        if isinstance(v, float) and v.is_integer():
+            return int(v)
+        if isinstance(v, list | tuple):
+            return [plain(x) for x in v]
+        if isinstance(v, set | frozenset):
+            return sorted((plain(x) for x in v), key=repr)
+        if isinstance(v, dict):
+            return sorted(([plain(k), plain(x)] for k, x in v.items()), key=repr)
+        if isinstance(v, bytes | complex):
+            return repr(v)
+        return v
+
+    try:
+        return json.dumps(plain(value), sort_keys=True, separators=(",", ":"), default=repr)
+    except (ValueError, RecursionError):  # a structure too deep to write: its text, still one key
+        return repr(value)
 
 
 def _all(task: Task, verdict: Verdict, detail: str) -> list[TestResult]:

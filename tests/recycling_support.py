@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 import trio
 
 from sandbox.config import SandboxConfig
@@ -48,6 +50,20 @@ print(json.dumps(seen))
 """
 
 
+class RecordingPool(WorkspacePool):
+    """A pool that records, on the host, which container each acquire got and the keys it named."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        super().__init__(config)
+        self.handed: list[tuple[str, frozenset[str] | None]] = []
+
+    @asynccontextmanager
+    async def acquire(self, owner="", artifacts_dir=None, keys=None):
+        async with super().acquire(owner, artifacts_dir, keys) as ws:
+            self.handed.append((ws.id, keys))
+            yield ws
+
+
 def one_container(**pool) -> SandboxConfig:
     return SandboxConfig.model_validate({"pool": {"size": 1, "recycle_uses": 32, **pool}, "episode": {"wall_s": 600.0}})
 
@@ -78,5 +94,25 @@ def grade_in_one_container(*completions: str) -> tuple[list[TaskResult], dict]:
                 submission = Submission(task_id=TASK.task_id, completion=fenced(completion))
                 results.append(await grader.grade(TASK, submission))
             return results, pool.stats()
+
+    return trio.run(main)
+
+
+def grade_in_turn(config: SandboxConfig, pairs: list[tuple[Task, str]], unkeyed: int = 0):
+    """Each ``(task, program)`` graded in turn, then ``unkeyed`` acquires without keys (what an episode's tools
+    take): the verdicts, what each acquire got, the pool's stats."""
+
+    async def main():
+        async with RecordingPool(config) as pool:
+            await pool.wait_ready(60)
+            grader = Grader(pool, GraderConfig(concurrency=1))
+            verdicts = []
+            for t, code in pairs:
+                result = await grader.grade(t, Submission(task_id=t.task_id, completion=fenced(code)))
+                verdicts.append([r.verdict for r in result.tests])
+            for n in range(unkeyed):
+                async with pool.acquire(f"episode-{n}"):
+                    pass
+            return verdicts, pool.handed, pool.stats()
 
     return trio.run(main)

@@ -12,18 +12,13 @@ acquire is read on the host (the pool's own workspace ids), not from what the pr
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
-
 import pytest
-import trio
 
 from sandbox.config import SandboxConfig
 from sandbox.failure import Verdict
-from sandbox.pool import WorkspacePool
-from tasks.grader import Grader, GraderConfig, grading_keys
-from tasks.submission import Submission
+from tasks.grader import grading_keys
 from tasks.task import Limits, StdinTest, Task
-from tests.recycling_support import fenced, one_container
+from tests.recycling_support import grade_in_turn, one_container
 
 pytestmark = [pytest.mark.docker]
 
@@ -31,12 +26,12 @@ UNIT = 64 << 20
 HIDDEN = 5
 
 
-def task(task_id: str, inputs: range, factor: int = HIDDEN) -> Task:
+def task(task_id: str, inputs: range, factor: int = HIDDEN, prompt: str = "print n times the hidden number") -> Task:
     return Task(
         task_id=task_id,
         source_format="codecontests",
         kind="stdin",
-        prompt="print n times the hidden number",
+        prompt=prompt,
         tests=tuple(StdinTest(input=f"{n}\n", output=f"{n * factor}\n") for n in inputs),
         limits=Limits(time_s=4.0, memory_bytes=1 << 30),
     )
@@ -44,8 +39,9 @@ def task(task_id: str, inputs: range, factor: int = HIDDEN) -> Task:
 
 SECRET = task("hidden-multiplier", range(1, 5))
 SAME_TESTS = task("hidden-multiplier-copy", range(1, 5))  # another id, the same tests (a duplicate row)
-ONE_SHARED = task("overlaps", range(4, 8))  # shares the input "4\n" with SECRET
-OTHERS = [task(f"other-{k}", range(100 * k, 100 * k + 3), factor=k) for k in range(1, 5)]
+ONE_SHARED = task("overlaps", range(4, 8), prompt="print n times the number")  # shares the input "4\n" with SECRET
+SAME_PROBLEM = task("other-tests", range(11, 15))  # the same statement, other tests
+OTHERS = [task(f"other-{k}", range(100 * k, 100 * k + 3), k, f"print n times {k}") for k in range(1, 5)]
 
 HONEST = "print(int(input()) * {factor})"
 COLLUDER = f"_ = b'x' * ({HIDDEN} * {UNIT})  # the high-water mark now says {HIDDEN}\nprint(int(input()) * {HIDDEN})"
@@ -55,42 +51,8 @@ CHEAT = (
 )
 
 
-class RecordingPool(WorkspacePool):
-    """A pool that records, on the host, which container each acquire got and the keys it named."""
-
-    def __init__(self, config: SandboxConfig) -> None:
-        super().__init__(config)
-        self.handed: list[tuple[str, frozenset[str] | None]] = []
-
-    @asynccontextmanager
-    async def acquire(self, owner="", artifacts_dir=None, keys=None):
-        async with super().acquire(owner, artifacts_dir, keys) as ws:
-            self.handed.append((ws.id, keys))
-            yield ws
-
-
 def default_pool(size: int = 1) -> SandboxConfig:
     return SandboxConfig.model_validate({"pool": {"size": size}, "episode": {"wall_s": 600.0}})
-
-
-def grade_in_turn(config: SandboxConfig, pairs: list[tuple[Task, str]], unkeyed: int = 0):
-    """Each ``(task, program)`` graded in turn, then ``unkeyed`` acquires without keys (what an episode's tools
-    take): the verdicts, what each acquire got, the pool's stats."""
-
-    async def main():
-        async with RecordingPool(config) as pool:
-            await pool.wait_ready(60)
-            grader = Grader(pool, GraderConfig(concurrency=1))
-            verdicts = []
-            for t, code in pairs:
-                result = await grader.grade(t, Submission(task_id=t.task_id, completion=fenced(code)))
-                verdicts.append([r.verdict for r in result.tests])
-            for n in range(unkeyed):
-                async with pool.acquire(f"episode-{n}"):
-                    pass
-            return verdicts, pool.handed, pool.stats()
-
-    return trio.run(main)
 
 
 def test_the_channel_is_real_where_every_release_is_recycled():
@@ -100,15 +62,15 @@ def test_the_channel_is_real_where_every_release_is_recycled():
 
 
 def test_a_cheat_of_the_same_tests_never_meets_the_colluders_container():
-    pairs = [(SECRET, COLLUDER), (SECRET, CHEAT), (SAME_TESTS, CHEAT), (ONE_SHARED, CHEAT)]
-    pairs += [(t, HONEST.format(factor=k)) for k, t in enumerate(OTHERS, 1)]
-    verdicts, handed, stats = grade_in_turn(default_pool(), pairs)
+    honest = [(t, HONEST.format(factor=k)) for k, t in enumerate(OTHERS, 1)]
+    cheats = [(SECRET, CHEAT), (SAME_TESTS, CHEAT), (ONE_SHARED, CHEAT), (SAME_PROBLEM, CHEAT)]
+    verdicts, handed, stats = grade_in_turn(default_pool(), [(SECRET, COLLUDER), honest[0], *cheats, *honest[1:]])
     assert verdicts[0] == [Verdict.PASSED] * 4
-    assert all(v == Verdict.WRONG_ANSWER for vs in verdicts[1:4] for v in vs)  # scored, never masked
-    assert all(vs == [Verdict.PASSED] * 3 for vs in verdicts[4:])  # honest work in served containers passes
+    assert all(v == Verdict.WRONG_ANSWER for vs in verdicts[2:6] for v in vs)  # scored, never masked
+    assert all(vs == [Verdict.PASSED] * 3 for vs in verdicts[1:2] + verdicts[6:])  # honest work passes
     colluders = handed[0][0]
-    assert colluders not in {ws for ws, _ in handed[1:4]}
-    assert colluders in {ws for ws, _ in handed[4:]}  # it went on to grade other tasks
+    assert handed[1][0] == colluders  # it went on to grade another task
+    assert colluders not in {ws for ws, _ in handed[2:6]}
     assert stats["recycled"] >= 4 and stats["resets_refused"] == 0
 
 
@@ -147,7 +109,8 @@ def test_a_container_serves_at_most_disjoint_uses_tasks():
     assert max(uses.values()) == 2
 
 
-def test_the_keys_are_the_tests_not_the_task_id():
+def test_the_keys_are_the_problem_and_its_inputs_not_the_task_id():
     assert grading_keys(SECRET) == grading_keys(SAME_TESTS)
-    assert len(grading_keys(SECRET) & grading_keys(ONE_SHARED)) == 1
+    assert len(grading_keys(SECRET) & grading_keys(ONE_SHARED)) == 1  # the input "4\n"
+    assert len(grading_keys(SECRET) & grading_keys(SAME_PROBLEM)) == 1  # the statement
     assert not grading_keys(SECRET) & grading_keys(OTHERS[0])
