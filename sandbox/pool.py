@@ -91,6 +91,7 @@ class WorkspacePool(PoolContext):
         self.cold_starts = 0
         self.warm_hits = 0
         self.hung_up = 0  # warm workspaces destroyed because their stream hung up while they waited
+        self.expired = 0  # warm workspaces destroyed because they waited past half of pool.ttl_s
         self._lent = 0  # handed out and may come back (recycling): the refill counts them as the pool's
         self.recycled = 0  # releases that went back to the warm pool
         self.resets_refused = 0  # releases whose reset found the container changed (destroyed instead)
@@ -288,12 +289,19 @@ class WorkspacePool(PoolContext):
         return None
 
     def _still_there(self, ws: Workspace) -> bool:
-        """Whether a waiting workspace's stream is still up. One that hung up while it waited (a daemon restart cut
-        the attach connection, its container was killed) would fail the task's first call: it is destroyed."""
-        if not self._streams.pop(ws.id).hung_up():
+        """Whether a waiting workspace may be handed out. One whose stream hung up while it waited (a daemon restart
+        cut the attach connection, its container was killed) would fail the task's first call, and one past half of
+        ``pool.ttl_s`` nears its deadline label, where `gym gc` may remove it mid-task: either is destroyed."""
+        stream = self._streams.pop(ws.id)
+        if time.monotonic() - ws.born > self.config.pool.ttl_s / 2:
+            why = "is past half its ttl_s"
+            self.expired += 1
+        elif stream.hung_up():
+            why = "hung up while it waited"
+            self.hung_up += 1
+        else:
             return True
-        log.warning("warm workspace %s hung up while it waited; destroying it", ws.id[:12])
-        self.hung_up += 1
+        log.warning("warm workspace %s %s; destroying it", ws.id[:12], why)
         self._nursery.start_soon(self._destroy, ws)
         return False
 
@@ -443,6 +451,7 @@ class WorkspacePool(PoolContext):
             "warm_hits": self.warm_hits,
             "cold_starts": self.cold_starts,
             "hung_up": self.hung_up,
+            "expired": self.expired,
             "recycled": self.recycled,
             "resets_refused": self.resets_refused,
             "time": time.time(),

@@ -13,12 +13,14 @@ acquire is read on the host (the pool's own workspace ids), not from what the pr
 from __future__ import annotations
 
 import pytest
+import trio
 
 from sandbox.config import SandboxConfig
 from sandbox.failure import Verdict
-from tasks.grader import grading_keys
+from tasks.grader import Grader, GraderConfig, grading_keys
+from tasks.submission import Submission
 from tasks.task import Limits, StdinTest, Task
-from tests.recycling_support import grade_in_turn, one_container
+from tests.recycling_support import RecordingPool, fenced, grade_in_turn, one_container
 
 pytestmark = [pytest.mark.docker]
 
@@ -114,3 +116,22 @@ def test_the_keys_are_the_problem_and_its_inputs_not_the_task_id():
     assert len(grading_keys(SECRET) & grading_keys(ONE_SHARED)) == 1  # the input "4\n"
     assert len(grading_keys(SECRET) & grading_keys(SAME_PROBLEM)) == 1  # the statement
     assert not grading_keys(SECRET) & grading_keys(OTHERS[0])
+
+
+def test_a_container_that_waited_past_half_its_ttl_is_never_handed_out():
+    """gc may remove a container past its deadline label (created + ttl_s): a waiting one, fresh or served, is
+    destroyed instead of handed out once it is past half of it."""
+    config = SandboxConfig.model_validate({"pool": {"size": 1, "ttl_s": 4.0}, "episode": {"wall_s": 60.0}})
+
+    async def main():
+        async with RecordingPool(config) as pool:
+            await pool.wait_ready(60)
+            grader = Grader(pool, GraderConfig(concurrency=1))
+            first = await grader.grade(OTHERS[0], Submission(task_id="a", completion=fenced(HONEST.format(factor=1))))
+            await trio.sleep(2.5)  # the served one and the fresh one waiting beside it are both past 2 s
+            second = await grader.grade(OTHERS[1], Submission(task_id="b", completion=fenced(HONEST.format(factor=2))))
+            return [first, second], pool.handed, pool.stats()
+
+    results, handed, stats = trio.run(main)
+    assert all(t.verdict == Verdict.PASSED for r in results for t in r.tests)
+    assert handed[0][0] != handed[1][0] and stats["expired"] >= 1, stats
