@@ -11,11 +11,11 @@ what the sandbox user could write and checks the container against its own
 start (``sandbox/runner/reset.py``): only a clean reset puts the workspace back
 in the warm pool; anything else, or a reset that fails, destroys it. An acquire
 that names its task's keys (``acquire(owner, keys=...)``: the CP grader names its
-tests) recycles by ``pool.disjoint_uses`` instead (on by default): its workspace,
-reset clean, waits apart from the fresh ones and goes only to a later acquire
-whose keys it never served, so no candidate reaches a later candidate of its own
-tests through what a reset cannot put back; an acquire without keys always gets
-a container that served nothing.
+problem and inputs, ``tasks.grader.grading_keys``) recycles by ``pool.disjoint_uses``
+instead (on by default): its workspace, reset clean, waits apart from the fresh
+ones and goes only to a later acquire whose keys it never served, so no candidate
+reaches a later candidate of its own problem or inputs through what a reset cannot
+put back; an acquire without keys always gets a container that served nothing.
 A warm workspace whose stream hung up while it waited is destroyed, not handed
 out. When the engine stops answering (a daemon restart), starts wait for it up
 to ``engine.outage_wait_s`` per outage, then fail as ``InfraError``.
@@ -196,9 +196,9 @@ class WorkspacePool(PoolContext):
         self, owner: str = "", artifacts_dir: Path | None = None, keys: frozenset[str] | None = None
     ) -> AsyncIterator[Workspace]:
         """A workspace as a fresh container is, for one task; destroyed when the block exits, however it exits,
-        unless a clean exit lets it be recycled (see the module docstring). ``keys``: what identifies the task's
-        secrets (its tests); given, the workspace may be one that served only tasks of other keys, and go on to
-        serve such tasks after this one."""
+        unless a clean exit lets it be recycled (see the module docstring). ``keys``: what the task shows a candidate
+        (``tasks.grader.grading_keys``); given, the workspace may be one that served only tasks of other keys, and go
+        on to serve such tasks after this one."""
         if self._nursery is None or self._closing:
             raise RuntimeError("use the pool inside `async with WorkspacePool(...)`")
         ws = self._take_served(keys) or self._take_warm()
