@@ -111,8 +111,9 @@ class PoolConfig(_Config):
         ge=0,
         le=10000,
         description="tasks one container may serve when each acquire names its task's keys (the CP grader "
-        "names its tests): a clean reset between them, and never two tasks that share a key, so what a "
-        "candidate leaves in the counters a reset cannot put back reaches no later candidate of its own tests; "
+        "names its problem and inputs): a clean reset between them, and never two tasks that share a key, so what "
+        "a candidate leaves in the counters a reset cannot put back reaches no later candidate of its own problem "
+        "or inputs; "
         "acquires that name no keys (episodes, tools) always get a container that served nothing. 0: off. "
         "docs/sandbox.md, Recycling",
     )
