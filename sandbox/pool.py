@@ -241,8 +241,7 @@ class WorkspacePool(PoolContext):
         """Put a released workspace back after a clean reset: in the warm pool, or with ``keys`` (the task it served)
         among the served ones that only disjoint acquires take; False leaves it to be destroyed."""
         waiting = self._ready if keys is None else self._served
-        full = len(waiting) >= self.size and (keys is None or self.size == 0)  # a served one makes room (below)
-        if self._closing or self._suspended or ws.broken or ws.closed or full:
+        if ws.broken or ws.closed or not self._takes_back(waiting, keys):
             return False
         if time.monotonic() - ws.born > self.config.pool.ttl_s / 2:  # gc's deadline label stays far off
             return False
@@ -256,7 +255,7 @@ class WorkspacePool(PoolContext):
             self.resets_refused += 1
             log.info("workspace %s changed past its reset (destroyed): %s", ws.id[:12], result.detail)
             return False
-        if self._closing or self._suspended or (keys is None and len(waiting) >= self.size):
+        if not self._takes_back(waiting, keys):
             return False
         if keys is not None:
             ws.keys |= keys
@@ -268,6 +267,13 @@ class WorkspacePool(PoolContext):
         waiting.append(ws)
         self.recycled += 1
         return True
+
+    def _takes_back(self, waiting: list[Workspace], keys: frozenset[str] | None) -> bool:
+        """Whether a reset workspace may wait in ``waiting``: not while the pool closes or is suspended; the warm
+        pool only below ``pool.size``; the served list whenever the pool warms at all (a new one makes room)."""
+        if self._closing or self._suspended:
+            return False
+        return len(waiting) < self.size or (keys is not None and self.size > 0)
 
     def _take_served(self, keys: frozenset[str] | None) -> Workspace | None:
         """A served workspace whose tasks share no key with ``keys`` and whose runner is still there, or None (always

@@ -2,7 +2,7 @@
 
 * ``tests_per_s_grader``: the grader end to end with the default sandbox
   (host compile check, a container from the warm pool: a new one, or one reset
-  after tasks of other tests, ``pool.disjoint_uses``; one ``exec_batch`` per task,
+  after tasks of other problems and inputs, ``pool.disjoint_uses``; one ``exec_batch`` per task,
   host judging), ``--concurrency`` tasks at a time. The pool is warmed first, as
   in a long-running gym; refilling it during the run is counted.
 * ``tests_per_s_grader_fresh``: the same grading with ``fork_server: false`` (a fresh

@@ -1,12 +1,12 @@
-"""Grading competitive-programming submissions in a container no earlier candidate of the same tests ran in, one per task.
+"""Grading competitive-programming submissions in a container no earlier candidate of the same problem ran in, one per task.
 
 For one (task, submission):
 
 1. the program is assembled (`tasks.submission.program`) and compiled on the
    host with `compile()` (no execution): a syntax error makes every test
    ``compile_error`` and no container is used;
-2. a container is taken from the pool: a new one, or one reset and checked against its start after tasks that
-   share no test with this one (``pool.disjoint_uses``, on by default; `grading_keys`; `sandbox.pool`), the
+2. a container is taken from the pool: a new one, or one reset and checked against its start after tasks of
+   other problems and inputs (``pool.disjoint_uses``, on by default; `grading_keys`; `sandbox.pool`), the
    program is written to
    ``/workspace/solution.py``, and ALL tests go through ONE runner call
    (``exec_batch``; only a task whose test inputs total more than
@@ -19,7 +19,7 @@ For one (task, submission):
    checker (`tasks/checker.py`): the test's code in a process of its own that
    reaches the candidate's process with plain data only;
 3. each result is judged on the host (`tasks.judge`); the container is
-   destroyed, or reset for tasks of other tests.
+   destroyed, or reset for tasks of other problems and inputs.
 
 Timing (``GraderConfig.time_model``, default ``cpu``): a test's limit (the row's, x ``time_scale``,
 x the machine's ``speed_factor``, within ``min_time_s``..``max_time_s``) applies to the CPU time (user + sys) of its whole process
@@ -459,14 +459,15 @@ class Grader:
             raise RuntimeError("this Grader has no pool: it can plan tests but not run them")
         requests = [request for request, _ in plans]
         budget = self.budget(requests, grace=False)
-        outcomes = await self._execute(task, source, requests, budget)
+        keys = grading_keys(task)  # one reading of the task for the run and a re-run alike
+        outcomes = await self._execute(task, source, requests, budget, keys)
         if isinstance(outcomes, str):
             return _all(task, Verdict.INFRA_ERROR, outcomes), 0
         borderline = [
             i for i, (request, outcome) in enumerate(zip(requests, outcomes)) if self._borderline(request, outcome)
         ]
         if borderline:  # once, in another workspace: nothing the first run left behind (files) helps the re-run
-            again = await self._execute(task, source, [requests[i] for i in borderline], budget)
+            again = await self._execute(task, source, [requests[i] for i in borderline], budget, keys)
             if isinstance(again, str):
                 return _all(task, Verdict.INFRA_ERROR, f"re-running borderline tests: {again}"), len(borderline)
             for i, outcome in zip(borderline, again):
@@ -486,13 +487,14 @@ class Grader:
         return results, len(borderline)
 
     async def _execute(
-        self, task: Task, source: str, requests: list[ExecRequest], budget: float
+        self, task: Task, source: str, requests: list[ExecRequest], budget: float, keys: frozenset[str]
     ) -> list[ExecResult] | str:
         """The results of ``requests`` in a workspace holding the program, or why the sandbox could not run them.
 
         ``budget``: the task's wall seconds without starvation grace; each test's grace is cut to its share of
-        the room the episode's wall clock leaves past it (starved tests run on, but never past the episode)."""
-        async with self.pool.acquire(owner=f"grade:{task.task_id}", keys=grading_keys(task)) as ws:
+        the room the episode's wall clock leaves past it (starved tests run on, but never past the episode).
+        ``keys``: the task's `grading_keys`, which the pool's disjoint recycling reads."""
+        async with self.pool.acquire(owner=f"grade:{task.task_id}", keys=keys) as ws:
             episode = ws.config.episode.wall_s
             if budget >= episode:
                 return f"tests need up to {budget:.0f}s, above the episode budget of {episode:.0f}s"
