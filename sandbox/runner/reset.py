@@ -1,5 +1,6 @@
 """Reset: the container made as it was when the runner started, or a reply saying it is not (the host then
-destroys it instead of handing it out again: `sandbox.pool`'s recycling, off unless ``pool.recycle_uses`` asks).
+destroys it instead of handing it out again: `sandbox.pool`'s recycling, by default only for the grader and only
+between tasks of other problems and inputs, ``pool.disjoint_uses``).
 
 What a call leaves behind lives in processes (swept), System V IPC objects (removed) and writable filesystems:
 the workspace, /tmp, /dev/shm and the POSIX message queues of /dev/mqueue, emptied here as the sandbox user (its
@@ -13,7 +14,7 @@ container (read from /proc/self/mountinfo, wherever it is) listing exactly what 
 each entry's path, type, mode, owner, extended attributes, and a file's size and mtime. A directory it may not
 read, a tree too deep to walk, more than MAX_ENTRIES entries, and a reset that raises all read as a difference.
 
-What it cannot put back, and why recycling is off by default: counters only a new container resets, which every
+What it cannot put back, and why recycling is only between tasks of other problems and inputs by default: counters only a new container resets, which every
 task moves and a later one can read (the pid namespace's last pid, the tmpfs inode numbers, the cgroup's CPU time
 and memory high-water mark, the mount roots' ctime): a candidate can pass a few dozen bits through them to the
 next task of the container (docs/sandbox.md, "Recycling").
@@ -28,7 +29,7 @@ import stat
 from sandbox.runner import forkserver
 from sandbox.runner.cgroup import counters
 from sandbox.runner.privileges import SANDBOX_UID, SandboxIdentity
-from sandbox.runner.sweep import IPC_RMID, clean_up, libc, other_processes
+from sandbox.runner.sweep import IPC_RMID, clean_up, libc, other_processes, zombies_left
 
 EMPTIED = ("/dev/shm", "/dev/mqueue")  # besides the file paths the host gives the runner (workspace, /tmp)
 KERNEL_TYPES = {"proc", "sysfs", "cgroup", "cgroup2"}
@@ -261,6 +262,19 @@ def _empty(root):
             pass
 
 
+def _described(pids):
+    """``pid (state, parent pid)`` of each of ``pids``, as /proc reads them (gone: ``pid (gone)``)."""
+    described = []
+    for pid in pids:
+        try:
+            with open("/proc/%d/stat" % pid, "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            described.append("%d (%s, parent %s)" % (pid, fields[0].decode(), fields[1].decode()))
+        except (OSError, IndexError, UnicodeDecodeError):
+            described.append("%d (gone)" % pid)
+    return ", ".join(described)
+
+
 def _difference(now):
     before = BOOT.get("tree", frozenset())
     added, gone = sorted(now - before, key=repr), sorted(before - now, key=repr)
@@ -294,8 +308,9 @@ def _reset(fs_paths):
                 _empty(root)
     _put_back_roots()
     problems = []
-    if survivors or other_processes():  # a zombie too: one no process reaps holds a pid of the budget
-        problems.append("processes left after the sweep: %s" % other_processes()[:8])
+    left = other_processes() if survivors else zombies_left()
+    if left:  # a zombie too: one no process reaps holds a pid of the budget
+        problems.append("processes left after the sweep: %s" % _described(left[:8]))
     # The engine marks a container OOMKilled for any OOM kill in its life, and a lost runner's blame reads that
     # mark (sandbox.workspace.classify_loss): a container that saw one would blame the next task for it.
     if counters([])["oom_kill"] != BOOT["oom_kill"]:

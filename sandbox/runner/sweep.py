@@ -15,6 +15,7 @@ from sandbox.runner.privileges import SandboxIdentity
 IPC_RMID = 0
 SWEEP_DEADLINE_S = 3.0
 SPARING_S = 1.0
+ORPHAN_WAIT_S = 0.5
 KEEP = set()
 """Pids of the runner's own helpers (its fork server, root): a sweep spares them while it can."""
 
@@ -53,6 +54,21 @@ def other_processes():
 def live_processes():
     """Pids of processes other than init, the runner and its helpers with a thread that has not exited."""
     return [pid for pid in other_processes() if _alive(pid)]
+
+
+def zombies_left(wait_s=ORPHAN_WAIT_S):
+    """Pids other than init, the runner and its helpers once the zombies the sweep made had ``wait_s`` to be reaped.
+
+    A killed process whose parent was killed first is reparented to init (docker-init, pid 1), which reaps it in
+    its own time: on a busy host it is still a zombie just after the sweep, through no doing of the candidate.
+    Only zombies are waited for (a live process is returned at once), and only for ``wait_s``: one still there
+    then is left behind (it holds a pid of the budget)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = other_processes()
+        if not left or live_processes() or time.monotonic() > deadline:
+            return left
+        time.sleep(0.002)
 
 
 def sweep():

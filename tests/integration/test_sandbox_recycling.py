@@ -10,7 +10,11 @@ Either the same container came back and looks exactly as it did new, or its rese
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
 
+import docker
 import pytest
 import trio
 
@@ -279,3 +283,62 @@ def test_without_recycling_every_released_workspace_is_destroyed_and_its_runner_
     first, again, refused, stats = trio.run(main)
     assert again != first and stats["recycled"] == 0, stats
     assert not refused.clean and "no start" in refused.detail, refused
+
+
+# A program that leaves children behind: its own exit makes them orphans of the container's init (docker-init, pid 1).
+ORPHANS = r"""
+import os, time
+for _ in range(16):
+    if os.fork() == 0:
+        devnull = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        time.sleep(60)
+        os._exit(0)
+print("forked")
+"""
+
+
+def test_orphans_the_sweep_killed_are_inits_to_reap_and_the_container_is_recycled():
+    """The sweep after a call kills the program's orphans; init reaps their zombies in its own time (on a busy host
+    after the reset has begun). The reset waits for zombies to go before judging them left behind, so an honest
+    program that leaves children does not cost its container. Here init is stopped (SIGSTOP from the host) while the
+    orphans die, and let go 0.1 s after the release begins: without that wait the reset sees 16 zombies and refuses.
+    """
+    client = docker.from_env(timeout=60)
+
+    async def main():
+        async with WorkspacePool(one_container()) as pool:
+            await pool.wait_ready(60)
+            async with pool.acquire("orphans") as ws:
+                first = ws.id
+                init = client.containers.get(ws.id).attrs["State"]["Pid"]  # docker-init, pid 1 in the container
+                os.kill(init, signal.SIGSTOP)
+                try:
+                    left = await ws.exec(ExecRequest(argv=["python3", "-I", "-c", ORPHANS], timeout_s=30))
+                    zombies = await ws.exec(ExecRequest(argv=["python3", "-I", "-c", ZOMBIE_COUNT], timeout_s=30))
+                finally:
+                    threading.Timer(0.1, os.kill, (init, signal.SIGCONT)).start()
+            async with pool.acquire("next") as ws:
+                again = ws.id
+                after = await ws.exec(ExecRequest(argv=["python3", "-I", "-c", ZOMBIE_COUNT], timeout_s=30))
+            return first, again, left, zombies, after, pool.stats()
+
+    first, again, left, zombies, after, stats = trio.run(main)
+    assert left.failure == FailureKind.OK and left.stdout == b"forked\n", left
+    assert zombies.stdout == b"16\n", zombies  # the path under test ran: init had not reaped them yet
+    assert again == first and stats["recycled"] == 2 and stats["resets_refused"] == 0, stats
+    assert after.stdout == b"0\n", after  # and the next task sees none of them
+
+
+ZOMBIE_COUNT = r"""
+import os
+zombies = 0
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        try:
+            zombies += open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            pass
+print(zombies)
+"""
