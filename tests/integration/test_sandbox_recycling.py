@@ -21,7 +21,7 @@ import trio
 from sandbox.failure import FailureKind, Verdict
 from sandbox.pool import WorkspacePool
 from sandbox.protocol import ExecRequest
-from tests.recycling_support import FINGERPRINT, grade_in_one_container, one_container
+from tests.recycling_support import FINGERPRINT, ZOMBIE_COUNT, grade_in_one_container, one_container
 
 pytestmark = pytest.mark.docker
 
@@ -329,16 +329,3 @@ def test_orphans_the_sweep_killed_are_inits_to_reap_and_the_container_is_recycle
     assert zombies.stdout == b"16\n", zombies  # the path under test ran: init had not reaped them yet
     assert again == first and stats["recycled"] == 2 and stats["resets_refused"] == 0, stats
     assert after.stdout == b"0\n", after  # and the next task sees none of them
-
-
-ZOMBIE_COUNT = r"""
-import os
-zombies = 0
-for pid in os.listdir("/proc"):
-    if pid.isdigit():
-        try:
-            zombies += open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[0] == "Z"
-        except OSError:
-            pass
-print(zombies)
-"""

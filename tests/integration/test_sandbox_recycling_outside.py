@@ -32,7 +32,7 @@ from sandbox.pool import WorkspacePool
 from sandbox.protocol import ExecRequest
 from tasks.grader import Grader, GraderConfig
 from tasks.submission import Submission
-from tests.recycling_support import FINGERPRINT, TASK, fenced, grade_in_one_container, one_container
+from tests.recycling_support import FINGERPRINT, TASK, ZOMBIE_COUNT, fenced, grade_in_one_container, one_container
 
 pytestmark = pytest.mark.docker
 
@@ -389,17 +389,6 @@ for _ in range(free):
 THREADED = """
 import threading
 threading.Thread(target=print, args=("ok",)).start()
-"""
-ZOMBIE_COUNT = """
-import os
-zombies = 0
-for pid in os.listdir("/proc"):
-    if pid.isdigit():
-        try:
-            zombies += open("/proc/%s/stat" % pid).read().rsplit(")", 1)[1].split()[0] == "Z"
-        except OSError:
-            pass
-print(zombies)
 """
 
 
