@@ -316,6 +316,24 @@ class SecondDaemon:
         finally:
             client.close()
 
+    def busy_containers(self) -> list[str]:
+        """Ids of this daemon's running gym containers that run more than their init, runner and fork server: a
+        tool call or a grading in flight (a warm container, a reset one waiting to serve again and one being removed
+        run those three or fewer)."""
+        client = self.client()
+        try:
+            busy = []
+            for container in client.api.containers(filters={"label": Labels.MARK, "status": "running"}):
+                try:
+                    processes = client.api.top(container["Id"])["Processes"] or []
+                except docker.errors.APIError:  # gone meanwhile
+                    continue
+                if len(processes) > 3:
+                    busy.append(container["Id"])
+            return busy
+        finally:
+            client.close()
+
     def load(self, image: str) -> float:
         """``docker save`` from the shared daemon (a read) piped into this one."""
         started = time.monotonic()

@@ -93,6 +93,23 @@ def owned_containers(url: str, pid: int) -> list[str]:
     return [c["Id"] for c in found if (c.get("Labels") or {}).get("gym.owner", "").split(":")[1:2] == [str(pid)]]
 
 
+def remove_owned(daemon: SecondDaemon, pid: int) -> None:
+    """Remove the containers process ``pid`` left on both engines (the second daemon started again if it is down)."""
+    if not daemon.answers():
+        daemon.stop(signal.SIGKILL)
+        daemon.start()
+    for url in (SHARED, daemon.url):
+        client = docker.DockerClient(base_url=url, version="1.41", timeout=60)
+        try:
+            for container_id in owned_containers(url, pid):
+                try:
+                    client.api.remove_container(container_id, force=True, v=True)
+                except docker.errors.NotFound:
+                    pass
+        finally:
+            client.close()
+
+
 def test_open_pool_picks_the_fleet_only_for_several_engines(daemon):
     assert isinstance(open_pool(fleet_config(daemon)), FleetPool)
     assert not isinstance(open_pool(SandboxConfig()), FleetPool)
@@ -218,40 +235,47 @@ def test_rollout_over_two_engines_survives_killing_one(daemon, tmp_path):
     }
     rollout = Rollout(tmp_path, 16, sandbox, concurrency=16, tools_timeout_s=60)
     try:
-        deadline = time.monotonic() + 120
-        while len([c for c in daemon.gym_containers() if c["State"] == "running"]) < 6:  # episodes in flight there
-            assert rollout.proc.poll() is None, rollout.tail()
-            assert time.monotonic() < deadline, f"the second engine never got work:\n{rollout.tail()}"
-            time.sleep(0.2)
-        daemon.stop(signal.SIGKILL)
-        killed = time.monotonic()
-        code = rollout.wait(timeout=180)
-        ended_s = time.monotonic() - killed
-    finally:
-        rollout.kill()
-    trajectories, masked = rollout.finished(code, episodes=16)
-    engines_used = {t["placement"].get("engine") for t in trajectories} - {None}  # None: no workspace started
-    assert engines_used == {SHARED, tls_url}, engines_used
-    assert masked, "episodes in flight on the killed engine should be masked"
-    bundles = {json.loads(p.read_text())["trajectory"]["seeds"]["episode"]: p.read_text() for p in rollout.bundles()}
-    for t in masked:  # only episodes the dead engine touched: their workspace, or their grading, was there
-        touched = t["placement"].get("engine") == tls_url or tls_url in bundles.get(t["seeds"]["episode"], "")
-        assert touched, {k: t[k] for k in ("task_id", "placement", "failures")}
-    on_shared = [t for t in trajectories if t["placement"].get("engine") == SHARED]
-    assert sum(not t["masked"] for t in on_shared) >= 1
-    # gc over both engines once the second is back (its containers outlived its daemon)
-    daemon.start()
-    env_file = tmp_path / "env.yaml"
-    gc = run_gym("gc", "--config", str(env_file))
-    assert gc.returncode == 0, gc.stdout + gc.stderr
-    assert owned_containers(SHARED, rollout.proc.pid) == [], gc.stdout
-    assert owned_containers(daemon.url, rollout.proc.pid) == [], gc.stdout
-    config = yaml.safe_load(env_file.read_text())
-    assert [e["url"] for e in config["sandbox"]["engines"]] == [SHARED, tls_url]
-    print(
-        f"\nfleet rollout: run ended {ended_s:.1f}s after the kill; {len(masked)}/16 masked; "
-        f"{sum(t['placement'].get('engine') == tls_url for t in trajectories)} episodes placed on the killed engine"
-    )
+        try:
+            deadline = time.monotonic() + 120
+            # Two calls in flight there (each slow task's program sleeps 2 s): running containers alone do not say so,
+            # warm ones and graders' containers reset to serve again run too (six running once met no episode in flight)
+            while len(daemon.busy_containers()) < 2:
+                assert rollout.proc.poll() is None, rollout.tail()
+                assert time.monotonic() < deadline, f"the second engine never got work:\n{rollout.tail()}"
+                time.sleep(0.2)
+            daemon.stop(signal.SIGKILL)
+            killed = time.monotonic()
+            code = rollout.wait(timeout=180)
+            ended_s = time.monotonic() - killed
+        finally:
+            rollout.kill()
+        trajectories, masked = rollout.finished(code, episodes=16)
+        engines_used = {t["placement"].get("engine") for t in trajectories} - {None}  # None: no workspace started
+        assert engines_used == {SHARED, tls_url}, engines_used
+        assert masked, "episodes in flight on the killed engine should be masked"
+        bundles = {
+            json.loads(p.read_text())["trajectory"]["seeds"]["episode"]: p.read_text() for p in rollout.bundles()
+        }
+        for t in masked:  # only episodes the dead engine touched: their workspace, or their grading, was there
+            touched = t["placement"].get("engine") == tls_url or tls_url in bundles.get(t["seeds"]["episode"], "")
+            assert touched, {k: t[k] for k in ("task_id", "placement", "failures")}
+        on_shared = [t for t in trajectories if t["placement"].get("engine") == SHARED]
+        assert sum(not t["masked"] for t in on_shared) >= 1
+        # gc over both engines once the second is back (its containers outlived its daemon)
+        daemon.start()
+        env_file = tmp_path / "env.yaml"
+        gc = run_gym("gc", "--config", str(env_file))
+        assert gc.returncode == 0, gc.stdout + gc.stderr
+        assert owned_containers(SHARED, rollout.proc.pid) == [], gc.stdout
+        assert owned_containers(daemon.url, rollout.proc.pid) == [], gc.stdout
+        config = yaml.safe_load(env_file.read_text())
+        assert [e["url"] for e in config["sandbox"]["engines"]] == [SHARED, tls_url]
+        print(
+            f"\nfleet rollout: run ended {ended_s:.1f}s after the kill; {len(masked)}/16 masked; "
+            f"{sum(t['placement'].get('engine') == tls_url for t in trajectories)} episodes placed on the killed engine"
+        )
+    finally:  # nothing of the run left for the next test's gc, whatever failed above
+        remove_owned(daemon, rollout.proc.pid)
 
 
 # ------------------------------------------------------------ gc and images build over every engine
