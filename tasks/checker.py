@@ -27,7 +27,9 @@ this process. A value of the candidate's that is not plain data is a handle
 here (`Ref`): the test can pass it back, read or set its attributes, call it
 or truth-test it (each a request answered with plain data); compared, it
 equals only itself. Names the task's own text defines (prelude) are never
-taken from the candidate.
+taken from the candidate, and of the names the candidate's module defines only
+those the host asks for (``names``) are bound: a name the candidate adds to its
+reply (``range``, ``all``) is ignored.
 
 The verdict is one line on this process's stdout, ``<nonce> {"verdict":
 {"outcome": O, "detail": str}}``, written with ``os.write`` to fd 1, which
@@ -37,9 +39,11 @@ only this process holds (the test's own prints go to /dev/null). Outcomes:
 * ``assertion``: an assert of the test failed (the detail names its line, never its message);
 * ``raised``: an exception the candidate raised escaped the test;
 * ``test_error``: the test's own code raised on the candidate's values;
-* ``aborted``: the candidate's process ended, raised SystemExit / KeyboardInterrupt / GeneratorExit,
-  or broke the protocol (recorded when it happens, so a test that swallows exceptions still fails);
-* ``unsupported``: the test passed a value that cannot cross as data before the candidate answered
+* ``aborted``: the candidate's process ended, raised SystemExit / KeyboardInterrupt / GeneratorExit (never a
+  test outcome) or StopIteration / StopAsyncIteration (raised in the test they would end its own loops:
+  ``all(map(...))`` over no item), broke the protocol, or named as one of its names a module the test then
+  passed to it (recorded when it happens, so a test that swallows exceptions still fails);
+* ``unsupported``: the test passed a value of its own that cannot cross as data before the candidate answered
   anything (masked: nothing the candidate did);
 * ``task_error``: the task's own prelude failed; it runs in a namespace of its own, before the candidate
   starts (masked);
@@ -170,6 +174,7 @@ def _main():
     plain_types = (type(None), bool, int, float, complex, str, bytes, list, tuple, set, frozenset, dict)
     builtin_types = {t.__name__: t for t in (*plain_types, type, object, bytearray, range)}
     callbacks, refs = [], {}
+    modules_named = {}  # id -> name: the modules bound because the candidate's module names them (`bind`)
 
     class Unsupported(Exception):
         pass
@@ -211,6 +216,8 @@ def _main():
             return ["k", len(callbacks) - 1]
         if hasattr(kind, "__next__"):
             return ["I", [encode(v, depth + 1) for v in value]]
+        if id(value) in modules_named:  # the candidate chose what the name is: its doing, never masked
+            abort(f"the candidate's {modules_named[id(value)]} is a module, which cannot cross to it as data")
         raise Unsupported(f"the test passed a {kind.__name__}, which cannot cross to the candidate as data")
 
     def decode(value, depth=0):
@@ -262,6 +269,8 @@ def _main():
             cls = Exception
         if not issubclass(cls, Exception):  # SystemExit, KeyboardInterrupt, GeneratorExit: never a test outcome
             abort(f"the candidate raised {name}")
+        if issubclass(cls, (StopIteration, StopAsyncIteration)):  # raised in the test, it would end the test's own
+            abort(f"the candidate raised {name}")  # loop: all(map(...)) and zip(...) would see no item at all
         for base in cls.__mro__:
             try:
                 err = base(message)
@@ -365,6 +374,8 @@ def _main():
                     module = getattr(module, name, None)
                 if module is not None:
                     namespace[name] = module
+                    if kind == "module":
+                        modules_named[id(module)] = name
             elif kind == "value" and len(description) == 2:
                 namespace[name] = decode(description[1])
 
@@ -413,7 +424,9 @@ def _main():
         entry = request["candidate"]
         if entry and hello["names"].get(entry) not in (["function"], ["class"]):
             abort(f"the program defines no function {entry}")
-        bind(namespace, hello["names"])
+        # Only the names the host asked for: a name the candidate adds to its reply (range, all, len) would put a
+        # proxy of its own, or a module, where the test reads a builtin.
+        bind(namespace, {name: hello["names"][name] for name in request["names"] if name in hello["names"]})
         namespace.update(prelude)
         if entry:
             namespace["candidate"] = namespace[entry] = Function(entry)

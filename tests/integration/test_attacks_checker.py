@@ -9,98 +9,19 @@ for reward (``infra_error`` for every program, honest or not).
 
 from __future__ import annotations
 
-import secrets
-
 import pytest
 
 from sandbox.failure import Verdict
-from tasks.formats import humaneval, mbpp
 from tasks.grader import GraderConfig, grade_pairs
 from tasks.result import TaskResult
 from tasks.submission import Submission
 from tasks.task import Limits, Task
+from tests.checker_support import HONEST, LOOP, RAISES, SECRET, SIZE, TREE
 from tests.sandbox_support import sandbox_config
 
 pytestmark = pytest.mark.docker
 
 CONFIG = GraderConfig(default_time_s=2.0, min_time_s=2.0)
-SECRET = "GYMSECRET-" + secrets.token_hex(8)
-
-# HumanEval rows: a loop with random inputs, a prompt helper the test calls, an exception the test expects.
-LOOP = humaneval.parse(
-    0,
-    {
-        "task_id": "loop",
-        "prompt": "def twice(x):\n    '''2 * x'''\n",
-        "entry_point": "twice",
-        "canonical_solution": "    return 2 * x\n",
-        "test": "import random\n\ndef check(candidate):\n"
-        "    rng = random.Random(7)\n"
-        "    for _ in range(50):\n"
-        "        x = rng.randint(-100, 100)\n"
-        "        assert candidate(x) == 2 * x\n"
-        f"    assert candidate(0) != {SECRET!r}\n",
-    },
-)
-HELPER = humaneval.parse(
-    0,
-    {
-        "task_id": "helper",
-        "prompt": "def encode(s):\n    return s[1:] + s[:1]\n\n\ndef decode(s):\n    '''undo encode'''\n",
-        "entry_point": "decode",
-        "canonical_solution": "    return s[-1:] + s[:-1]\n",
-        "test": "def check(candidate):\n    for s in ['abc', 'hello', 'x', '']:\n        assert candidate(encode(s)) == s\n",
-    },
-)
-RAISES = humaneval.parse(
-    0,
-    {
-        "task_id": "raises",
-        "prompt": "def root(x):\n    '''sqrt of x >= 0; ValueError otherwise'''\n",
-        "entry_point": "root",
-        "canonical_solution": "    if x < 0:\n        raise ValueError(x)\n    return x ** 0.5\n",
-        "test": "def check(candidate):\n"
-        "    assert [candidate(x) for x in (0, 4, 9)] == [0, 2, 3]\n"
-        "    try:\n        candidate(-1)\n    except ValueError:\n        pass\n    else:\n        assert False\n",
-    },
-)
-# MBPP rows: an expected value computed with a module the reference imports, objects built by set-up.
-SIZE = mbpp.parse(
-    0,
-    {
-        "task_id": 596,
-        "text": "size of a tuple",
-        "code": "import sys\ndef tuple_size(t):\n    return sys.getsizeof(t)",
-        "test_setup_code": "",
-        "test_list": ["assert tuple_size((1, 'a', 2.5)) == sys.getsizeof((1, 'a', 2.5))"],
-        "challenge_test_list": [],
-    },
-)
-TREE = mbpp.parse(
-    0,
-    {
-        "task_id": 927,
-        "text": "height of a tree",
-        "code": "class Node:\n    def __init__(self, data):\n        self.data = data\n        self.left = None\n"
-        "        self.right = None\n"
-        "def max_height(node):\n    if node is None:\n        return 0\n"
-        "    return 1 + max(max_height(node.left), max_height(node.right))",
-        "test_setup_code": "root = Node(1)\nroot.left = Node(2)\nroot.left.left = Node(3)",
-        "test_list": ["assert all(max_height(n) == h for n, h in [(root, 3), (root.left, 2)])"],
-        "challenge_test_list": [],
-    },
-)
-HONEST = {
-    "loop": (LOOP, "    return x + x\n"),
-    "helper": (HELPER, "    return s[-1:] + s[:-1]\n\n\ndef encode(s):\n    return 'redefined'\n"),
-    "raises": (RAISES, "    if x < 0:\n        raise ValueError('negative')\n    return x ** 0.5\n"),
-    "raises, a subclass": (
-        RAISES,
-        "    class Negative(ValueError):\n        pass\n    if x < 0:\n        raise Negative(x)\n    return x ** 0.5\n",
-    ),
-    "size": (SIZE, "import sys\ndef tuple_size(t):\n    return sys.getsizeof(t)\n"),
-    "tree": (TREE, TREE.solutions[0]),
-}
 RIGGED = (
     "\nclass Anything(int):\n"
     "    def __eq__(self, other): return True\n    def __ne__(self, other): return False\n"
