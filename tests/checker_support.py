@@ -6,6 +6,25 @@ from __future__ import annotations
 import secrets
 
 from tasks.formats import humaneval, mbpp
+from tasks.grader import GraderConfig, grade_pairs
+from tasks.result import TaskResult
+from tasks.submission import Submission
+from tasks.task import Task
+from tests.sandbox_support import sandbox_config
+
+CONFIG = GraderConfig(default_time_s=2.0, min_time_s=2.0)
+
+
+def grade(*pairs: tuple[Task, str]) -> list[TaskResult]:
+    """Each ``(task, completion)`` graded in the real sandbox (2 s limits)."""
+    submissions = [(task, Submission(task_id=task.task_id, completion=code)) for task, code in pairs]
+    return grade_pairs(submissions, CONFIG, sandbox_config())
+
+
+def scored_zero(result: TaskResult) -> bool:
+    """Failed and scored: not passed, nothing passed, not masked."""
+    return not result.infra_error and not result.passed and result.fraction == 0.0
+
 
 SECRET = "GYMSECRET-" + secrets.token_hex(8)
 

@@ -12,16 +12,11 @@ from __future__ import annotations
 import pytest
 
 from sandbox.failure import Verdict
-from tasks.grader import GraderConfig, grade_pairs
-from tasks.result import TaskResult
-from tasks.submission import Submission
-from tasks.task import Limits, Task
-from tests.checker_support import HONEST, LOOP, RAISES, SECRET, SIZE, TREE
-from tests.sandbox_support import sandbox_config
+from tasks.task import Limits
+from tests.checker_support import CONFIG, HONEST, LOOP, RAISES, SECRET, SIZE, TREE, grade, scored_zero
 
 pytestmark = pytest.mark.docker
 
-CONFIG = GraderConfig(default_time_s=2.0, min_time_s=2.0)
 RIGGED = (
     "\nclass Anything(int):\n"
     "    def __eq__(self, other): return True\n    def __ne__(self, other): return False\n"
@@ -102,15 +97,6 @@ ATTACKS = {
     "a busy loop": "    while True:\n        pass\n",
     "a sleeper": "    import time\n    time.sleep(3600)\n",
 }
-
-
-def grade(*pairs: tuple[Task, str]) -> list[TaskResult]:
-    submissions = [(task, Submission(task_id=task.task_id, completion=code)) for task, code in pairs]
-    return grade_pairs(submissions, CONFIG, sandbox_config())
-
-
-def scored_zero(result: TaskResult) -> bool:
-    return not result.infra_error and not result.passed and result.fraction == 0.0
 
 
 def test_every_task_here_runs_in_the_checker():

@@ -18,19 +18,13 @@ from pathlib import Path
 import pytest
 
 from tasks.formats import humaneval, mbpp
-from tasks.grader import GraderConfig, grade_pairs
 from tasks.loader import load_tasks
-from tasks.result import TaskResult
-from tasks.submission import Submission
-from tasks.task import Task
-from tests.checker_support import HONEST, LOOP, TREE
-from tests.sandbox_support import sandbox_config
+from tests.checker_support import HONEST, LOOP, TREE, grade, scored_zero
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "tasks" / "samples" / "published" / "humaneval.jsonl.gz"
 
 pytestmark = pytest.mark.docker
 
-CONFIG = GraderConfig(default_time_s=2.0, min_time_s=2.0)
 
 # Added to the names the driver's serve mode describes in its hello (the request dict `start` of `serve()`, reached
 # through the candidate's own frames while the driver loads it): the test's namespace then takes them from here.
@@ -77,15 +71,6 @@ OWN_SERVER = (
     "    request = _marshal.loads(_read(int.from_bytes(_read(4), 'big')))\n"
     "    _send({'value': ['l', []] if request.get('target') == 'range' else ['i', -1]})\n"
 )
-
-
-def grade(*pairs: tuple[Task, str]) -> list[TaskResult]:
-    submissions = [(task, Submission(task_id=task.task_id, completion=code)) for task, code in pairs]
-    return grade_pairs(submissions, CONFIG, sandbox_config())
-
-
-def scored_zero(result: TaskResult) -> bool:
-    return not result.infra_error and not result.passed and result.fraction == 0.0
 
 
 def test_honest_controls_pass():

@@ -12,15 +12,10 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.grader import GraderConfig, grade_pairs
-from tasks.result import TaskResult
-from tasks.submission import Submission
-from tests.checker_support import HONEST, LOOP
-from tests.sandbox_support import sandbox_config
+from tests.checker_support import HONEST, LOOP, grade
 
 pytestmark = pytest.mark.docker
 
-CONFIG = GraderConfig(default_time_s=2.0, min_time_s=2.0)
 
 PRLIMIT = (
     "    import ctypes, os\n"
@@ -40,11 +35,6 @@ ATTACKS = {
     "the checker's descriptors cut to 3": PRLIMIT.format(resource=7, value=3),
     "the checker's CPU cut to 0 s": PRLIMIT.format(resource=0, value=0),
 }
-
-
-def grade(*pairs) -> list[TaskResult]:
-    submissions = [(task, Submission(task_id=task.task_id, completion=code)) for task, code in pairs]
-    return grade_pairs(submissions, CONFIG, sandbox_config())
 
 
 def test_signals_and_limits_on_the_checker_score_zero_never_masked():

@@ -14,14 +14,9 @@ from __future__ import annotations
 import pytest
 
 from tasks.formats import humaneval
-from tasks.grader import GraderConfig, grade_pairs
-from tasks.result import TaskResult
-from tasks.submission import Submission
-from tests.sandbox_support import sandbox_config
+from tests.checker_support import grade, scored_zero
 
 pytestmark = pytest.mark.docker
-
-CONFIG = GraderConfig(default_time_s=2.0, min_time_s=2.0)
 
 
 def task(name: str, check: str):
@@ -42,15 +37,6 @@ ZIP_MAP = task(
     "zip-map", "    xs = list(range(20))\n    for x, y in zip(xs, map(candidate, xs)):\n        assert y == 2 * x\n"
 )
 STOP = "    raise StopIteration\n"
-
-
-def grade(*pairs) -> list[TaskResult]:
-    submissions = [(t, Submission(task_id=t.task_id, completion=code)) for t, code in pairs]
-    return grade_pairs(submissions, CONFIG, sandbox_config())
-
-
-def scored_zero(result: TaskResult) -> bool:
-    return not result.infra_error and not result.passed and result.fraction == 0.0
 
 
 def test_controls():
