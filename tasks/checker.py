@@ -233,6 +233,10 @@ def _main():
         simple = {"b": bool, "i": int, "s": str}
         if tag in simple and type(payload) is simple[tag]:
             return payload
+        if tag == "ix" and type(payload) is str:  # an int past ~4,200 digits, in hexadecimal (tasks/encoding.py)
+            digits = payload[1:] if payload[:1] == "-" else payload
+            if digits and set(digits) <= set("0123456789abcdef"):
+                return int(payload, 16)
         if tag == "f" and (type(payload) in (int, float) or payload in ("nan", "inf", "-inf")):
             return float(payload)
         if tag == "y" and isinstance(payload, str):

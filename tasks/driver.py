@@ -50,14 +50,18 @@ Hardening, knowing the candidate runs in this very process: the request
 (nonce included) is read and every function and type the driver needs is
 bound to a local before the candidate is compiled, so patching ``json``,
 ``print``, ``builtins`` or ``sys.stdout`` changes nothing here; the report is
-serialised by the driver's own writer (C string quoting, ``int.__repr__``,
-``float.__repr__``), not by ``json`` whose Python code looks names up in
+serialised by the driver's own writer (C string quoting, ``int.__repr__`` or, past
+`BIG_INT_BITS`, ``int.__format__`` in hexadecimal, ``float.__repr__``), not by ``json`` whose Python code looks names up in
 builtins at call time, and written with a bound ``os.write`` to fd 1 and the process leaves with
 ``os._exit`` (no atexit hooks of the candidate run). None of this is what
 makes grading safe: in the one-shot modes expected values never enter the
 container, and in serve mode they stay in the checker's process, so whatever
 the candidate forges is at best a value it chose without knowing the answer.
 """
+
+BIG_INT_BITS = 14_000
+"""An int of more bits (~4,200 decimal digits) crosses as ``["ix", hex]``: CPython refuses decimal text past 4,300
+digits (``sys.get_int_max_str_digits``), and reading it back is quadratic; hexadecimal is neither."""
 
 
 def _main():
@@ -81,6 +85,7 @@ def _main():
     _loads, _from_bytes, _to_bytes = marshal.loads, int.from_bytes, int.to_bytes
     _quote = _json.encode_basestring_ascii  # C function: JSON string literal, pure ASCII
     _int_text, _float_text, _join = int.__repr__, float.__repr__, ",".join
+    _int_format, _bit_length = int.__format__, int.bit_length
     _builtin_types = {
         t.__name__: t
         for t in (_none, _bool, _int, _float, _str, _bytes, _complex, _list, _tuple, _set, _frozenset, _dict, _type)
@@ -131,8 +136,8 @@ def _main():
             return ["n"]
         if kind is _bool:
             return ["b", value]
-        if kind is _int:
-            return ["i", value]
+        if kind is _int:  # past ~4200 digits in hexadecimal: decimal text is refused there (and quadratic)
+            return ["i", value] if _bit_length(value) <= BIG_INT_BITS else ["ix", _int_format(value, "x")]
         if kind is _float:
             return ["f", real(value)]
         if kind is _str:

@@ -5,6 +5,7 @@ every value is a tagged list, so types JSON would blur survive the trip and
 nothing but builtin plain types can be rebuilt on the host::
 
     ["n"]  None          ["b", true]  bool       ["i", 5]  int       ["f", 1.5 | "nan" | "inf" | "-inf"]  float
+    ["ix", "-1f"]  an int past ~4,200 decimal digits, in hexadecimal (decimal text is refused there)
     ["s", "x"]  str      ["y", base64]  bytes    ["c", [re, im]]  complex
     ["l", [..]]  list    ["t", [..]]  tuple      ["S", [..]]  set    ["F", [..]]  frozenset
     ["d", [[k, v], ..]]  dict
@@ -28,9 +29,11 @@ import base64
 import binascii
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
+_HEX = re.compile(r"-?[0-9a-f]+")
 _FLOAT_WORDS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 _TYPES = {
     t.__name__: t
@@ -81,6 +84,8 @@ def decode(value: Any, depth: int = 0) -> Any:
         return payload
     if tag == "i" and type(payload) is int:
         return payload
+    if tag == "ix" and isinstance(payload, str) and _HEX.fullmatch(payload):
+        return int(payload, 16)  # linear in its length, which the reply's own bound caps
     if tag == "f" and (type(payload) in (int, float) or payload in _FLOAT_WORDS):
         return _FLOAT_WORDS[payload] if isinstance(payload, str) else float(payload)
     if tag == "s" and isinstance(payload, str):

@@ -35,6 +35,15 @@ _INFRA = {FailureKind.INFRA_ERROR, FailureKind.SANDBOX_DENIED}
 _HEAD = 200
 
 
+def shown(value: object, width: int) -> str:
+    """``repr(value)`` cut to ``width``; a value holding an int too long for decimal text (past 4,300 digits, which
+    ``repr`` refuses) is named as such instead."""
+    try:
+        return repr(value)[:width]
+    except ValueError:
+        return f"<a {type(value).__name__} holding an int too long to write in decimal>"[:width]
+
+
 def _tail(data: bytes) -> str:
     lines = data.decode("utf-8", errors="replace").strip().splitlines()
     return lines[-1][:_HEAD] if lines else ""
@@ -127,7 +136,7 @@ def judge_call(index: int, result: ExecResult, test: CallTest, nonce: str, toler
         test.wrapped and values_match(value, test.expected[0], tolerance)
     ):
         return _result(index, result, Verdict.PASSED)
-    return _result(index, result, Verdict.WRONG_ANSWER, f"returned {repr(value)[:80]}")
+    return _result(index, result, Verdict.WRONG_ANSWER, f"returned {shown(value, 80)}")
 
 
 def judge_split_assert(index: int, result: ExecResult, split: SplitAssert, nonce: str) -> TestResult:
@@ -142,7 +151,7 @@ def judge_split_assert(index: int, result: ExecResult, split: SplitAssert, nonce
         return _result(index, result, Verdict.WRONG_ANSWER, f"assert raised on the host: {err}"[:_HEAD], True)
     if passed:
         return _result(index, result, Verdict.PASSED, split=True)
-    got = ", ".join(repr(v)[:60] for v in report.payload)
+    got = ", ".join(shown(v, 60) for v in report.payload)
     return _result(index, result, Verdict.WRONG_ANSWER, f"assert failed with candidate values ({got})"[:_HEAD], True)
 
 
