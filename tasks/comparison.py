@@ -2,8 +2,10 @@
 
 * stdout (`outputs_match`): whitespace-normalised token compare. An integer
   expected token needs an integer token, compared exactly as digits (any
-  length: no conversion, so no digit limit; `+7`, `007` and `7` are equal,
-  `-0` and `0` too); `1000000020.0` never passes for `1000000007`. When the
+  length: no conversion, so no digit limit; an answer's `+7` and `007` match
+  an expected `7`, `-0` and `0` match each other); an expected integer
+  written with leading zeros or a plus sign (`0011`, `+5`: a code, a binary
+  string) is text, matched only by itself; `1000000020.0` never passes for `1000000007`. When the
   expected token is a decimal/exponent number, an integer or decimal answer
   is read as a float and compared with the absolute/relative tolerance;
   anything else compares as text, case-sensitive. A task graded with a
@@ -11,6 +13,17 @@
   decimal number) compares numbers as numbers everywhere (`Tolerance.numbers`):
   an expected `1` then accepts `1.0` or `0.9999999`, as a tolerant checker
   does; two integer tokens still compare exactly as digits.
+* numbers past a float: a float reading holds a token only inside the float
+  range. When either token's reading is lost (past ~1.8e308 it is `inf`,
+  below ~2.2e-308 it is 0 or subnormal), both are compared by exact decimal
+  value, `|a - e| <= max(abs_tol, rel_tol * |e|)` with the tolerances' exact
+  values: `1e999` is no answer for a 401-digit `1000...0.5`, and `1e-400`
+  is not `2e-400` when `abs_tol` is 0. The exact comparison is bounded
+  before any arithmetic: a token whose exponent has more than
+  `_EXPONENT_DIGITS` digits matches only as the same text, and when the two
+  tokens' digits span more than `_EXACT_DIGITS` decimal places only the same
+  value matches (`1.50e400` and `15e399` are one value). `inf` and `nan`
+  are words, not numbers: they match only as text.
 * call results (`values_match`): decoded plain values against the dataset's
   JSON value, with type checks: a bool matches only a bool; an expected int
   needs an int (a float or a bool is wrong); an expected float accepts an int
@@ -24,13 +37,20 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal, Inexact, Overflow, Underflow
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-_INTEGER = re.compile(r"[+-]?\d+\Z")
-_DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\Z")
+# Possessive quantifiers: the candidate writes the token, and backtracking `\d+\.?\d*` is quadratic in a digit
+# run that ends in a letter (20,000 digits: seconds); these match in one pass.
+_INTEGER = re.compile(r"[+-]?+\d++\Z")
+_DECIMAL = re.compile(r"[+-]?+(?:\d++(?:\.\d*+)?+|\.\d++)(?:[eE][+-]?+\d++)?+\Z")
+_EXPONENT_DIGITS = 15  # longest exponent read as a number: Decimal holds exponents up to 10**18
+_EXACT_DIGITS = 100_000  # widest exact comparison, in decimal places: a few milliseconds of Decimal arithmetic
 
 
 class Tolerance(BaseModel):
@@ -63,13 +83,80 @@ def _integer_digits(token: str) -> tuple[bool, str]:
 def _tokens_match(actual: str, expected: str, tolerance: Tolerance) -> bool:
     if actual == expected:
         return True
+    if _INTEGER.match(expected) and _integer_digits(expected)[1] != expected.lstrip("-"):
+        return False  # an expected integer written otherwise than canonically ("0011", "+5") is text: a code or a
+        # binary string, whose leading zeros the answer must write too (a canonical "7" still accepts "007")
     if _INTEGER.match(expected) and (
         _INTEGER.match(actual) or not tolerance.numbers or math.isinf(float(expected))  # past a float: digits only
     ):
         return bool(_INTEGER.match(actual)) and _integer_digits(actual) == _integer_digits(expected)
     if _DECIMAL.match(actual) and _DECIMAL.match(expected):
-        return tolerance.close(float(actual), float(expected))  # float() of text never raises: inf past the range
+        return _decimals_close(actual, expected, tolerance)
     return False
+
+
+@dataclass(frozen=True)
+class _Exact:
+    """A decimal token's exact value, ``(-1)**negative * int(digits) * 10**exponent``, written one way only:
+    ``digits`` has no leading or trailing zero (zero is ``("", 0)``, never negative)."""
+
+    negative: bool
+    digits: str
+    exponent: int
+
+    @classmethod
+    def read(cls, token: str) -> _Exact | None:
+        """The value of a `_DECIMAL` token, or None when its exponent is too long to read (`_EXPONENT_DIGITS`)."""
+        mantissa, _, exponent_text = token.replace("E", "e").partition("e")
+        whole, _, fraction = mantissa.lstrip("+-").partition(".")
+        significant = (whole + fraction).lstrip("0")
+        digits = significant.rstrip("0")
+        if not digits:
+            return cls(False, "", 0)
+        exponent_digits = exponent_text.lstrip("+-").lstrip("0")
+        if len(exponent_digits) > _EXPONENT_DIGITS:  # bounded before int(): the text may be a megabyte long
+            return None
+        exponent = int(exponent_digits or "0") * (-1 if exponent_text.startswith("-") else 1)
+        return cls(mantissa.startswith("-"), digits, exponent - len(fraction) + len(significant) - len(digits))
+
+    def decimal(self) -> Decimal:
+        return Decimal(f"{'-' if self.negative else ''}{self.digits or '0'}E{self.exponent}")
+
+
+def _span(*values: _Exact) -> int:
+    """Decimal places from the highest digit of ``values`` to the lowest: the precision exact sums of them need."""
+    nonzero = [v for v in values if v.digits]
+    if not nonzero:
+        return 0
+    return max(v.exponent + len(v.digits) for v in nonzero) - min(v.exponent for v in nonzero)
+
+
+def _in_float_range(reading: float, token: str) -> bool:
+    """Whether ``float(token)`` kept the token's magnitude: finite, and normal unless the token is zero."""
+    if math.isinf(reading):
+        return False
+    return abs(reading) >= sys.float_info.min or _Exact.read(token) == _Exact(False, "", 0)
+
+
+def _decimals_close(actual: str, expected: str, tolerance: Tolerance) -> bool:
+    """Two number tokens within tolerance: as floats inside the float range, by exact value outside it."""
+    a, e = float(actual), float(expected)  # float() of text never raises: inf past the range, 0 below it
+    if _in_float_range(a, actual) and _in_float_range(e, expected):
+        return tolerance.close(a, e)
+    exact_a, exact_e = _Exact.read(actual), _Exact.read(expected)
+    if exact_a is None or exact_e is None:
+        return False  # identical text matched already
+    span = _span(exact_a, exact_e)
+    if span > _EXACT_DIGITS:
+        return exact_a == exact_e
+    rel_tol, abs_tol = Decimal(tolerance.rel_tol), Decimal(tolerance.abs_tol)  # a float's exact value
+    # Precision enough for the difference (span + 1 for a carry) and the product rel_tol * |e|: nothing rounds,
+    # and Inexact traps if it did. Exponents stay within 10**15 plus a token's length, far inside Decimal's 10**18.
+    digits = span + len(rel_tol.as_tuple().digits) + 2
+    context = Context(prec=digits, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[Inexact, Overflow, Underflow])
+    value_a, value_e = exact_a.decimal(), exact_e.decimal()
+    bound = max(abs_tol, context.multiply(rel_tol, value_e.copy_abs()))
+    return context.subtract(value_a, value_e).copy_abs() <= bound  # Decimal comparisons are exact
 
 
 def _is_decimal(token: str) -> bool:

@@ -29,6 +29,11 @@ TOL = Tolerance()
         ("1000000020.0", "1000000007", False),  # within the relative tolerance as floats: not an answer
         ("1000000007.0", "1000000007", False),
         ("+007", "7", True),
+        ("11", "0011", False),  # an expected token with leading zeros is text (a binary string, a code)
+        ("0011", "0011", True),
+        ("007", "0007", False),
+        ("5", "+5", False),
+        ("0", "-0", True),
         ("-0", "0", True),
         ("-7", "7", False),
         ("1" * 5000, "1" * 5000, True),  # past Python's int-string digit limit: compared as digits
