@@ -106,7 +106,8 @@ def test_the_check_judges_with_the_graders_comparison():
     yes = degenerate.constant("YES\n")
     assert degenerate.passes(yes, ("12\n", "YES")) and degenerate.passes(yes, ("", " YES \n\n"))
     assert not degenerate.passes(yes, ("12\n", "yes\n")) and not degenerate.passes(yes, ("", "YES\nYES\n"))
-    assert degenerate.passes(degenerate.constant("7\n"), ("", "007\n"))  # integer tokens compare as digits
+    assert degenerate.passes(degenerate.constant("007\n"), ("", "7\n"))  # integer tokens compare as digits
+    assert not degenerate.passes(degenerate.constant("7\n"), ("", "007\n"))  # an expected 007 is text
     crash = degenerate.Degenerate("crash", lambda: "raise SystemExit(1)\n", lambda _: None)
     assert degenerate.survivors([crash, yes], [("1\n", "YES\n")]) == ["constant 'YES\\n'"]
 
