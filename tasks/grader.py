@@ -1,4 +1,5 @@
-"""Grading competitive-programming submissions in a container no earlier candidate of the same problem ran in, one per task.
+"""Grading competitive-programming submissions, one container per task in which no earlier candidate of the same
+problem ran.
 
 For one (task, submission):
 

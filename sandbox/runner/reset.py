@@ -14,10 +14,10 @@ container (read from /proc/self/mountinfo, wherever it is) listing exactly what 
 each entry's path, type, mode, owner, extended attributes, and a file's size and mtime. A directory it may not
 read, a tree too deep to walk, more than MAX_ENTRIES entries, and a reset that raises all read as a difference.
 
-What it cannot put back, and why recycling is only between tasks of other problems and inputs by default: counters only a new container resets, which every
-task moves and a later one can read (the pid namespace's last pid, the tmpfs inode numbers, the cgroup's CPU time
-and memory high-water mark, the mount roots' ctime): a candidate can pass a few dozen bits through them to the
-next task of the container (docs/sandbox.md, "Recycling").
+What it cannot put back, and why recycling is only between tasks of other problems and inputs by default: counters
+only a new container resets, which every task moves and a later one can read (the pid namespace's last pid, the
+tmpfs inode numbers, the cgroup's CPU time and memory high-water mark, the mount roots' ctime): a candidate can pass
+a few dozen bits through them to the next task of the container (docs/sandbox.md, "Recycling").
 """
 
 import array
@@ -29,7 +29,7 @@ import stat
 from sandbox.runner import forkserver
 from sandbox.runner.cgroup import counters
 from sandbox.runner.privileges import SANDBOX_UID, SandboxIdentity
-from sandbox.runner.sweep import IPC_RMID, clean_up, libc, other_processes, zombies_left
+from sandbox.runner.sweep import IPC_RMID, clean_up, libc, other_processes, stat_fields, zombies_left
 
 EMPTIED = ("/dev/shm", "/dev/mqueue")  # besides the file paths the host gives the runner (workspace, /tmp)
 KERNEL_TYPES = {"proc", "sysfs", "cgroup", "cgroup2"}
@@ -266,12 +266,11 @@ def _described(pids):
     """``pid (state, parent pid)`` of each of ``pids``, as /proc reads them (gone: ``pid (gone)``)."""
     described = []
     for pid in pids:
-        try:
-            with open("/proc/%d/stat" % pid, "rb") as handle:
-                fields = handle.read().rsplit(b")", 1)[1].split()
-            described.append("%d (%s, parent %s)" % (pid, fields[0].decode(), fields[1].decode()))
-        except (OSError, IndexError, UnicodeDecodeError):
+        fields = stat_fields("/proc/%d/stat" % pid)
+        if fields is None or len(fields) < 2:
             described.append("%d (gone)" % pid)
+        else:
+            described.append("%d (%s, parent %s)" % (pid, fields[0].decode("ascii", "replace"), int(fields[1])))
     return ", ".join(described)
 
 

@@ -20,12 +20,19 @@ KEEP = set()
 """Pids of the runner's own helpers (its fork server, root): a sweep spares them while it can."""
 
 
-def _state(path):
+def stat_fields(path):
+    """The fields of a ``/proc/.../stat`` file after the command name (state first, then the parent's pid), or
+    None when it is gone."""
     try:
         with open(path, "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[0]
+            return handle.read().rsplit(b")", 1)[1].split() or None
     except (OSError, IndexError):
         return None
+
+
+def _state(path):
+    fields = stat_fields(path)
+    return fields[0] if fields else None
 
 
 def _alive(pid):
@@ -66,7 +73,7 @@ def zombies_left(wait_s=ORPHAN_WAIT_S):
     deadline = time.monotonic() + wait_s
     while True:
         left = other_processes()
-        if not left or live_processes() or time.monotonic() > deadline:
+        if not left or any(_alive(pid) for pid in left) or time.monotonic() > deadline:
             return left
         time.sleep(0.002)
 
