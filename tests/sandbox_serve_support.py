@@ -79,6 +79,15 @@ class Service:
         )
         return listed.stdout.split()
 
+    def running(self, command: str) -> bool:
+        """Whether a process whose command line is ``command`` runs in one of the service's containers (`docker
+        top`): a request the service admitted may not have started its process yet."""
+        for container in self.containers():
+            top = subprocess.run(["docker", "top", container, "-o", "pid,args"], capture_output=True, text=True)
+            if any(line.split(None, 1)[1:] == [command] for line in top.stdout.splitlines()):
+                return True
+        return False
+
 
 @contextmanager
 def sandbox_service(tmp: Path, config: dict | None = None, python: Path | None = None) -> Iterator[Service]:

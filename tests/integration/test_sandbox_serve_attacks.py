@@ -297,10 +297,10 @@ def test_only_the_sandboxs_own_failure_is_a_sandbox_error(service):
     """Every container of the service killed from outside (the engine's doing, never the code's: sandboxed code
     cannot signal its runner) while a run is in flight: that run is SandboxError; the warm ones that died are not
     handed out, and the next run succeeds."""
-    with ThreadPoolExecutor(1) as pool:
-        running = pool.submit(service.run, code="import time\ntime.sleep(1.8)\nprint('done')")
-        deadline = time.monotonic() + 5
-        while service.call("GET", "/health")[1]["run_code"]["running"] == 0 and time.monotonic() < deadline:
+    with ThreadPoolExecutor(1) as pool:  # killed while its process runs (`running` counts admitted requests)
+        running = pool.submit(service.run, code="import os\nos.execvp('sleep', ['sleep', '57'])", run_timeout=60)
+        deadline = time.monotonic() + 20
+        while not service.running("sleep 57") and time.monotonic() < deadline:
             time.sleep(0.05)
         subprocess.run(["docker", "kill", *service.containers()], capture_output=True, check=False)
         answer = running.result()
