@@ -8,6 +8,12 @@ import pytest
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
+# One OpenMP (torch intra-op) thread in each test process and every process a test starts, unless the environment
+# names another count: two xdist workers already keep both cores busy, and a second thread per process only waits
+# on its sibling. Five torch-heavy modules on the 2-core VM, otherwise idle: 126 s wall with torch's default (one
+# thread per core), 98 s with one. Tests about thread counts set their own (tests/serve_support.py).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 def _engine_problem() -> str | None:
     try:
