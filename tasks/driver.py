@@ -50,10 +50,11 @@ Hardening, knowing the candidate runs in this very process: the request
 (nonce included) is read and every function and type the driver needs is
 bound to a local before the candidate is compiled, so patching ``json``,
 ``print``, ``builtins`` or ``sys.stdout`` changes nothing here; the report is
-serialised by the driver's own writer (C string quoting, ``int.__repr__`` or, past
-`BIG_INT_BITS`, ``int.__format__`` in hexadecimal, ``float.__repr__``), not by
-``json`` whose Python code looks names up in builtins at call time, and written
-with a bound ``os.write`` to fd 1 and the process leaves with ``os._exit`` (no atexit hooks of the candidate run). None of this is what
+serialised by the driver's own writer (C string quoting, ``int.__repr__`` or,
+past `BIG_INT_BITS`, ``int.__format__`` in hexadecimal, ``float.__repr__``), not
+by ``json`` whose Python code looks names up in builtins at call time, and
+written with a bound ``os.write`` to fd 1 and the process leaves with
+``os._exit`` (no atexit hooks of the candidate run). None of this is what
 makes grading safe: in the one-shot modes expected values never enter the
 container, and in serve mode they stay in the checker's process, so whatever
 the candidate forges is at best a value it chose without knowing the answer.
