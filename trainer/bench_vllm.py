@@ -24,12 +24,13 @@ identical, and the share that is (position by position, up to each pair's shorte
 than required: vLLM's CPU kernels and torch's round differently, and a near-tie can flip an argmax.
 
 Figures (``--json FILE``): ``tokens_per_s`` (ours), ``tokens_per_s_vllm``, ``speedup_vs_vllm`` (ours / vLLM),
-``seconds``, ``seconds_vllm``, ``new_tokens`` (requested), ``tokens_ours`` / ``tokens_vllm`` (sampled: each
-must equal ``new_tokens``), ``vllm_version``, ``vllm_url``, ``vllm_start_s`` (a launched server's start, null when
-attached), ``greedy_agreement`` (share of identical greedy tokens), ``greedy_identical`` (greedy requests whose
-tokens are all identical), ``greedy_requests``, ``engine_mode`` (ours), ``model`` (the directory, or
-"qwen2-tiny (random init)"), ``parameters``, ``requests``, ``concurrency``, ``group``, ``prompt_tokens``,
-``threads``, ``against`` ("vllm" or the URL form as given), ``dtype``.
+``seconds``, ``seconds_vllm``, ``new_tokens`` (requested), ``tokens_ours`` / ``tokens_vllm`` (sampled: each must
+equal ``new_tokens``), ``vllm_version``, ``vllm_url``, ``vllm_start_s`` (a launched server's start, null when
+attached), ``vllm_eager`` (the launched server ran without torch.compile, ``--vllm-eager``), ``greedy_agreement``
+(share of identical greedy tokens), ``greedy_identical`` (greedy requests whose tokens are all identical),
+``greedy_requests``, ``engine_mode`` (ours), ``model`` (the directory, or "qwen2-tiny (random init)"),
+``parameters``, ``requests``, ``concurrency``, ``group``, ``prompt_tokens``, ``threads``, ``against`` ("vllm" or the
+URL form as given), ``dtype``.
 """
 
 from __future__ import annotations
@@ -71,6 +72,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=256 << 20,
         metavar="B",
         help="--against vllm: the launched server's KV cache (--kv-cache-memory-bytes; default 256 MiB)",
+    )
+    parser.add_argument(
+        "--vllm-eager",
+        action="store_true",
+        help="--against vllm: launch the server with --enforce-eager (no torch.compile warm-up: a start ~35 s "
+        "shorter on 2 CPU cores; the figures are then the eager model's)",
     )
     parser.add_argument(
         "--greedy", type=int, default=4, metavar="K", help="--against vllm: prompts compared at temperature 0"
@@ -135,6 +142,7 @@ def run(args: argparse.Namespace, workload: Callable, through_batching_engine: C
         "vllm_version": version,
         "vllm_url": server_url,
         "vllm_start_s": start_s,
+        "vllm_eager": bool(args.vllm_eager) and url is None,
         "greedy_agreement": sum(a == b for a, b in pairs) / max(len(pairs), 1),
         "greedy_identical": sum(x == y for x, y in zip(ours_tokens, greedy_vllm)),
         "greedy_requests": len(greedy_vllm),
@@ -179,6 +187,7 @@ def _vllm_server(args: argparse.Namespace, model_dir: Path, url: str | None) -> 
     # is chunked ("CPU Generator does not use offset"), and every request here has a seed
     flags += ["--max-num-batched-tokens", str(args.concurrency * window)]
     flags += ["--kv-cache-memory-bytes", str(args.vllm_kv_bytes)]
+    flags += ["--enforce-eager"] if args.vllm_eager else []
     with tempfile.TemporaryDirectory(prefix="bench-vllm-log-") as logs:
         server = VllmServer(args.vllm_python, model_dir, flags, log_path=Path(logs) / "server.log")
         try:

@@ -48,7 +48,7 @@ def test_bench_generate_against_vllm_samples_every_requested_token_on_both_engin
     out = tmp_path / "figures.json"
     command = [sys.executable, "-m", "gym", "bench", "generate", "--requests", "8", "--concurrency", "4"]
     command += ["--group", "2", "--prompt-tokens", "32", "--new-tokens", "16", "--threads", "1", "--greedy", "2"]
-    command += ["--against", "vllm", "--vllm-python", str(python), "--json", str(out)]
+    command += ["--against", "vllm", "--vllm-python", str(python), "--vllm-eager", "--json", str(out)]
     started = time.monotonic()
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600, check=False)
     print(f"bench generate --against vllm: {time.monotonic() - started:.1f} s")
@@ -59,7 +59,7 @@ def test_bench_generate_against_vllm_samples_every_requested_token_on_both_engin
     assert figures["tokens_ours"] == figures["tokens_vllm"] == figures["new_tokens"]
     assert figures["tokens_per_s"] > 0 and figures["tokens_per_s_vllm"] > 0
     assert figures["speedup_vs_vllm"] == pytest.approx(figures["tokens_per_s"] / figures["tokens_per_s_vllm"])
-    assert figures["vllm_version"].startswith("0.32") and figures["vllm_start_s"] > 0
+    assert figures["vllm_version"].startswith("0.32") and figures["vllm_start_s"] > 0 and figures["vllm_eager"]
     assert figures["greedy_requests"] == 2 and figures["greedy_agreement"] >= 0.9
     assert figures["engine_mode"] == "kv_cache" and figures["against"] == "vllm"
 

@@ -8,8 +8,10 @@ Issue 42, class 4. On the code before the fix, 9,658 of the 10,000 MATH answers 
 wrong_answer (lists of values refused as hedges, ``10,\\!080`` read as two numbers); GSM8K passed whole. Hedges
 built the same way on every fifth MATH gold earned 1.0 in three classes (of the 985 it could read): ``{w} = {g}``
 34, ``{w} \\equiv {g} \\pmod{7}`` 34, ``\\boxed{w} \\boxed{g}`` 8. Now every answer passes (10,210 MATH answers
-with the thousands-separated forms, 2,769 GSM8K) and every hedge of every class earns 0 (1,000 golds, 8,010
-hedges). Measured on the 2-core VM: 2.5 minutes for the module at load average ~4, 6 beside other suites at 15."""
+with the thousands-separated forms, 2,769 GSM8K) and every hedge of every class earns 0 (then on every fifth
+gold, 8,010 hedges; now on every ninth, 556 MATH and 147 GSM8K golds). Measured on the 2-core VM: 2.5 minutes for
+the module at load average ~4, 6 beside other suites at 15; 1:45 with hedges on every ninth gold beside the vLLM
+modules."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from tasks.math.problem import MathTask, gsm8k_gold
 
 PUBLISHED = Path(__file__).resolve().parents[2] / "tasks" / "samples" / "published"
 DEADLINE_S = 20  # the check's deadline (MathGraderConfig.timeout_s): a slower answer would be its time_limit
-HEDGE_EVERY = 5  # hedges are built on every fifth gold of each set (the whole set: ~5x the time); odd: `Workers`
+HEDGE_EVERY = 9  # hedges are built on every ninth gold of each set (the whole set: ~9x the time); odd: `Workers`
 
 # Hedge classes: a gold with a wrong answer of its kind (`_kind`: text, a base-n numeral, a list, a constant, an
 # expression with unknowns, a name, a relation) beside it, or alone.
@@ -143,9 +145,9 @@ def _honest(gold: str) -> list[tuple[str, str, str]]:
 
 
 class Workers:
-    """Two forked worker processes, item ``k`` of a map always to worker ``k % 2``: a gold's honest answers, its
-    kind and its hedges (gold ``5k``, of the same parity as ``k``) are judged in the process that read it, so each
-    gold is read once in the module (`_read`).
+    """Two forked worker processes, item ``k`` of a map always to worker ``k % 2``: a gold's honest answers, its kind
+    and its hedges (gold ``HEDGE_EVERY x k``, of the same parity as ``k``) are judged in the process that read it, so
+    each gold is read once in the module (`_read`).
 
     Executors, not multiprocessing.Pool: a worker that dies breaks its executor (the test fails, BrokenProcessPool),
     where a Pool replaces it and its replacement can wait forever on the task queue's lock, hanging the suite in

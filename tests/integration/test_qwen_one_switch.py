@@ -25,10 +25,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker]
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "qwen_tiny_grpo.yaml"
 # --max-num-batched-tokens of max-num-seqs x max-model-len: no chunked prefill, which vLLM 0.32's CPU build cannot do
-# for a seeded request (its worker dies: "CPU Generator does not use offset"; docs/vllm.md)
+# for a seeded request (its worker dies: "CPU Generator does not use offset"; docs/vllm.md); --enforce-eager: no
+# torch.compile warm-up (35-57 s of two busy cores less per server start on the 2-core VM)
 VLLM_ARGS = (
     '[--dtype, float32, --max-model-len, "2048", --max-num-seqs, "8", --max-num-batched-tokens, "16384", '
-    '--kv-cache-memory-bytes, "268435456"]'
+    '--kv-cache-memory-bytes, "268435456", --enforce-eager]'
 )
 
 

@@ -100,6 +100,7 @@ SERVER_ARGS = (
     "16",
     "--kv-cache-memory-bytes",
     str(256 << 20),  # vLLM's CPU build otherwise takes most of the host's memory for its cache
+    "--enforce-eager",  # no torch.compile warm-up: 35-57 s of two busy cores less per server on the 2-core VM
 )
 # Behaviour logprobs vs our scorer: vLLM's CPU kernels against torch's, float32: measured max |diff| 1.4e-5 over an
 # episode's sampled tokens (and 8.6e-6 on greedy tokens after a push); allowed 2e-4.
