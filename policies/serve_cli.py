@@ -31,7 +31,8 @@ def listen(host: str, port: int) -> socket.socket:
         family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as exc:  # its errno is a resolver code (EAI_*), not an errno gym.fault could read
         raise OSError(errno.EADDRNOTAVAIL, f"cannot bind {host}: the name does not resolve ({exc.strerror})") from exc
-    return socket.create_server(address, family=family, backlog=128)  # SO_REUSEADDR, as aiohttp's own bind
+    # SO_REUSEADDR, as aiohttp's own bind; aiohttp listens again with the served backlog (policies.server.LISTEN_BACKLOG)
+    return socket.create_server(address, family=family, backlog=128)
 
 
 def chat_renderer(config, path: Path):

@@ -88,6 +88,10 @@ log = logging.getLogger(__name__)
 Model = TypeVar("Model", bound=BaseModel)
 Result = TypeVar("Result")
 MAX_ERRORS_SHOWN = 5  # a 400 names the first few invalid fields
+# Connections the kernel queues before the server accepts them (the kernel caps it at net.core.somaxconn). With
+# aiohttp's 128, a burst the loop had not yet accepted (200 slow bodies at once) filled the queue, and the next
+# client's SYN was dropped: its answer came after the 1 s SYN retransmit.
+LISTEN_BACKLOG = 1024
 
 
 class BadRequest(Exception):
@@ -896,7 +900,7 @@ async def serve(server: PolicyServer, sock: socket.socket) -> None:
         handler_cancellation=True,  # a client that goes away cancels its handler, and so its engine rows
     )
     await runner.setup()
-    site = web.SockSite(runner, sock)
+    site = web.SockSite(runner, sock, backlog=LISTEN_BACKLOG)  # aiohttp listens again on the socket, with this
     await site.start()
     bound = sock.getsockname()
     log.info("policy server listening on http://%s:%d (model %s)", bound[0], bound[1], server.model_name)

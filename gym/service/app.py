@@ -55,6 +55,10 @@ from sandbox.pool_thread import PoolThread
 from sandbox.workspace import SWEEP_ALLOWANCE_S
 
 log = logging.getLogger(__name__)
+# Connections the kernel queues before the server accepts them (the kernel caps it at net.core.somaxconn). With
+# aiohttp's 128, a burst the loop had not yet accepted (200 slow bodies at once) filled the queue, and the next
+# client's SYN was dropped: its answer came after the 1 s SYN retransmit.
+LISTEN_BACKLOG = 1024
 _CONFIG = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
@@ -304,7 +308,7 @@ def listen(host: str, port: int) -> socket.socket:
         family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as exc:  # a resolver code, not an errno: said as the address gym.fault knows
         raise OSError(errno.EADDRNOTAVAIL, f"cannot bind {host}: the name does not resolve ({exc.strerror})") from exc
-    return socket.create_server(address, family=family, backlog=128)
+    return socket.create_server(address, family=family, backlog=LISTEN_BACKLOG)
 
 
 async def serve(service: SandboxService, sock: socket.socket) -> None:
@@ -316,7 +320,7 @@ async def serve(service: SandboxService, sock: socket.socket) -> None:
         handler_cancellation=True,  # a client that goes away cancels its run, and so frees its workspace
     )
     await runner.setup()
-    await web.SockSite(runner, sock).start()
+    await web.SockSite(runner, sock, backlog=LISTEN_BACKLOG).start()  # aiohttp listens again, with this
     host, port = sock.getsockname()[:2]
     log.info("sandbox service listening on http://%s:%d (owner %s)", host, port, current_owner())
     stop = asyncio.Event()

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.listen_support import BURST, queued_while_stopped
 from tests.sandbox_serve_support import CONFIG, sandbox_service
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
@@ -341,3 +342,10 @@ def test_grade_reads_math_answers_and_refuses_rows_it_cannot_read(service):
     assert grade(service, {"unrelated": 1}, "72", 422)["detail"][0]["loc"] == ["body", "row"]
     code, body, _ = service.call("POST", "/v1/grade", {"row": TACO, "answer": "x", "format": "nosuch"})
     assert code == 422 and body["detail"][0]["loc"] == ["body", "format"]
+
+
+def test_a_burst_of_connections_the_service_has_not_accepted_is_queued_not_dropped(service):
+    """600 connections while the service accepts none (its process stopped): the kernel queues them all (backlog
+    1024), so no client waits out a dropped SYN's 1 s retransmit (aiohttp's default backlog held 128)."""
+    assert queued_while_stopped(service.host, service.port, service.proc.pid) == BURST
+    honest(service)

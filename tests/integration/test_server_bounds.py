@@ -29,6 +29,7 @@ from aiohttp.test_utils import TestServer
 from policies.fake_engine import ScriptedEngine
 from policies.serve_config import ServerOptions
 from policies.server import PolicyServer
+from tests.listen_support import BURST, queued_while_stopped
 from tests.policy_support import small_model
 from tests.serve_support import MODEL, start_server, stop_server
 from tests.tokenizer_support import train_tokenizer
@@ -360,3 +361,12 @@ def test_requests_past_the_memory_in_flight_wait_their_turn_but_a_weight_update_
     assert all("max_inflight_memory_bytes" in message for status, message in results[:-1] if status == 503)
     assert results[-1][0] == 200, results[-1]  # the upload, while the budget was full
     assert health["admission"]["refused_busy"] == statuses.count(503) and health["admission"]["admitted"] == 0
+
+
+def test_a_burst_of_connections_the_server_has_not_accepted_is_queued_not_dropped(server):
+    """600 connections while the server accepts none (its process stopped): the kernel queues them all (backlog
+    1024), so no client waits out a dropped SYN's 1 s retransmit (aiohttp's default backlog held 128)."""
+    url, pid = server
+    host, port = url.removeprefix("http://").split(":")
+    assert queued_while_stopped(host, int(port), pid) == BURST
+    _served(url)
