@@ -104,6 +104,10 @@ def run(args: argparse.Namespace, workload: Callable, through_batching_engine: C
         raise SystemExit("bench generate --against vllm: --vllm-python PATH (the Python of vLLM's venv) is required")
     if url is not None and args.model is None:
         raise SystemExit(f"bench generate --against {args.against}: --model DIR, the directory that server serves")
+    if url is not None and args.vllm_eager:
+        raise SystemExit(
+            f"bench generate --against {args.against}: --vllm-eager launches a server; drop it for one attached"
+        )
     if args.threads:
         torch.set_num_threads(args.threads)
     with _model_dir(args.model) as model_dir:
@@ -142,7 +146,7 @@ def run(args: argparse.Namespace, workload: Callable, through_batching_engine: C
         "vllm_version": version,
         "vllm_url": server_url,
         "vllm_start_s": start_s,
-        "vllm_eager": bool(args.vllm_eager) and url is None,
+        "vllm_eager": args.vllm_eager,
         "greedy_agreement": sum(a == b for a, b in pairs) / max(len(pairs), 1),
         "greedy_identical": sum(x == y for x, y in zip(ours_tokens, greedy_vllm)),
         "greedy_requests": len(greedy_vllm),

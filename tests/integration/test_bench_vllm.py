@@ -65,14 +65,15 @@ def test_bench_generate_against_vllm_samples_every_requested_token_on_both_engin
 
 
 def test_against_vllm_without_its_python_or_a_stream_is_refused_before_anything_starts():
-    """The check can fail: no --vllm-python (and no URL), no --requests, or a URL without the --model it serves, is
-    a SystemExit naming the option."""
+    """The check can fail: no --vllm-python (and no URL), no --requests, a URL without the --model it serves, or
+    --vllm-eager with a URL (the flag launches a server), is a SystemExit naming the option."""
     parser = argparse.ArgumentParser()
     bench_generate.configure(parser)
     cases = (
         (["--against", "vllm", "--requests", "4"], "--vllm-python"),
         (["--against", "vllm"], "--requests"),
         (["--against", "vllm:http://127.0.0.1:9", "--requests", "4"], "--model DIR"),
+        (["--against", "vllm:http://127.0.0.1:9", "--requests", "4", "--model", ".", "--vllm-eager"], "--vllm-eager"),
     )
     for argv, said in cases:
         with pytest.raises(SystemExit, match=said):
