@@ -1,16 +1,14 @@
-"""Architecture of the RDEP MoE policy: one pydantic model, and the transformers config built on it.
+"""Architecture of the RDEP MoE policy: one pydantic model.
 
 `MoEArchitecture` is the single source of truth for sizes (it is what the YAML `model:` section
-holds); `RdepMoeConfig` is the `transformers` config that carries exactly those fields so the model
-round-trips through `save_pretrained` / `AutoConfig.from_pretrained`.
+holds); `policies.hf_config.RdepMoeConfig` is the `transformers` config that carries exactly those fields so the
+model round-trips through `save_pretrained` / `AutoConfig.from_pretrained`. This module imports no transformers:
+reading and checking a config (``gym train``, ``plan``, ``serve`` with a typo) costs no model library's import.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from transformers import PretrainedConfig
 
 MODEL_TYPE = "rdep_moe"
 
@@ -85,26 +83,3 @@ class MoEArchitecture(BaseModel):
     @property
     def num_moe_layers(self) -> int:
         return self.num_hidden_layers - self.num_dense_layers
-
-
-class RdepMoeConfig(PretrainedConfig):
-    """transformers config of the RDEP MoE policy; its architecture fields are `MoEArchitecture`'s."""
-
-    model_type = MODEL_TYPE
-    keys_to_ignore_at_inference = ["past_key_values"]
-
-    def __init__(self, **kwargs: Any) -> None:
-        # Validate through the pydantic model (raises on a bad value), then expose plain attributes.
-        arch = MoEArchitecture(**{k: kwargs.pop(k) for k in list(kwargs) if k in MoEArchitecture.model_fields})
-        for key, value in arch.model_dump().items():
-            setattr(self, key, value)
-        kwargs["tie_word_embeddings"] = False  # untied embeddings by design
-        super().__init__(**kwargs)
-
-    @property
-    def architecture(self) -> MoEArchitecture:
-        return MoEArchitecture(**{k: getattr(self, k) for k in MoEArchitecture.model_fields})
-
-    @classmethod
-    def from_architecture(cls, arch: MoEArchitecture) -> RdepMoeConfig:
-        return cls(**arch.model_dump())

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from kernels import grouped_swiglu
-from policies.config import RdepMoeConfig
 from policies.dispatcher import Dispatcher, LocalDispatcher
+from policies.hf_config import RdepMoeConfig
 from policies.router import Router
 
 # Rows x experts up to which an inference step on the CPU runs every expert on every row (`all_experts_swiglu`)

@@ -23,9 +23,10 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 
 from kernels import token_logprob_entropy
 from policies.attention import Attention, attention_mask_4d, causal_suffices, rope_cos_sin
-from policies.config import MODEL_TYPE, RdepMoeConfig
+from policies.config import MODEL_TYPE
 from policies.dispatcher import Dispatcher
 from policies.experts import ExpertShard, MoEBlock, SwiGLU
+from policies.hf_config import RdepMoeConfig
 from policies.router import Router
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from policies.config import RdepMoeConfig
+from policies.hf_config import RdepMoeConfig
 
 
 @dataclass(frozen=True)

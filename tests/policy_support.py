@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from policies.config import RdepMoeConfig
+from policies.hf_config import RdepMoeConfig
 from policies.modeling import RdepMoeForCausalLM
 from policies.slot_cache import SlotCache
 

@@ -45,14 +45,16 @@ def _positive(kind):
 def run(args: argparse.Namespace) -> int:
     from gym.fault import CommandError, ExitCode
     from gym.overrides import OverrideError, exit_usage
-    from trainer.checkpoint import model_read_errors
     from trainer.config import TrainConfig
-    from trainer.memory_plan import describe, lora_params, memory_plan, meta_model, model_shape, setting_of
 
     try:
         config = TrainConfig.load(args.config, overrides=list(args.set))
     except OverrideError as err:
         exit_usage("plan", err)
+    # torch and transformers load once the config is known good: a typo is reported without their ~3 s import
+    from trainer.checkpoint import model_read_errors
+    from trainer.memory_plan import describe, lora_params, memory_plan, meta_model, model_shape, setting_of
+
     try:
         model = meta_model(config)
         shape = model_shape(model)

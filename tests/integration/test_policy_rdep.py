@@ -69,8 +69,8 @@ def _compare(name: str, make_dispatcher, pristine, reference_out, ids, rank: int
 
 def _worker(rank: int, init_file: str, out_dir: str) -> None:
     from policies.collective_dispatcher import CollectiveDispatcher
-    from policies.config import RdepMoeConfig
     from policies.dispatcher import DispatchCapacityError
+    from policies.hf_config import RdepMoeConfig
     from policies.modeling import RdepMoeForCausalLM
     from policies.shm_dispatcher import SharedMemoryDispatcher
 

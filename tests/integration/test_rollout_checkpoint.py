@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     torch = pytest.importorskip("torch", reason="the in-process engine needs torch")
-    from policies.config import RdepMoeConfig
+    from policies.hf_config import RdepMoeConfig
     from policies.modeling import RdepMoeForCausalLM
 
     torch.manual_seed(0)

@@ -123,7 +123,7 @@ def test_openai_client_sees_400_as_bad_request(client) -> None:
 
 def test_weight_updates_from_path_and_from_tensors(server, client) -> None:
     url, tmp = server
-    from policies.config import RdepMoeConfig
+    from policies.hf_config import RdepMoeConfig
     from policies.modeling import RdepMoeForCausalLM
 
     def greedy() -> tuple[list[int], int]:

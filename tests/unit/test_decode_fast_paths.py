@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from kernels import grouped_swiglu, moe_permute, moe_unpermute
-from policies.config import RdepMoeConfig
 from policies.experts import ALL_EXPERTS_MAX_ROWS, MoEBlock, all_experts_swiglu
+from policies.hf_config import RdepMoeConfig
 from policies.sampler import RowSampling, processed_logprobs, sample
 from policies.sampling import SamplingParams
 

@@ -8,7 +8,8 @@ from pydantic import ValidationError
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache
 
 from policies.attention import causal_suffices
-from policies.config import MoEArchitecture, RdepMoeConfig
+from policies.config import MoEArchitecture
+from policies.hf_config import RdepMoeConfig
 from policies.modeling import RdepMoeForCausalLM
 from policies.router import Router
 from tests.policy_support import SMALL, small_model

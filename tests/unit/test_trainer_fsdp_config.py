@@ -83,7 +83,7 @@ def test_mixed_precision_computes_in_bfloat16_on_cuda_and_float32_on_the_cpu(cho
 
 
 def test_the_decoder_blocks_are_the_classes_a_model_names_unsplittable() -> None:
-    from policies.config import RdepMoeConfig
+    from policies.hf_config import RdepMoeConfig
     from policies.modeling import RdepMoeForCausalLM
     from tests.trainer_support import ARCH
 
