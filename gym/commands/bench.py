@@ -44,6 +44,12 @@ BENCHES: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "CP grader tests/s vs bare host subprocesses vs one docker run per test",
         ("", "--concurrency 4 --docker-tests 8 --json grader.json"),
     ),
+    "math": (
+        "tasks.math.bench",
+        "math answer checks/s through the check's fork server vs a fresh interpreter per check (the shipped "
+        "samples' reference answers and wrong ones)",
+        ("", "--rounds 3 --concurrency 2 --json math.json", "--rounds 1 --answers 12"),
+    ),
     "timing": (
         "tasks.timing_bench",
         "time limits idle vs beside busy containers, CPU vs wall model: accepted, wrong and "

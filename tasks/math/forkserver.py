@@ -1,7 +1,7 @@
 """A process that imported the math check once and forks one child per check (`tasks.math.grader` asks it).
 
-Why by hand: a fresh interpreter per check spends ~0.9 s of CPU importing ``math_verify`` and sympy before it reads
-a single character, far more than the check of a typical answer. ``multiprocessing``'s forkserver would fork from a
+Why by hand: a fresh interpreter per check spends most of its time importing ``math_verify`` and sympy before it
+reads a single character (`python -m gym bench math` measures a check both ways). ``multiprocessing``'s forkserver would fork from a
 pre-imported process too, but it hands results back through pickled pipes of its own, reaps children itself and
 offers no way to give a child our stdin, stdout and stderr files, read its CPU time in ``/proc`` while it runs, or
 kill it at a deadline; the grader's whole blame logic rests on those (`tasks.math.grader`).
