@@ -29,7 +29,10 @@ server's death mid-check ends the check's connection, which the grader reports a
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
+import runpy
 import selectors
 import signal
 import socket
@@ -38,15 +41,16 @@ import subprocess
 import sys
 import tempfile
 import threading
+import traceback
+import weakref
 from pathlib import Path
-
-import trio
 
 SERVER = Path(__file__)
 _HEADER = struct.Struct("<q")  # the child's address-space limit in bytes; the check script's path follows
 _CODE = struct.Struct("<ci")  # b"P" + pid, then b"X" + exit code
 _KILL_WAIT_S = 10.0  # how long a cancelled check waits for the server to report its child gone
 _STDERR_TAIL = 2000  # characters of the server's own stderr quoted when it died
+_LIBC = None  # the server's C library (prctl), loaded before any fork
 
 
 class ForkServerError(OSError):
@@ -62,6 +66,19 @@ class ForkServer:
         self._process: subprocess.Popen | None = None
         self._control: socket.socket | None = None
         self._stderr = None
+        self._live: weakref.WeakSet[socket.socket] = weakref.WeakSet()  # checks' connections still open
+        os.register_at_fork(after_in_child=self._forget_in_child)
+
+    def _forget_in_child(self) -> None:
+        """In a forked copy of this process: close its copies of the parent's sockets, so the parent's server still
+        ends with the parent and a check the parent cancels is still killed; the copy starts its own server."""
+        self._lock = threading.Lock()  # another thread may have held the parent's at the fork
+        for connection in list(self._live):
+            connection.close()
+        if self._control is not None:
+            self._control.close()
+        self._process = self._control = self._stderr = None
+        self._owner = 0
 
     def _started(self) -> socket.socket:
         """The control socket of a running server, starting one when there is none (or it died)."""
@@ -115,26 +132,31 @@ class ForkServer:
             tail = os.pread(stderr.fileno(), 1 << 16, 0).decode("utf-8", errors="replace").strip()[-_STDERR_TAIL:]
             return f"the math check server exited ({process.returncode}): {tail}"
 
-    async def run(self, script: Path, files: tuple, memory_bytes: int, task_status=trio.TASK_STATUS_IGNORED) -> int:
+    async def run(self, script: Path, files: tuple, memory_bytes: int, task_status) -> int:
         """Run ``script`` in a child with ``files`` (stdin, stdout, stderr) as its fds 0-2 and ``memory_bytes`` of
         address space: calls ``task_status.started(pid)`` once it runs and returns its exit code; cancelled, it
         has the child killed and waits (shielded, bounded) until the server reports it gone."""
+        import trio  # here, not at the top: the server process runs this module and never needs trio (14 MB)
+
         mine, theirs = socket.socketpair()
         with mine:
             try:
                 message = _HEADER.pack(memory_bytes) + str(script).encode()
                 descriptors = [theirs.fileno(), *(file.fileno() for file in files)]
                 for attempt in (1, 2):  # a server that died between checks is started again once
+                    control = self._started()
                     try:
-                        socket.send_fds(self._started(), [message], descriptors)
+                        socket.send_fds(control, [message], descriptors)
                         break
                     except OSError as exc:
                         if attempt == 2:
                             raise ForkServerError(f"the math check server takes no check: {exc}") from exc
                         with self._lock:
-                            self._stop()
+                            if self._control is control:  # not one another thread started meanwhile
+                                self._stop()
             finally:
                 theirs.close()
+            self._live.add(mine)
             connection = trio.socket.from_stdlib_socket(mine)
             pid = await self._code(connection, b"P")
             task_status.started(pid)
@@ -167,11 +189,15 @@ class ForkServer:
 
 def serve(control: socket.socket) -> None:
     """Fork one child per check received on ``control`` until it closes (see the module docstring)."""
+    import ctypes
     import gc
 
     from tasks.math import check
 
+    global _LIBC
+    _LIBC = ctypes.CDLL(None, use_errno=True)
     check.judge_read(check.read_gold("\\frac{1}{2}")[0], "0.5", 512, 8)  # load math-verify's lazy imports once
+    gc.collect()
     gc.freeze()  # the children inherit these objects untouched: no copy-on-write of the pages holding them
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ, None)
@@ -237,29 +263,51 @@ class _Child:
 
 
 def _take(control: socket.socket, check, selector: selectors.BaseSelector, children: dict) -> bool:
-    """Receive one check and fork its child; False once the control socket closed (the grader's process ended)."""
+    """Receive one check and fork its child; False once the control socket closed (the grader's process ended).
+    A check the server cannot take (a malformed message, a fork or a pidfd the host refuses) is dropped alone: its
+    descriptors are closed, so its grader sees the connection end (the host's failure), and the other checks go
+    on."""
     try:
         message, fds, _, _ = socket.recv_fds(control, 1 << 16, 4)
-    except OSError:
-        return False
+    except (ConnectionError, OSError) as exc:
+        if isinstance(exc, ConnectionError) or exc.errno in (errno.EBADF, errno.ENOTCONN, errno.ENOTSOCK):
+            return False
+        print(f"math check server: {exc!r}", file=sys.stderr, flush=True)
+        return True
     if not message and not fds:
         return False
     if len(fds) != 4 or len(message) <= _HEADER.size:
-        for fd in fds:
-            os.close(fd)
+        _close(fds)
         return True
     (memory_bytes,) = _HEADER.unpack_from(message)
     script = message[_HEADER.size :].decode("utf-8", errors="replace")
-    connection = socket.socket(fileno=fds[0])
     server = os.getpid()
     for stream in (sys.stdout, sys.stderr):  # nothing of the server's buffers may reach a child's files
         stream.flush()
-    pid = os.fork()
+    try:
+        connection = socket.socket(fileno=fds[0])
+    except OSError as exc:
+        print(f"math check server: a check without its connection: {exc!r}", file=sys.stderr, flush=True)
+        _close(fds)
+        return True
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        print(f"math check server: fork: {exc!r}", file=sys.stderr, flush=True)
+        _close(fds[1:])
+        connection.close()
+        return True
     if pid == 0:
         _child(check, script, fds[1:], memory_bytes, server)
-    for fd in fds[1:]:
-        os.close(fd)
-    child = _Child(pid, connection)
+    _close(fds[1:])
+    try:
+        child = _Child(pid, connection)
+    except OSError as exc:  # no pidfd (EMFILE): the child cannot be watched, so it does not run
+        print(f"math check server: pidfd: {exc!r}", file=sys.stderr, flush=True)
+        os.kill(pid, signal.SIGKILL)  # not reaped yet: the pid is still this child's
+        os.waitpid(pid, 0)
+        connection.close()
+        return True
     children[pid] = child
     selector.register(child.pidfd, selectors.EVENT_READ, child.ended)
     try:
@@ -272,16 +320,21 @@ def _take(control: socket.socket, check, selector: selectors.BaseSelector, child
     return True
 
 
-def _child(check, script: str, files: list[int], memory_bytes: int, server: int) -> None:
-    """In the forked child: take the files, drop every other descriptor, bound memory, run the check, exit."""
-    import ctypes
-    import resource
-    import runpy
-    import traceback
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
+
+def _child(check, script: str, files: list[int], memory_bytes: int, server: int) -> None:
+    """In the forked child: take the files, drop every other descriptor, bound memory, run the check, exit.
+    Everything it calls was imported by the server (an import here could fail on the host's limits and run the
+    server's loop in the child)."""
     code = 1
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the server's death kills it
+        _LIBC.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: the server's death kills it
         if os.getppid() != server:  # the server died before the request above took effect
             os._exit(code)
         for target, fd in enumerate(files):

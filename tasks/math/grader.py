@@ -148,35 +148,50 @@ class MathGrader:
         ``GOLD_READ`` (or end), then ``timeout_s`` of CPU time to end (the wall clock a backstop); a kill before the
         gold was seen read is the start's (infra), after it the answer's (time_limit) unless the host starved it."""
         limit = self.config.memory_mb << 20
-        ended, finished = trio.Event(), []
+        began, ended, pids, finished, failed = trio.Event(), trio.Event(), [], [], []
+
+        class Started:  # what the runners call with the check's pid (trio's task_status shape)
+            def started(self, pid: int) -> None:
+                pids.append(pid)
+                began.set()
+
         with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as stdout:
             stdin.write(request)
             stdin.flush()
             stdin.seek(0)
 
-            async def run(task_status=trio.TASK_STATUS_IGNORED) -> None:
-                if self.config.fork_server:
-                    code = await FORK_SERVER.run(CHECK, (stdin, stdout, stderr), limit, task_status=task_status)
-                else:
-                    code = await _run_fresh(stdin, stdout, stderr, limit, task_status)
-                finished.append(code)
-                ended.set()
+            async def run() -> None:
+                # an OSError (no process, the fork server's death) is kept, not raised: in a nursery it would
+                # reach the caller inside an exception group where trio groups strictly (trio >= 0.25)
+                try:
+                    if self.config.fork_server:
+                        code = await FORK_SERVER.run(CHECK, (stdin, stdout, stderr), limit, task_status=Started())
+                    else:
+                        code = await _run_fresh(stdin, stdout, stderr, limit, Started())
+                    finished.append(code)
+                except OSError as exc:
+                    failed.append(exc)
+                finally:
+                    began.set()
+                    ended.set()
 
             def gold_read() -> bool:
                 return f"{GOLD_READ}\n".encode() in os.pread(stderr.fileno(), 1 << 16, 0)
 
             starved, seen = "", False
             async with trio.open_nursery() as nursery:
-                deadline = trio.current_time() + self.config.start_timeout_s
-                with trio.move_on_at(deadline):  # the start: the process (or the server's imports) and the gold
-                    pid = await nursery.start(run)
+                nursery.start_soon(run)
+                with trio.move_on_at(trio.current_time() + self.config.start_timeout_s):  # the start and the gold
+                    await began.wait()
                     while not ended.is_set() and not gold_read():
                         with trio.move_on_after(POLL_S):
                             await ended.wait()
                 seen = gold_read()
                 if seen and not ended.is_set():
-                    starved = await self._answer_time(pid, ended)
+                    starved = await self._answer_time(pids[0], ended)
                 nursery.cancel_scope.cancel()  # a check still running is killed (by its runner's cancellation)
+            if failed:
+                raise failed[0]
             stdout.seek(0)
             out = stdout.read(1 << 20)
         done = subprocess.CompletedProcess(CHECK, finished[0], out) if finished else None
@@ -248,7 +263,7 @@ def _run_delay_s(pid: int) -> float:
 async def _run_fresh(stdin, stdout, stderr, limit: int, task_status) -> int:
     """The check in a fresh interpreter of its own (``fork_server: false``): its pid started, its exit code."""
 
-    class Started:
+    class Started:  # trio.run_process hands over the process; the grader wants its pid
         def started(self, process) -> None:
             task_status.started(process.pid)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -105,33 +107,41 @@ def test_a_server_killed_between_checks_is_started_again(tmp_path):
     assert FORK_SERVER.pid not in (None, first)
 
 
-def test_a_server_killed_mid_check_masks_that_check_and_takes_its_child_along(tmp_path, monkeypatch):
-    """The host's failure, after the gold was read: masked (infra_error), never the answer's time_limit or 0; the
-    child dies with its server (its death signal), and the next check runs on a new server."""
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_server_killed_mid_check_masks_that_check_and_takes_its_child_along(tmp_path, monkeypatch, strict):
+    """The host's failure, after the gold was read: masked (infra_error), never the answer's time_limit or 0, and
+    never an exception out of grade, also where trio groups a nursery's errors strictly (its default from 0.25);
+    the child dies with its server (its death signal), and the next check runs on a new server."""
     script, pid_file = _after_the_gold(tmp_path, "time.sleep(60)")
     grader = MathGrader(MathGraderConfig(timeout_s=30, backstop_factor=2))
 
-    async def grade_and_kill_the_server():
-        async with trio.open_nursery() as nursery:
-            results = []
-            nursery.start_soon(lambda: _append(results, grader.grade(TASK, "42")))
-            with trio.fail_after(30):
-                while not pid_file.exists() or not pid_file.read_text():
-                    await trio.sleep(0.05)
-            os.kill(FORK_SERVER.pid, signal.SIGKILL)
-        return results[0], int(pid_file.read_text())
+    def kill_the_server() -> None:
+        os.kill(FORK_SERVER.pid, signal.SIGKILL)
 
     with monkeypatch.context() as patch:
         patch.setattr(math_grader, "CHECK", script)
-        result, child = trio.run(grade_and_kill_the_server)
+        result, child = trio.run(_meanwhile, grader, pid_file, kill_the_server, strict_exception_groups=strict)
     assert result.infra_error and result.tests[0].verdict == Verdict.INFRA_ERROR, result.detail
     assert "math check server" in result.detail and result.wall_s < 20
     assert _gone(child)
     _honest_pair(grader)
 
 
-async def _append(results: list, awaitable) -> None:
-    results.append(await awaitable)
+async def _meanwhile(grader: MathGrader, pid_file: Path, action) -> tuple:
+    """Grade "42" with the check that records its pid in ``pid_file``; once it runs, call ``action``. Returns the
+    result and the check's pid."""
+    results = []
+
+    async def grade() -> None:
+        results.append(await grader.grade(TASK, "42"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(grade)
+        with trio.fail_after(30):
+            while not pid_file.exists() or not pid_file.read_text():
+                await trio.sleep(0.05)
+        action()
+    return results[0], int(pid_file.read_text())
 
 
 def test_a_cancelled_check_leaves_no_child_running(tmp_path, monkeypatch):
@@ -156,6 +166,61 @@ def test_a_cancelled_check_leaves_no_child_running(tmp_path, monkeypatch):
     _honest_pair(grader)
 
 
+MALFORMED = {
+    "a file where the connection goes": lambda pipe: [pipe, pipe, pipe, pipe],
+    "three descriptors": lambda pipe: [pipe, pipe, pipe],
+    "five descriptors": lambda pipe: [pipe] * 5,
+    "no descriptors": lambda pipe: [],
+}
+
+
+@pytest.mark.parametrize("kind", list(MALFORMED))
+def test_a_check_the_server_cannot_take_is_dropped_alone(tmp_path, monkeypatch, kind):
+    """A message on the control socket the server cannot turn into a check (here forged by the test; in use, a
+    connection or pidfd the host refuses) is dropped with its descriptors: the server lives on, and a check in
+    flight meanwhile keeps its own verdict (before, one bad message ended the server and masked every check)."""
+    script, pid_file = _after_the_gold(tmp_path, 'time.sleep(1)\nprint(\'{"verdict": "passed", "detail": ""}\')')
+    grader = MathGrader()
+    _honest_pair(grader)
+    server = FORK_SERVER.pid
+    read, write = os.pipe()
+
+    def forge() -> None:
+        header = struct.pack("<q", 1 << 30) + str(script).encode()
+        socket.send_fds(FORK_SERVER._started(), [header], MALFORMED[kind](read))
+
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(math_grader, "CHECK", script)
+            result, _ = trio.run(_meanwhile, grader, pid_file, forge)
+    finally:
+        os.close(read)
+        os.close(write)
+    assert result.passed and not result.infra_error, result.detail
+    assert FORK_SERVER.pid == server
+    _honest_pair(grader)
+
+
+def test_a_forked_check_starts_with_no_more_address_space_than_a_fresh_one(tmp_path, monkeypatch):
+    """The server holds only what the check needs (not the grader's trio, 14 MB): a memory_mb that fits a fresh
+    interpreter's check fits a forked one, so the two modes give an answer the same room."""
+    body = (
+        f"sys.path.insert(0, {str(REPO)!r})\n"
+        "import tasks.math.check as c\n"
+        "c.read_gold('1/2')\n"
+        "size = [l for l in open('/proc/self/status') if l.startswith('VmSize')][0].split()[1]\n"
+        'print(\'{"verdict": "wrong_answer", "detail": "\' + size + \'"}\')\n'
+    )
+    with monkeypatch.context() as patch:
+        patch.setattr(
+            math_grader, "CHECK", _fake_check(tmp_path, "print('gold read', file=sys.stderr, flush=True)\n" + body)
+        )
+        forked = grade_sync(MathGrader(), TASK, "42")
+        fresh = grade_sync(MathGrader(MathGraderConfig(fork_server=False)), TASK, "42")
+    assert not forked.infra_error and not fresh.infra_error, (forked.detail, fresh.detail)
+    assert int(forked.detail) <= int(fresh.detail) + 4096, (forked.detail, fresh.detail)  # kB
+
+
 def test_a_real_answer_that_hangs_sympy_is_killed_and_the_server_lives_on():
     server_before = (grade_sync(MathGrader(), TASK, "42"), FORK_SERVER.pid)[1]
     result = grade_sync(MathGrader(MathGraderConfig(timeout_s=1, backstop_factor=40)), TASK, "9^{9^{9^{9}}}")
@@ -175,7 +240,16 @@ def test_a_check_that_eats_memory_is_the_answers_memory_limit_and_the_server_liv
     _honest_pair(MathGrader())
 
 
-@pytest.mark.parametrize("ending", ["returns", "is killed"])
+ENDINGS = {
+    "returns": "",
+    "is killed": "time.sleep(60)\n",
+    # a forked copy of the process (a worker pool's fork) outlives it: the copy dropped its copies of the
+    # server's sockets at the fork, so the server still ends with the process that started it
+    "returns, a forked copy living on": "if os.fork() == 0:\n    time.sleep(30)\n    os._exit(0)\n",
+}
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS))
 def test_the_server_ends_with_the_process_that_started_it(ending):
     """No server outlives its grader's process, whether that process exits or is killed (the control socket's
     close ends it; the server's own children die with it)."""
@@ -185,16 +259,23 @@ def test_the_server_ends_with_the_process_that_started_it(ending):
         "from tasks.math.problem import MathTask\n"
         "task = MathTask(task_id='t', source_format='plain', problem='?', gold='42')\n"
         "assert grade_sync(MathGrader(), task, '42').passed\n"
-        "print(FORK_SERVER.pid, flush=True)\n" + ("time.sleep(60)\n" if ending == "is killed" else "")
+        "print(FORK_SERVER.pid, flush=True)\n" + ENDINGS[ending]
     )
     process = subprocess.Popen(
-        [sys.executable, "-c", program], cwd=REPO, stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)}
+        [sys.executable, "-c", program],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        start_new_session=True,
     )
-    server = int(process.stdout.readline())
-    if ending == "is killed":
-        process.kill()
-    process.wait(timeout=60)
-    assert _gone(server)
+    try:
+        server = int(process.stdout.readline())
+        if ending == "is killed":
+            process.kill()
+        process.wait(timeout=60)
+        assert _gone(server)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)  # the forked copy, if any
 
 
 def test_checks_through_the_server_and_through_fresh_interpreters_agree():
