@@ -139,6 +139,7 @@ class ForkServer:
         import trio  # here, not at the top: the server process runs this module and never needs trio (14 MB)
 
         mine, theirs = socket.socketpair()
+        self._live.update((mine, theirs))  # a fork from here on closes its copies of both (`_forget_in_child`)
         with mine:
             try:
                 message = _HEADER.pack(memory_bytes) + str(script).encode()
@@ -156,7 +157,6 @@ class ForkServer:
                                 self._stop()
             finally:
                 theirs.close()
-            self._live.add(mine)
             connection = trio.socket.from_stdlib_socket(mine)
             pid = await self._code(connection, b"P")
             task_status.started(pid)
