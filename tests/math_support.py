@@ -1,7 +1,18 @@
 """Math answers for the check's tests: correct answers nested deep (tests/unit/test_math_nesting.py,
-tests/integration/test_math_check_bounds.py)."""
+tests/integration/test_math_check_bounds.py); scripts standing in for the check (tests/unit/test_attacks_math.py,
+tests/unit/test_math_forkserver.py)."""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+
+def fake_check(tmp_path: Path, body: str) -> Path:
+    """A script standing in for the math check (`tasks.math.grader.CHECK`): it reads its request, then runs
+    ``body`` (``os``, ``signal``, ``sys`` and ``time`` imported)."""
+    script = tmp_path / "check.py"
+    script.write_text(f"import os, signal, sys, time\nsys.stdin.read()\n{body}\n")
+    return script
 
 
 def nested(shape: str, depth: int) -> tuple[str, str]:

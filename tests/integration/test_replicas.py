@@ -27,6 +27,7 @@ from policies.replicas import ReplicatedEngine
 from policies.sampling import EngineError, SamplingParams
 from policies.serve_config import ServeConfig, ServeConfigError, build_engine
 from tests.policy_support import same_completion, small_model
+from tests.process_support import process_state
 from tests.serve_support import MODEL, REPO, start_server, stop_server
 from trainer import bench_generate as bench
 
@@ -251,7 +252,9 @@ def test_gym_serve_with_two_replicas_serves_and_updates_weights(tmp_path) -> Non
             )
             pytest.fail(f"gym serve still running 120 s after SIGINT:\n{dump.stdout if dump else ''}")
         deadline = time.monotonic() + 30  # orphans see their parent gone and exit (seconds under load)
-        while (left := [pid for pid in children if _state(pid) not in ("Z", "gone")]) and time.monotonic() < deadline:
+        while (
+            left := [pid for pid in children if process_state(pid) not in ("Z", "gone")]
+        ) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not left, (children, left)
     finally:
@@ -269,13 +272,6 @@ def _children(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             found.append(int(stat.parent.name))
     return found
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"
 
 
 def test_bench_generate_runs_the_stream_through_replicas() -> None:

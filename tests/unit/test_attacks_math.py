@@ -14,6 +14,7 @@ from tasks.math import check
 from tasks.math.check import judge, normal
 from tasks.math.grader import MathGrader, MathGraderConfig, grade_sync
 from tasks.math.problem import MathTask
+from tests.math_support import fake_check
 
 # Hedges: two values stated, the gold among them, with the separator spelled so the candidate cut missed it.
 HIDDEN_HEDGES = [
@@ -191,12 +192,6 @@ def test_a_gold_that_raises_is_the_tasks_fault_not_a_wrong_answer(monkeypatch):
     assert judge("42", "42") == ("gold_error", "the gold '42' does not parse (RecursionError)")
 
 
-def _fake_check(tmp_path, body: str):
-    script = tmp_path / "check.py"
-    script.write_text(f"import os, signal, sys\nsys.stdin.read()\n{body}\n")
-    return script
-
-
 @pytest.mark.parametrize(
     ("body", "verdict", "infra"),
     [
@@ -212,13 +207,13 @@ def _fake_check(tmp_path, body: str):
     ],
 )
 def test_blame_follows_how_far_the_check_got(tmp_path, monkeypatch, body, verdict, infra):
-    monkeypatch.setattr(math_grader, "CHECK", _fake_check(tmp_path, body))
+    monkeypatch.setattr(math_grader, "CHECK", fake_check(tmp_path, body))
     result = grade_sync(MathGrader(MathGraderConfig(timeout_s=20)), TASK, "42")
     assert result.tests[0].verdict == Verdict(verdict) and result.infra_error == bool(infra) and not result.passed
 
 
 def test_a_check_that_hangs_before_the_gold_is_masked(tmp_path, monkeypatch):
-    monkeypatch.setattr(math_grader, "CHECK", _fake_check(tmp_path, "import time; time.sleep(30)"))
+    monkeypatch.setattr(math_grader, "CHECK", fake_check(tmp_path, "import time; time.sleep(30)"))
     result = grade_sync(MathGrader(MathGraderConfig(start_timeout_s=1)), TASK, "42")
     assert result.infra_error and "ran past 1 s before reading the gold" in result.detail
     assert result.wall_s < 20  # killed at the start's bound, not waited out
@@ -226,7 +221,7 @@ def test_a_check_that_hangs_before_the_gold_is_masked(tmp_path, monkeypatch):
 
 def test_a_check_that_hangs_after_the_gold_is_the_answers_time_limit(tmp_path, monkeypatch):
     body = "print('gold read', file=sys.stderr, flush=True); import time; time.sleep(30)"
-    monkeypatch.setattr(math_grader, "CHECK", _fake_check(tmp_path, body))
+    monkeypatch.setattr(math_grader, "CHECK", fake_check(tmp_path, body))
     result = grade_sync(MathGrader(MathGraderConfig(timeout_s=1)), TASK, "42")
     assert result.tests[0].verdict == Verdict.TIME_LIMIT and not result.infra_error
 
@@ -234,7 +229,7 @@ def test_a_check_that_hangs_after_the_gold_is_the_answers_time_limit(tmp_path, m
 def test_the_answers_limit_is_cpu_time_and_a_busy_check_is_killed_at_it(tmp_path, monkeypatch):
     """A check that computes after the gold is killed once it used timeout_s of CPU, long before the backstop."""
     body = "print('gold read', file=sys.stderr, flush=True)\nwhile True:\n    pass"
-    monkeypatch.setattr(math_grader, "CHECK", _fake_check(tmp_path, body))
+    monkeypatch.setattr(math_grader, "CHECK", fake_check(tmp_path, body))
     result = grade_sync(MathGrader(MathGraderConfig(timeout_s=1, backstop_factor=30)), TASK, "42")
     assert result.tests[0].verdict == Verdict.TIME_LIMIT and not result.infra_error
     assert result.wall_s < 25  # 1 s of CPU (beside other work), never the 30 s backstop
@@ -263,6 +258,6 @@ def test_a_check_the_host_keeps_from_a_cpu_is_masked_not_the_answers_time_limit(
     With twelve, the check runs so rarely that the kernel's run delay, brought up to date only when it runs, shows
     little of its wait by the backstop (as two burners did beside a loaded suite): runnable at every poll, its time
     off the CPU counts as waiting."""
-    monkeypatch.setattr(math_grader, "CHECK", _fake_check(tmp_path, STARVED.format(burners=burners)))
+    monkeypatch.setattr(math_grader, "CHECK", fake_check(tmp_path, STARVED.format(burners=burners)))
     result = grade_sync(MathGrader(MathGraderConfig(timeout_s=1, backstop_factor=2)), TASK, "42")
     assert result.infra_error and "the host starved the check" in result.detail, result.detail

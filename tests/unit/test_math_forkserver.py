@@ -24,6 +24,8 @@ import tasks.math.grader as math_grader
 from sandbox.failure import Verdict
 from tasks.math.grader import FORK_SERVER, MathGrader, MathGraderConfig, grade_sync
 from tasks.math.problem import MathTask
+from tests.math_support import fake_check
+from tests.process_support import process_state
 
 TASK = MathTask(task_id="t", source_format="plain", problem="What is 6 times 7?", gold="42")
 REPO = Path(__file__).resolve().parents[2]
@@ -39,27 +41,17 @@ def _gone(pid: int, within_s: float = 10.0) -> bool:
     """Whether ``pid`` ended (gone, or a zombie nobody reaped yet) within ``within_s``."""
     end = time.monotonic() + within_s
     while time.monotonic() < end:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return True
-        if state in ("Z", "X"):
+        if process_state(pid) in ("gone", "Z", "X"):
             return True
         time.sleep(0.05)
     return False
-
-
-def _fake_check(tmp_path: Path, body: str) -> Path:
-    script = tmp_path / "check.py"
-    script.write_text(f"import os, signal, sys, time\nsys.stdin.read()\n{body}\n")
-    return script
 
 
 def _after_the_gold(tmp_path: Path, rest: str) -> tuple[Path, Path]:
     """``(a check that records its pid in a file, reads the gold and goes on with rest, that file)``."""
     pid_file = tmp_path / "pid"
     record = f"open({str(pid_file)!r}, 'w').write(str(os.getpid()))\nprint('gold read', file=sys.stderr, flush=True)"
-    return _fake_check(tmp_path, f"{record}\n{rest}"), pid_file
+    return fake_check(tmp_path, f"{record}\n{rest}"), pid_file
 
 
 def test_checks_are_children_of_one_server_and_cost_no_import_each():
@@ -89,7 +81,7 @@ def test_a_check_that_poisons_the_imported_checker_leaves_later_checks_untouched
 def test_a_check_that_sleeps_before_the_gold_is_masked_at_the_start_bound(tmp_path, monkeypatch):
     server_before = FORK_SERVER.pid
     with monkeypatch.context() as patch:
-        patch.setattr(math_grader, "CHECK", _fake_check(tmp_path, "time.sleep(60)"))
+        patch.setattr(math_grader, "CHECK", fake_check(tmp_path, "time.sleep(60)"))
         result = grade_sync(MathGrader(MathGraderConfig(start_timeout_s=1)), TASK, "42")
     assert result.infra_error and "ran past 1 s before reading the gold" in result.detail, result.detail
     assert result.wall_s < 20
@@ -213,7 +205,7 @@ def test_a_forked_check_starts_with_no_more_address_space_than_a_fresh_one(tmp_p
     )
     with monkeypatch.context() as patch:
         patch.setattr(
-            math_grader, "CHECK", _fake_check(tmp_path, "print('gold read', file=sys.stderr, flush=True)\n" + body)
+            math_grader, "CHECK", fake_check(tmp_path, "print('gold read', file=sys.stderr, flush=True)\n" + body)
         )
         forked = grade_sync(MathGrader(), TASK, "42")
         fresh = grade_sync(MathGrader(MathGraderConfig(fork_server=False)), TASK, "42")
@@ -233,7 +225,7 @@ def test_a_check_that_eats_memory_is_the_answers_memory_limit_and_the_server_liv
     body = "print('gold read', file=sys.stderr, flush=True)\nblocks = []\nwhile True:\n    blocks.append(bytearray(1 << 24))\n"
     server_before = (grade_sync(MathGrader(), TASK, "42"), FORK_SERVER.pid)[1]
     with monkeypatch.context() as patch:
-        patch.setattr(math_grader, "CHECK", _fake_check(tmp_path, body))
+        patch.setattr(math_grader, "CHECK", fake_check(tmp_path, body))
         result = grade_sync(MathGrader(MathGraderConfig(memory_mb=512)), TASK, "42")
     assert result.tests[0].verdict == Verdict.MEMORY_LIMIT and not result.infra_error, result.detail
     assert FORK_SERVER.pid == server_before
