@@ -1,10 +1,11 @@
 """A process that imported the math check once and forks one child per check (`tasks.math.grader` asks it).
 
 Why by hand: a fresh interpreter per check spends most of its time importing ``math_verify`` and sympy before it
-reads a single character (`python -m gym bench math` measures a check both ways). ``multiprocessing``'s forkserver would fork from a
-pre-imported process too, but it hands results back through pickled pipes of its own, reaps children itself and
-offers no way to give a child our stdin, stdout and stderr files, read its CPU time in ``/proc`` while it runs, or
-kill it at a deadline; the grader's whole blame logic rests on those (`tasks.math.grader`).
+reads a single character (`python -m gym bench math` measures a check both ways). ``multiprocessing``'s forkserver
+would fork from a pre-imported process too, but it hands results back through pickled pipes of its own, reaps
+children itself and offers no way to give a child our stdin, stdout and stderr files, read its CPU time in
+``/proc`` while it runs, or kill it at a deadline; the grader's whole blame logic rests on those
+(`tasks.math.grader`).
 
 The shape (the server is this file run as a script, ``python -I tasks/math/forkserver.py FD``, FD its end of the
 control socket):
@@ -67,7 +68,7 @@ class ForkServer:
         self._control: socket.socket | None = None
         self._stderr = None
         self._live: weakref.WeakSet[socket.socket] = weakref.WeakSet()  # checks' connections still open
-        os.register_at_fork(after_in_child=self._forget_in_child)
+        self._hooked = False  # the fork hook is registered by the first start, not on import
 
     def _forget_in_child(self) -> None:
         """In a forked copy of this process: close its copies of the parent's sockets, so the parent's server still
@@ -90,6 +91,9 @@ class ForkServer:
 
     def _start(self) -> None:
         self._stop()
+        if not self._hooked:
+            os.register_at_fork(after_in_child=self._forget_in_child)
+            self._hooked = True
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._stderr = tempfile.TemporaryFile()
         try:
@@ -248,10 +252,10 @@ class _Child:
             closed = not self.connection.recv(16)
         except OSError:
             closed = True
-        selector.unregister(self.connection)
         if closed:
-            self.connection.close()
-            self.connection = None
+            self._forget(selector)
+        else:  # a kill asked for: the connection stays for the exit code, no longer watched
+            selector.unregister(self.connection)
 
     def _forget(self, selector: selectors.BaseSelector) -> None:
         try:
@@ -269,7 +273,7 @@ def _take(control: socket.socket, check, selector: selectors.BaseSelector, child
     on."""
     try:
         message, fds, _, _ = socket.recv_fds(control, 1 << 16, 4)
-    except (ConnectionError, OSError) as exc:
+    except OSError as exc:
         if isinstance(exc, ConnectionError) or exc.errno in (errno.EBADF, errno.ENOTCONN, errno.ENOTSOCK):
             return False
         print(f"math check server: {exc!r}", file=sys.stderr, flush=True)

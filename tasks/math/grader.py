@@ -13,7 +13,8 @@ for a CPU for at least half that time (its threads' run delay, ``/proc/PID/task/
 task's time, bounded apart by ``start_timeout_s``: on a loaded host a slow start never eats the answer's
 time (a fresh-clone CI under load once spent a 3 s limit on sympy's import and masked the answer). The child is
 forked from the process's one fork server (`tasks.math.forkserver`: math-verify imported once; `bench math`
-measures both ways), or, with ``fork_server: false``, is a fresh interpreter; the blame below is the same for both. An answer longer than ``max_chars`` is refused without starting the check.
+measures both ways), or, with ``fork_server: false``, is a fresh interpreter; the blame below is the same for
+both. An answer longer than ``max_chars`` is refused without starting the check.
 
 One ``TaskResult`` with one test: ``passed`` when the answer is equivalent to the gold. Blame rests
 on how far the check got, not on what it printed: the check writes ``GOLD_READ`` once the gold
