@@ -21,7 +21,18 @@ RUNNER_DOCKERFILE = ROOT / "images/runner/Dockerfile"
 RUNNER_PACKAGE = ROOT / "sandbox/runner"
 RUNNER_WIRE = ROOT / "sandbox/wire.py"
 # Debian packages of the base image: python3 for the runner and graders; pip/venv/git/patch for SWE images.
-BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "git", "procps", "patch", "ca-certificates")
+# libnss-myhostname: localhost (and the container's hostname) resolve without /etc/hosts, which Docker leaves empty
+# in a container started with networking disabled (sandbox.docker_engine.HOSTS_LABEL).
+BASE_PACKAGES = (
+    "python3",
+    "python3-pip",
+    "python3-venv",
+    "git",
+    "procps",
+    "patch",
+    "ca-certificates",
+    "libnss-myhostname",
+)
 # Stands in for the release in a tag computed where /etc/os-release names none: such a tag matches
 # no image, and `images build` there fails with the reason.
 UNKNOWN_RELEASE = "unknown-release"

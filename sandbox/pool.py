@@ -395,7 +395,7 @@ class WorkspacePool(PoolContext):
         """Create, attach, start and greet one hardened container."""
         async with self._start_limit:
             labels = Labels.for_this_process(self.config.pool.ttl_s)
-            spec = self.engine.container_spec(labels, container_name(labels))
+            spec = self.engine.container_spec(labels, container_name(labels), await self.engine.holds_hosts())
             api = self.engine.client.api
             # Shielded: a create abandoned by cancellation still lands in the engine, and a
             # container we never learned the id of would leak until gc.

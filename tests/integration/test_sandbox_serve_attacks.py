@@ -250,8 +250,11 @@ def test_hostile_code_is_the_candidates_outcome_and_the_service_keeps_serving(se
 
 
 def settled(service) -> None:
-    """Within 20 s, only warm workspaces carry the service's owner label: no run left its container behind."""
-    deadline = time.monotonic() + 20
+    """Within 45 s, only warm workspaces carry the service's owner label: no run left its container behind. A
+    removal runs in the background under the engine's 30 s call deadline (a loaded engine took over 20 s once, with
+    a test suite, a venv install and an image build beside it); one past its deadline is left to gc and so fails
+    here however long this waits."""
+    deadline = time.monotonic() + 45
     while len(service.containers()) > WARM and time.monotonic() < deadline:
         time.sleep(0.5)
     assert len(service.containers()) <= WARM, service.containers()
