@@ -161,8 +161,9 @@ class Engine:
                 image = await self.call("inspect image", self.client.api.inspect_image, self.config.image)
             except docker.errors.NotFound:
                 return False
-            labels = (image.get("Config") or {}).get("Labels") or {}
-            self._holds_hosts = labels.get(HOSTS_LABEL) == "myhostname"
+            config = image.get("Config") if isinstance(image, dict) else None  # an odd reply: no label
+            labels = config.get("Labels") if isinstance(config, dict) else None
+            self._holds_hosts = isinstance(labels, dict) and labels.get(HOSTS_LABEL) == "myhostname"
         return self._holds_hosts
 
     async def create(self, spec: dict[str, Any]) -> str:

@@ -58,6 +58,9 @@ class _Client:
         ({"Config": {"Labels": None}}, False),
         ({"Config": None}, False),
         (docker.errors.NotFound("no such image"), False),  # its create fails as it always did
+        (True, False),  # replies of the wrong shape (an odd engine, a fake): no label, never an AttributeError
+        ({"Config": ["Labels"]}, False),
+        ({"Config": {"Labels": ["gym.hosts"]}}, False),
     ],
 )
 def test_the_image_label_is_asked_of_the_engine_once(image, holds):
