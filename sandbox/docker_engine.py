@@ -49,6 +49,7 @@ STREAM_HEADER = struct.Struct(">BxxxI")
 # container (docs/performance.md). An image without the label keeps network mode none (Docker's /etc/hosts, so
 # localhost resolves in any image).
 HOSTS_LABEL = "gym.hosts"
+HOSTS_VALUE = "myhostname"  # the value images/runner/Dockerfile sets
 # Per-IPC-namespace limits (the kernel's defaults allow 32000 identifiers of each kind).
 IPC_SYSCTLS = {"kernel.shmmni": "256", "kernel.msgmni": "256", "kernel.sem": "250 32000 32 256"}
 # trio renamed the flag; support both so a newer trio does not break thread calls.
@@ -147,24 +148,26 @@ class Engine:
         )
 
     async def require_image(self) -> None:
-        """Raise ImageMissing unless the configured image is on the engine."""
+        """Raise ImageMissing unless the configured image is on the engine (and learn its ``HOSTS_LABEL``)."""
         try:
-            await self.call("inspect image", self.client.api.inspect_image, self.config.image)
+            self._learn_hosts(await self.call("inspect image", self.client.api.inspect_image, self.config.image))
         except docker.errors.NotFound:
             raise self.image_missing() from None
 
     async def holds_hosts(self) -> bool:
-        """Whether the configured image carries ``HOSTS_LABEL`` (asked of the engine once; a missing image: False,
-        and its create fails as it always did)."""
+        """Whether the configured image carries ``HOSTS_LABEL`` (asked of the engine once, unless ``require_image``
+        did; a missing image: False, and its create fails as it always did)."""
         if self._holds_hosts is None:
             try:
-                image = await self.call("inspect image", self.client.api.inspect_image, self.config.image)
+                self._learn_hosts(await self.call("inspect image", self.client.api.inspect_image, self.config.image))
             except docker.errors.NotFound:
                 return False
-            config = image.get("Config") if isinstance(image, dict) else None  # an odd reply: no label
-            labels = config.get("Labels") if isinstance(config, dict) else None
-            self._holds_hosts = isinstance(labels, dict) and labels.get(HOSTS_LABEL) == "myhostname"
         return self._holds_hosts
+
+    def _learn_hosts(self, image: Any) -> None:
+        config = image.get("Config") if isinstance(image, dict) else None  # an odd reply: no label
+        labels = config.get("Labels") if isinstance(config, dict) else None
+        self._holds_hosts = isinstance(labels, dict) and labels.get(HOSTS_LABEL) == HOSTS_VALUE
 
     async def create(self, spec: dict[str, Any]) -> str:
         """Create a container from ``container_spec`` output; returns its id."""

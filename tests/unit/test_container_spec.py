@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from sandbox.config import SandboxConfig
-from sandbox.docker_engine import HOSTS_LABEL, Engine, container_name
+from sandbox.docker_engine import HOSTS_LABEL, HOSTS_VALUE, Engine, container_name
 from sandbox.labels import Labels
 
 NO_ENGINE = {"engine": {"base_url": "unix:///nonexistent.sock"}}
@@ -52,7 +52,7 @@ class _Client:
 @pytest.mark.parametrize(
     ("image", "holds"),
     [
-        ({"Config": {"Labels": {HOSTS_LABEL: "myhostname"}}}, True),
+        ({"Config": {"Labels": {HOSTS_LABEL: HOSTS_VALUE}}}, True),
         ({"Config": {"Labels": {HOSTS_LABEL: ""}}}, False),  # a derived image that emptied the label
         ({"Config": {"Labels": {HOSTS_LABEL: "yes"}}}, False),  # only the value the runner image sets
         ({"Config": {"Labels": None}}, False),
@@ -73,3 +73,15 @@ def test_the_image_label_is_asked_of_the_engine_once(image, holds):
 
     assert trio.run(twice) == [holds, holds]
     assert api.calls == (2 if isinstance(image, Exception) else 1)  # a missing image is asked again
+
+
+def test_a_warm_pools_image_check_answers_the_label_too():
+    engine = Engine(SandboxConfig.model_validate(NO_ENGINE))
+    api = _Api({"Config": {"Labels": {HOSTS_LABEL: HOSTS_VALUE}}})
+    engine._client = _Client(api)
+
+    async def check_then_ask():
+        await engine.require_image()
+        return await engine.holds_hosts()
+
+    assert trio.run(check_then_ask) is True and api.calls == 1  # one inspect, not one per question
