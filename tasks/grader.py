@@ -38,7 +38,9 @@ the end of that grace is the host's failure, ``infra_error`` (masked; the detail
 for a CPU in how much wall time), never ``time_limit``. A test that ends with
 CPU time over its limit by at most ``rerun_margin`` is re-run once, in another workspace (nothing the
 first run wrote can speed the second up: a recycled one is reset first), and judged by the re-run (one scheduler hiccup does not flip
-a verdict; ``TaskResult.reruns`` counts them); past the margin it is killed, ``time_limit``. ``time_model: wall`` restores a wall-clock deadline per test.
+a verdict; ``TaskResult.reruns`` counts them), against its limit times how much slower than at its fastest the
+machine runs Python at that moment (`machine_slowdown`: CPU time grows on a busy machine), within the
+margin; past the margin it is killed, ``time_limit``. ``time_model: wall`` restores a wall-clock deadline per test.
 
 A sandbox failure or a crash of the grader itself marks the task
 ``infra_error``: reported and counted, never a failed sample. Several tasks
@@ -54,7 +56,9 @@ import json
 import logging
 import marshal
 import math
+import os
 import secrets
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -218,20 +222,101 @@ def _speed_workload() -> int:
     return total
 
 
+def _workload_cpu_s() -> float:
+    """The least CPU time of three runs of `_speed_workload` in this thread, now: the thread's own CPU time, so
+    that the process's other threads (a learner's, an engine's, another grading task's) do not count."""
+    best = math.inf
+    for _ in range(3):
+        started = time.thread_time()
+        _speed_workload()
+        best = min(best, time.thread_time() - started)
+    return best
+
+
 @cache
 def machine_speed_factor() -> float:
     """How much slower this machine runs Python than the reference machine, measured once per process: the
     least CPU time (not wall: load does not count) of three runs of a fixed pure-Python workload over
     REFERENCE_WORKLOAD_S, within [1, MAX_SPEED_FACTOR] (a faster machine never tightens a limit)."""
-    best = math.inf
-    for _ in range(3):
-        started = time.process_time()
-        _speed_workload()
-        best = min(best, time.process_time() - started)
+    best = _workload_cpu_s()
+    fastest_reading(best)
     factor = best / REFERENCE_WORKLOAD_S
     factor = 1.0 if factor < SPEED_DEAD_ZONE else min(factor, MAX_SPEED_FACTOR)
     log.info("machine speed factor %.2f (workload %.3fs CPU, reference %.3fs)", factor, best, REFERENCE_WORKLOAD_S)
     return factor
+
+
+SLOWDOWN_TTL_S = 10.0
+"""How long one reading of `machine_slowdown` answers for (a reading costs ~0.5 s of the grader's CPU)."""
+_slowdown: tuple[float, float] | None = None  # (monotonic time of the reading, the slowdown read)
+_slowdown_lock = threading.Lock()
+_fastest: float = math.inf  # the least workload time this process has read
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+MIN_READING_S = 0.01
+"""A kept reading under this is not believed (the workload is 2 million Python loop iterations)."""
+
+
+def speed_record() -> Path:
+    """Where the least workload time this machine has shown since it booted is kept (the user's cache)."""
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "code-rl-gym" / "machine-speed.json"
+
+
+def fastest_reading(reading: float) -> float:
+    """The least workload time this machine has shown since it booted, ``reading`` included.
+
+    Kept in `speed_record` beside the boot's id, so that a process that only ever runs on a busy machine (a
+    trainer, a test worker) still knows how fast the machine runs idle; the record is the host's (no candidate
+    reaches the host's files), read bounded, and rewritten only by a faster reading. Any trouble with it leaves
+    this process's own least reading."""
+    global _fastest
+    _fastest = min(_fastest, reading)
+    path = speed_record()
+    try:
+        boot = BOOT_ID.read_text()[:64].strip()
+    except OSError:
+        return _fastest
+    kept = math.inf
+    try:
+        with path.open("rb") as handle:
+            data = json.loads(handle.read(4096))
+        if isinstance(data, dict) and data.get("boot_id") == boot:
+            kept = float(data["workload_s"])
+    except (OSError, ValueError, TypeError, KeyError):
+        pass
+    if MIN_READING_S <= kept < _fastest:
+        _fastest = kept
+    elif _fastest < kept:
+        spare = path.with_name(f"{path.name}.{os.getpid()}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            spare.write_text(json.dumps({"boot_id": boot, "workload_s": _fastest}))
+            os.replace(spare, path)
+        except OSError:
+            spare.unlink(missing_ok=True)
+    return _fastest
+
+
+def machine_slowdown() -> float:
+    """How much slower the machine runs Python now than at its fastest since it booted: the workload's least CPU
+    time now over `fastest_reading`, at least 1.
+
+    CPU time is not free of load: on a busy machine the same program can need more CPU time (MBPP 123's canonical
+    solution: 2.2 s in its container idle, 4.15-4.33 s inside a whole test suite; two busy loops beside it did not
+    slow it, and this workload does not see every such load). A test still over its limit
+    after its re-run is judged against the limit times this (within the re-run margin), so that an honest
+    program near its limit does not fail for what ran beside it. The reading is taken in the grader's process
+    after the candidate's processes are gone. One reading answers for SLOWDOWN_TTL_S."""
+    global _slowdown
+    with _slowdown_lock:  # one reading at a time: two at once would each slow the other
+        now = time.monotonic()
+        if _slowdown is None or now - _slowdown[0] > SLOWDOWN_TTL_S:
+            reading = _workload_cpu_s()
+            _slowdown = (now, reading / fastest_reading(reading))
+            log.info(
+                "machine slowdown %.2f (workload %.3fs CPU now, %.3fs at its fastest)", _slowdown[1], reading, _fastest
+            )
+        return max(1.0, _slowdown[1])
 
 
 @cache
@@ -473,12 +558,15 @@ class Grader:
                 return _all(task, Verdict.INFRA_ERROR, f"re-running borderline tests: {again}"), len(borderline)
             for i, outcome in zip(borderline, again):
                 outcomes[i] = outcome
+        slack = 1.0  # how much slower than its limits assume the machine is, read when a re-run is over too
+        if any(self._borderline(requests[i], outcomes[i]) for i in borderline):
+            slack = min(await trio.to_thread.run_sync(machine_slowdown), 1 + self.config.rerun_margin)
         stopped = len(outcomes) < len(plans)
         slept = stopped and outcomes and deadline_kill(requests[len(outcomes) - 1], outcomes[-1])
         if stopped and not self.config.early_stop and not slept:
             raise RuntimeError(f"runner returned {len(outcomes)} results for {len(plans)} tests")
         results = [
-            self._verdict(i, judge, request, result)
+            self._verdict(i, judge, request, result, slack)
             for i, ((request, judge), result) in enumerate(zip(plans, outcomes))
         ]
         why = "an earlier test slept past its wall-clock backstop" if slept else "early stop"
@@ -528,17 +616,20 @@ class Grader:
                 break
         return outcomes
 
-    def _borderline(self, request: ExecRequest, outcome: ExecResult) -> bool:
-        """Ended with CPU time over the limit, within the margin (cpu model)."""
+    def _borderline(self, request: ExecRequest, outcome: ExecResult, slack: float = 1.0) -> bool:
+        """Ended with CPU time over the limit (times ``slack``), within the margin (cpu model)."""
         limit = self._limit(request)
-        return limit is not None and outcome.failure == FailureKind.OK and outcome.cpu_s > limit
+        return limit is not None and outcome.failure == FailureKind.OK and outcome.cpu_s > limit * slack
 
     def _limit(self, request: ExecRequest) -> float | None:
         if request.cpu_limit_s is None:
             return None
         return request.cpu_limit_s / (1 + self.config.rerun_margin)
 
-    def _verdict(self, index: int, judge: Judge, request: ExecRequest, result: ExecResult) -> TestResult:
+    def _verdict(
+        self, index: int, judge: Judge, request: ExecRequest, result: ExecResult, slack: float = 1.0
+    ) -> TestResult:
+        """``slack``: `machine_slowdown` when a re-run ended over its limit too (1.0 otherwise)."""
         limit = self._limit(request)
         if result.starved and limit is not None and deadline_kill(request, result):  # masked, never scored
             return TestResult(
@@ -549,13 +640,14 @@ class Grader:
                 detail=f"{STARVED_DETAIL}: waited {result.run_delay_s or 0.0:.2f}s for a CPU in "
                 f"{result.wall_s:.2f}s of wall time, {result.cpu_s:.2f}s of CPU used (limit {limit:.2f}s)",
             )
-        if self._borderline(request, result):  # still over its limit after the re-run
+        if self._borderline(request, result, slack):  # still over its limit after the re-run
+            busy = f" (x{slack:.2f} for a machine that slow now)" if slack > 1.0 else ""
             return TestResult(
                 index=index,
                 verdict=Verdict.TIME_LIMIT,
                 wall_s=round(result.wall_s, 4),
                 cpu_s=round(result.cpu_s, 4),
-                detail=f"{result.cpu_s:.2f}s CPU over the limit of {limit:.2f}s, twice",
+                detail=f"{result.cpu_s:.2f}s CPU over the limit of {limit:.2f}s{busy}, twice",
             )
         return _judged(index, judge, result)
 

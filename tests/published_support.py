@@ -125,7 +125,10 @@ def hostile(task: Task, kind: str) -> str:
 
 
 async def _grade_chunk(pool: WorkspacePool, chunk: Sequence[tuple[Task, str, Sequence[int]]], config: GraderConfig):
-    """Every selected test of every (task, program, test indices) in one workspace and one exec_batch."""
+    """Every selected test of every (task, program, test indices) in one workspace and one exec_batch; an item with a
+    test that ended over its CPU limit (within the re-run margin) is graded again as the grader grades it
+    (`Grader._run`: the borderline test re-run in a fresh container, judged against the machine's slowdown), and
+    keeps the selected tests of that grading."""
     async with pool.acquire(owner="pytest-published") as ws:
         files = {f"p{n}.py": source.encode() for n, (_, source, _) in enumerate(chunk)}
         written = await ws.put_files(files, dest="/workspace")
@@ -137,8 +140,15 @@ async def _grade_chunk(pool: WorkspacePool, chunk: Sequence[tuple[Task, str, Seq
         assert all(request is not None for *_, request, _ in plans)
         batch = await ws.exec_batch(BatchExecRequest(items=[request for *_, request, _ in plans]))
     results: list[list[TestResult]] = [[] for _ in chunk]
+    borderline: set[int] = set()
     for (n, i, grader, request, judge), outcome in zip(plans, batch.results, strict=True):
         results[n].append(grader._verdict(i, judge, request, outcome))
+        if grader._borderline(request, outcome):
+            borderline.add(n)
+    for n in sorted(borderline):
+        task, source, indices = chunk[n]
+        tests, _ = await Grader(pool, config)._run(task, source)
+        results[n] = [tests[i] for i in indices]
     return results
 
 

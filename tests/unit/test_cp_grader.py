@@ -232,11 +232,27 @@ class ScriptedSandbox:
         yield Workspace()
 
 
+@pytest.fixture
+def slowdown(monkeypatch):
+    """The machine's slowdown the grader reads when a re-run ends over its limit too: set by the test (1.0: a
+    machine as fast as the limits assume); the readings taken are counted."""
+    import tasks.grader as grader_module
+
+    state = SimpleNamespace(value=1.0, readings=0)
+
+    def reading():
+        state.readings += 1
+        return state.value
+
+    monkeypatch.setattr(grader_module, "machine_slowdown", reading)
+    return state
+
+
 @pytest.mark.parametrize(
     ("rerun", "verdict"),
     [((0.5, "1\n"), Verdict.PASSED), ((1.1, "1\n"), Verdict.TIME_LIMIT), ((0.5, "2\n"), Verdict.WRONG_ANSWER)],
 )
-def test_a_borderline_test_is_judged_by_its_rerun_in_a_fresh_container(rerun, verdict):
+def test_a_borderline_test_is_judged_by_its_rerun_in_a_fresh_container(rerun, verdict, slowdown):
     t = task(
         limits=Limits(time_s=1.0), tests=(StdinTest(input="1\n", output="1\n"), StdinTest(input="1\n", output="1\n"))
     )
@@ -247,11 +263,76 @@ def test_a_borderline_test_is_judged_by_its_rerun_in_a_fresh_container(rerun, ve
     assert result.tests[1].cpu_s == rerun[0]
 
 
-def test_nothing_is_rerun_under_the_limit():
+def test_nothing_is_rerun_under_the_limit(slowdown):
     t = task(limits=Limits(time_s=1.0))
     sandbox = ScriptedSandbox([[(0.99, "1\n")]])
     result = trio.run(Grader(sandbox, GraderConfig()).grade, t, Submission(task_id="t", completion="print(1)"))
-    assert sandbox.acquired == 1 and result.reruns == 0 and result.passed
+    assert sandbox.acquired == 1 and result.reruns == 0 and result.passed and slowdown.readings == 0
+
+
+@pytest.mark.parametrize(
+    ("now", "cpu_s", "verdict"),
+    [
+        (1.0, 1.1, Verdict.TIME_LIMIT),  # a machine as fast as the limits assume: the limit as written
+        (1.05, 1.1, Verdict.TIME_LIMIT),  # slower by less than the program is over
+        (1.2, 1.1, Verdict.PASSED),  # an honest program near its limit on a busy machine
+        (1.2, 1.24, Verdict.TIME_LIMIT),
+        (3.0, 1.24, Verdict.PASSED),  # within the re-run margin (25%)...
+        (3.0, 1.3, Verdict.TIME_LIMIT),  # ...and never past it, however slow the machine reads
+    ],
+)
+def test_a_rerun_over_its_limit_is_judged_against_how_slow_the_machine_runs_now(now, cpu_s, verdict, slowdown):
+    slowdown.value = now
+    t = task(limits=Limits(time_s=1.0))
+    sandbox = ScriptedSandbox([[(1.1, "1\n")], [(cpu_s, "1\n")]])
+    result = trio.run(Grader(sandbox, GraderConfig()).grade, t, Submission(task_id="t", completion="print(1)"))
+    (test,) = result.tests
+    assert sandbox.acquired == 2 and result.reruns == 1 and slowdown.readings == 1
+    assert test.verdict == verdict and test.cpu_s == cpu_s
+    if verdict == Verdict.TIME_LIMIT:
+        assert "twice" in test.detail and (now == 1.0) == ("for a machine that slow" not in test.detail)
+
+
+def test_the_slowdown_is_read_against_the_machines_fastest_reading_since_boot(monkeypatch, tmp_path):
+    import tasks.grader as grader_module
+
+    readings = []
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(grader_module, "_workload_cpu_s", lambda: readings.pop(0))
+    record = grader_module.speed_record()
+    boot = grader_module.BOOT_ID.read_text().strip()
+
+    def process(*values):
+        """A new grader process reading ``values`` (one reading per call: the TTL is spent)."""
+        monkeypatch.setattr(grader_module, "_fastest", float("inf"))
+        monkeypatch.setattr(grader_module, "_slowdown", None)
+        readings.extend(values)
+        return [grader_module.machine_slowdown() for _ in values]
+
+    monkeypatch.setattr(grader_module, "SLOWDOWN_TTL_S", -1.0)
+    assert process(0.14) == [1.0]  # the first reading is the machine at its fastest so far
+    assert json.loads(record.read_text()) == {"boot_id": boot, "workload_s": 0.14}
+    assert process(0.175, 0.21) == [pytest.approx(1.25), pytest.approx(1.5)]  # a busy machine, another process
+    assert process(0.1, 0.15) == [1.0, pytest.approx(1.5)]  # a faster reading is kept
+    assert json.loads(record.read_text())["workload_s"] == 0.1
+    for hostile in (
+        {"boot_id": "another boot", "workload_s": 0.05},  # another boot's record (another machine, maybe)
+        {"boot_id": boot, "workload_s": 1e-9},  # not believable
+        {"boot_id": boot, "workload_s": "fast"},
+        ["not", "a", "record"],
+    ):
+        record.write_text(json.dumps(hostile))
+        assert process(0.2, 0.3) == [1.0, pytest.approx(1.5)]
+    record.write_text("{" * 100_000)  # not JSON, and read no further than 4 KB
+    assert process(0.2) == [1.0]
+    assert json.loads(record.read_text()) == {"boot_id": boot, "workload_s": 0.2}
+    record.unlink()
+    record.mkdir()  # a record that can be neither read nor written leaves the process's own fastest reading
+    assert process(0.2, 0.26) == [1.0, pytest.approx(1.3)]
+    assert [path.name for path in record.parent.iterdir()] == [record.name]  # no spare file left behind
+    record.rmdir()
+    monkeypatch.setattr(grader_module, "SLOWDOWN_TTL_S", 60.0)
+    assert process(0.2, 0.3)[1] == 1.0 and readings == [0.3]  # one reading answers for SLOWDOWN_TTL_S
 
 
 def test_the_machine_speed_factor_scales_limits_and_never_tightens_them(monkeypatch):
@@ -267,3 +348,27 @@ def test_the_machine_speed_factor_scales_limits_and_never_tightens_them(monkeypa
     grader_module.machine_speed_factor.cache_clear()
     report = GradeReport.of([], GraderConfig(time_model="wall", time_scale=2.0, speed_factor=1.25))
     assert (report.time_model, report.time_scale, report.speed_factor, report.reruns) == ("wall", 2.0, 1.25, 0)
+
+
+def test_the_workload_reads_its_own_threads_cpu_not_the_processes():
+    # A grader runs in a busy process (a learner's threads, an engine's): their CPU must not read as a slow machine.
+    import threading
+
+    import tasks.grader as grader_module
+
+    alone = grader_module._workload_cpu_s()
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            sum(range(1000))
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    try:
+        beside = grader_module._workload_cpu_s()
+    finally:
+        stop.set()
+        spinner.join()
+    alone = min(alone, grader_module._workload_cpu_s())
+    assert beside < 1.5 * alone, (beside, alone)  # the process's CPU time would read ~2x: both threads' time
