@@ -157,7 +157,7 @@ class FamilyKind(ABC):
     settings_model: ClassVar[type[BaseModel] | None] = None
     takes_solutions: ClassVar[bool] = True  # whether a pool's solutions file gives its tasks' references
     # a plugin's row formats: format name -> module with looks_like(row) and parse(index, row, name) (`tasks.plugins`;
-    # the shipped families' formats are `tasks.loader.FORMATS`)
+    # the shipped families' formats are `tasks.formats.registry.FORMATS`)
     formats: ClassVar[dict[str, str]] = {}
 
     def owns(self, task: object) -> bool:
