@@ -17,9 +17,11 @@ BASE_REPOSITORY = "gym-base"
 RUNNER_REPOSITORY = "gym-runner"
 RUNNER_DOCKERFILE = ROOT / "images/runner/Dockerfile"
 # What the runner image carries of this tree (stdlib only), at the same paths under /opt/gym: the runner
-# package and the wire constants it shares with the host.
+# package, the wire constants it shares with the host, and the CP grader's driver (compiled there once, so a test
+# loads it instead of compiling it: tasks.grader.driver_program).
 RUNNER_PACKAGE = ROOT / "sandbox/runner"
 RUNNER_WIRE = ROOT / "sandbox/wire.py"
+RUNNER_DRIVER = ROOT / "tasks/driver.py"
 # Debian packages of the base image: python3 for the runner and graders; pip/venv/git/patch for SWE images.
 # libnss-myhostname: localhost (and the container's hostname) resolve without /etc/hosts, which Docker leaves empty
 # in a container started with networking disabled (sandbox.docker_engine.HOSTS_LABEL).
@@ -63,8 +65,9 @@ def base_inputs(release: str) -> str:
 
 
 def runner_sources() -> dict[str, bytes]:
-    """The runner's source files, by their path in this tree (and under /opt/gym in the image)."""
-    paths = [RUNNER_WIRE, *sorted(RUNNER_PACKAGE.glob("*.py"))]
+    """The runner's source files and the grader's driver, by their path in this tree (and under /opt/gym in the
+    image)."""
+    paths = [RUNNER_WIRE, RUNNER_DRIVER, *sorted(RUNNER_PACKAGE.glob("*.py"))]
     return {path.relative_to(ROOT).as_posix(): path.read_bytes() for path in paths}
 
 

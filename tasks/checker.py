@@ -6,7 +6,8 @@ helper the test calls, a random property check, an expected value computed
 by a library call). Standalone (stdlib only), like the driver. One request
 on stdin, a `marshal` dict::
 
-    {"nonce": str, "program": path, "driver": source of tasks/driver.py, "python": [argv prefix],
+    {"nonce": str, "program": path, "driver": the -c program of tasks/driver.py (tasks.grader.driver_program),
+     "python": [argv prefix],
      "names": [names the test takes from the candidate's module], "candidate": name | None,
      "prelude": str,   # statements from the task's own text: the prompt's helpers, the reference's imports
      "setup": str,     # test set-up code (MBPP test_setup_code / test_imports, HumanEval imports)

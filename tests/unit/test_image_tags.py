@@ -46,10 +46,13 @@ def test_the_tag_changes_with_the_runner_bytes_and_only_with_the_inputs():
 def test_the_default_image_is_this_checkouts_runner_tag(tmp_path):
     base, dockerfile, runner = checkout_runner_inputs()
     assert dockerfile == RUNNER_DOCKERFILE.read_bytes() and runner == runner_sources()
-    # the runner package and the wire constants it shares with the host, nothing else of the tree
-    assert {"sandbox/wire.py", "sandbox/runner/__main__.py", "sandbox/runner/serve.py"} <= set(runner)
-    assert all(path == "sandbox/wire.py" or path.startswith("sandbox/runner/") for path in runner)
+    # the runner package, the wire constants it shares with the host and the grader's driver, nothing else
+    assert {"sandbox/wire.py", "sandbox/runner/__main__.py", "sandbox/runner/serve.py", "tasks/driver.py"} <= set(
+        runner
+    )
+    assert all(path in ("sandbox/wire.py", "tasks/driver.py") or path.startswith("sandbox/runner/") for path in runner)
     assert runner["sandbox/wire.py"] == (ROOT / "sandbox/wire.py").read_bytes()
+    assert runner["tasks/driver.py"] == (ROOT / "tasks/driver.py").read_bytes()  # a changed driver is another tag
     assert runner_image() == runner_tag(runner_inputs(base, dockerfile, runner)) == runner_image()
     assert SandboxConfig().image == runner_image()
     (tmp_path / "sandbox.yaml").write_text("sandbox:\n  pool: {size: 1}\n")
