@@ -17,7 +17,7 @@ from sandbox.protocol import ExecRequest
 from tasks.encoding import parse_report
 from tasks.grader import PRECOMPILED_DRIVER, GraderConfig, driver_program, driver_source, grade_pairs
 from tasks.submission import Submission
-from tasks.task import AssertTest, CallTest, Task
+from tests.task_support import assert_task, call_task
 
 pytestmark = pytest.mark.docker
 
@@ -111,23 +111,8 @@ def test_a_test_loads_the_compiled_driver_and_the_source_fallback_agrees():
 
 def test_a_candidate_that_tampers_with_the_compiled_driver_changes_no_verdict():
     config = GraderConfig(default_time_s=4.0, min_time_s=4.0)
-    call = Task(
-        task_id="driver-call",
-        source_format="lcb",
-        kind="call",
-        prompt="p",
-        fn_name="solve",
-        tests=tuple(CallTest(args=[x], expected=2 * x) for x in (2, 5, 7)),
-    )
-    asserted = Task(
-        task_id="driver-assert",
-        source_format="humaneval",
-        kind="assert",
-        prompt="def solve(x):\n",
-        fn_name="solve",
-        completion_prefix="def solve(x):\n",
-        tests=tuple(AssertTest(source=f"assert candidate({x}) == {2 * x}") for x in (2, 5, 7)),
-    )
+    call = call_task("driver-call", [([x], 2 * x) for x in (2, 5, 7)])
+    asserted = assert_task("driver-assert", [f"assert candidate({x}) == {2 * x}" for x in (2, 5, 7)])
     tamper_call = TAMPER + "def solve(x):\n    return 3 * x\n"
     tamper_assert = "    return 3 * x\n" + TAMPER  # the body, then the tampering at the module's level
     pairs = [

@@ -23,7 +23,8 @@ from sandbox.protocol import ExecRequest
 from tasks.grader import Grader, GraderConfig, grade_pairs
 from tasks.result import TaskResult
 from tasks.submission import Submission
-from tasks.task import AssertTest, CallTest, Limits, StdinTest, Task
+from tasks.task import Limits, StdinTest, Task
+from tests.task_support import assert_task, call_task
 
 pytestmark = pytest.mark.docker
 
@@ -38,29 +39,6 @@ def stdin_task(task_id: str, tests: list[tuple[str, str]]) -> Task:
         kind="stdin",
         prompt="p",
         tests=tuple(StdinTest(input=i, output=o) for i, o in tests),
-    )
-
-
-def call_task(task_id: str, tests: list[tuple[list, object]], fn_name: str = "solve") -> Task:
-    return Task(
-        task_id=task_id,
-        source_format="lcb",
-        kind="call",
-        prompt="p",
-        fn_name=fn_name,
-        tests=tuple(CallTest(args=a, expected=e) for a, e in tests),
-    )
-
-
-def assert_task(task_id: str, asserts: list[str], prompt: str = "def solve(x):\n") -> Task:
-    return Task(
-        task_id=task_id,
-        source_format="humaneval",
-        kind="assert",
-        prompt=prompt,
-        fn_name="solve",
-        completion_prefix=prompt,
-        tests=tuple(AssertTest(source=a) for a in asserts),
     )
 
 
