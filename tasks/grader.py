@@ -330,38 +330,45 @@ PRECOMPILED_DRIVER = ("/opt/gym/tasks/driver.py", "/opt/gym/tasks/driver.pyc")
 
 def driver_program(paths: tuple[str, str] = PRECOMPILED_DRIVER) -> str:
     """The ``-c`` program that runs the driver: the image's compiled copy when the image's source is this driver's,
-    byte for byte, and the compiled code is of the interpreter running it; the driver compiled from the source this
-    program carries otherwise (another image, another interpreter, a file missing or damaged).
+    byte for byte, and the compiled code is of that source (the hash its header carries) and of the interpreter
+    running it (the magic number); the driver compiled from the source this program carries otherwise (another
+    image, another interpreter, a file missing, damaged or not a regular file).
 
     Why: compiling the driver is 1.5 ms of every call and assert test in the container (docs/performance.md), and
     loading its compiled code 0.02 ms. Both files are root's and read-only in the image; a candidate can change
-    neither, and the source check keeps an image built from another checkout from running a driver this host's
-    judges do not read. Written by hand (`importlib` would take the module's path and its caches): one exact
-    comparison and the magic number are all the check."""
-    return _driver_program(driver_source(), paths)
+    neither, and the checks keep an image built from another checkout from running a driver this host's judges do
+    not read. The driver's module runs in a namespace of its own and its ``_main`` is called from this program's
+    frame, so a candidate runs as many frames deep as under ``-c`` with the driver's source (recursion room
+    unchanged). Written by hand (`importlib` would take the module's path and its caches): the checks are three
+    comparisons."""
+    return _driver_program((Path(__file__).parent / "driver.py").read_bytes(), paths)
 
 
 @cache
-def _driver_program(source: str, paths: tuple[str, str]) -> str:
+def _driver_program(source: bytes, paths: tuple[str, str]) -> str:
     return (
         "def _load(source, paths):\n"
-        "    import marshal, _frozen_importlib_external\n"
         "    try:\n"
+        "        import _imp, marshal, os, _frozen_importlib_external as external\n"
+        "        if any(os.stat(path).st_mode & 0o170000 != 0o100000 for path in paths):  # a FIFO would block\n"
+        "            return compile(source, '<string>', 'exec')\n"
         "        with open(paths[0], 'rb') as handle:\n"
-        "            if handle.read(len(source) + 1) != source:\n"
-        "                return compile(source, '<string>', 'exec')\n"
+        "            same = handle.read(len(source) + 1) == source\n"
         "        with open(paths[1], 'rb') as handle:\n"
-        "            compiled = handle.read(1 << 22)\n"
-        "        if compiled[:4] == _frozen_importlib_external.MAGIC_NUMBER:\n"
+        "            compiled = handle.read(4 * len(source) + 65536)\n"
+        "        header = external.MAGIC_NUMBER + bytes((1, 0, 0, 0))\n"
+        "        header += _imp.source_hash(external._RAW_MAGIC_NUMBER, source)\n"
+        "        if same and compiled[:16] == header:\n"
         "            code = marshal.loads(compiled[16:])\n"
         "            if type(code) is type(_load.__code__):\n"
         "                return code\n"
-        "    except (OSError, ValueError, EOFError, TypeError):\n"
+        "    except Exception:\n"
         "        pass\n"
         "    return compile(source, '<string>', 'exec')\n"
-        f"_code = _load({source.encode()!r}, {paths!r})\n"
+        "_driver = {'__name__': '__driver__', '__builtins__': __builtins__}\n"
+        f"exec(_load({source!r}, {paths!r}), _driver)\n"
         "del _load\n"
-        "exec(_code)\n"
+        "_driver['_main']()\n"
     )
 
 
