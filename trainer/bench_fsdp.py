@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -36,6 +37,8 @@ QWEN2_100M = {
 """112 M parameters: 49 M in the untied embedding and head, 6.3 M in each of 10 blocks."""
 
 SEQUENCES, PROMPT_TOKENS, COMPLETION_TOKENS, MICRO_BATCH = 4, 96, 32, 2
+
+log = logging.getLogger(__name__)
 
 
 def configure_fsdp(parser: argparse.ArgumentParser) -> None:
@@ -106,10 +109,18 @@ def _launch(directory: Path, out: Path, processes: int, timeout_s: float) -> dic
     else:
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)]
         argv = [*launcher, *worker]
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
-    if done.returncode != 0:
-        raise RuntimeError(f"bench trainer --fsdp: the {processes}-process step failed:\n{done.stderr[-3000:]}")
-    return json.loads(out.read_text())
+    for attempt in (1, 2):
+        out.unlink(missing_ok=True)
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s)
+        if done.returncode == 0:
+            return json.loads(out.read_text())
+        # Once in a fresh-clone `make test` a rank aborted in gloo's teardown after the step ("terminate called
+        # without an active exception"; 0 of 8 runs alone reproduced it): the measurement is run again, once, and
+        # a second failure is the error, with what the run said.
+        log.warning(
+            "bench trainer --fsdp: the %d-process step failed (attempt %d): %s", processes, attempt, done.stderr[-500:]
+        )
+    raise RuntimeError(f"bench trainer --fsdp: the {processes}-process step failed twice:\n{done.stderr[-3000:]}")
 
 
 def synthetic_batch(vocab_size: int) -> list:
