@@ -328,6 +328,7 @@ PRECOMPILED_DRIVER = ("/opt/gym/tasks/driver.py", "/opt/gym/tasks/driver.pyc")
 """Where the runner image keeps this driver's source and its compiled code (images/runner/Dockerfile)."""
 
 
+@cache
 def driver_program(paths: tuple[str, str] = PRECOMPILED_DRIVER) -> str:
     """The ``-c`` program that runs the driver: the image's compiled copy when the image's source is this driver's,
     byte for byte, and the compiled code is of that source (the hash its header carries) and of the interpreter
@@ -340,7 +341,7 @@ def driver_program(paths: tuple[str, str] = PRECOMPILED_DRIVER) -> str:
     not read. The driver's module runs in a namespace of its own and its ``_main`` is called from this program's
     frame, so a candidate runs as many frames deep as under ``-c`` with the driver's source (recursion room
     unchanged). Written by hand (`importlib` would take the module's path and its caches): the checks are three
-    comparisons."""
+    comparisons. Cached: every call and assert test a grader plans takes it, and the file is read once."""
     return _driver_program((Path(__file__).parent / "driver.py").read_bytes(), paths)
 
 

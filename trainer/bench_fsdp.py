@@ -115,8 +115,8 @@ def _launch(directory: Path, out: Path, processes: int, timeout_s: float) -> dic
         if done.returncode == 0:
             return json.loads(out.read_text())
         # Once in a fresh-clone `make test` a rank aborted in gloo's teardown after the step ("terminate called
-        # without an active exception"; 0 of 8 runs alone reproduced it): the measurement is run again, once, and
-        # a second failure is the error, with what the run said.
+        # without an active exception"; alone the test passed 4 of 4, and a barrier before the teardown made it
+        # fail 2 of 4): the measurement is run again, once, and a second failure is the error, with what it said.
         log.warning(
             "bench trainer --fsdp: the %d-process step failed (attempt %d): %s", processes, attempt, done.stderr[-500:]
         )
