@@ -23,23 +23,13 @@ from sandbox.protocol import ExecRequest
 from tasks.grader import Grader, GraderConfig, grade_pairs
 from tasks.result import TaskResult
 from tasks.submission import Submission
-from tasks.task import Limits, StdinTest, Task
-from tests.task_support import assert_task, call_task
+from tasks.task import Limits, Task
+from tests.task_support import assert_task, call_task, stdin_task
 
 pytestmark = pytest.mark.docker
 
 SANDBOX = SandboxConfig.model_validate({"pool": {"size": 2}, "episode": {"wall_s": 3600.0}})
 CONFIG = GraderConfig(default_time_s=2.0, min_time_s=2.0)
-
-
-def stdin_task(task_id: str, tests: list[tuple[str, str]]) -> Task:
-    return Task(
-        task_id=task_id,
-        source_format="nemotron",
-        kind="stdin",
-        prompt="p",
-        tests=tuple(StdinTest(input=i, output=o) for i, o in tests),
-    )
 
 
 SUM = stdin_task("sum", [("1 2\n", "3\n"), ("5 5\n", "10\n"), ("-1 1\n", "0\n")])
