@@ -3,7 +3,9 @@ deprioritizes itself is still ``time_limit`` (the grader's cpu time model, in th
 
 Starvation is made, not hoped for: this module starts its own busy container (a busy loop with ``cpu_shares``
 262144 against the graders' default 1024, so a grading container gets well under 1% of a core), labelled with a
-key of its own and removed at the end. It and this module's workspaces are pinned to the host's last CPU
+key of its own and removed at the end. The busy loop ends itself when the host writes a stop file it watches (a
+read-only bind mount): the moment the host frees up is the test's, not the Docker daemon's (a busy daemon took
+seconds to remove the containers in a fresh-clone CI). It and this module's workspaces are pinned to the host's last CPU
 (``cpuset_cpus``): other tests' and other suites' containers move to the other CPUs and are not starved. (The
 busy loop that tries to pin itself to the busy CPU runs in a workspace on every CPU.) Under them a correct program
 cannot finish: it is ``infra_error`` at the end of its starvation grace (masked), or passes when the busy
@@ -17,6 +19,8 @@ CPU is large, but no single task waited because of the host.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 
 import docker
@@ -44,10 +48,11 @@ BACKSTOP_S = 6.0
 HOG_SHARES = 262144  # the largest cpu_shares of cgroup v1; graders keep the default 1024
 CPU = str(max(os.sched_getaffinity(0)))  # the busy container and this module's workspaces share this one CPU
 # After grading starts: past every backstop and the end of the short grace (the runner, starved too, reads the
-# tree up to ~1.5 s late), well inside the long grace (a correct program finishes ~1 s after the busy containers go).
+# tree up to ~1.5 s late), far inside the long grace (a correct program finishes ~1 s after the busy loops end).
 HOGS_LEAVE_S = 10.5
 SHORT = GraderConfig(min_time_s=LIMIT_S, speed_factor=1.0, starved_grace_factor=0.25)  # grace 1.5 s: cap 7.5 s
-LONG = GraderConfig(min_time_s=LIMIT_S, speed_factor=1.0, starved_grace_factor=1.5)  # grace 9 s: cap 15 s
+LONG = GraderConfig(min_time_s=LIMIT_S, speed_factor=1.0, starved_grace_factor=3.0)  # grace 18 s: cap 24 s
+HOG = "import os\nwhile not os.path.exists('/stop/now'):\n    pass\n"  # a busy loop until the host says stop
 
 BURN = """
 import time
@@ -121,11 +126,13 @@ def _grade_all(programs: dict[str, tuple[str, GraderConfig]], hogs_leave_s: floa
     client = docker.from_env()
     label = {"gym-test-starvation": uuid.uuid4().hex[:12]}
     results: dict[str, TaskResult] = {}
+    stop_dir = tempfile.mkdtemp(prefix="gym-starvation-")
+    os.chmod(stop_dir, 0o755)  # the image's user reads it
 
     def start_hogs() -> None:
         client.containers.run(
             runner_image(),
-            ["-c", "while 1: pass"],
+            ["-c", HOG],
             entrypoint="python3",
             detach=True,
             auto_remove=True,
@@ -133,7 +140,12 @@ def _grade_all(programs: dict[str, tuple[str, GraderConfig]], hogs_leave_s: floa
             cpu_shares=HOG_SHARES,
             cpuset_cpus=CPU,
             labels=label,
+            volumes={stop_dir: {"bind": "/stop", "mode": "ro"}},
         )
+
+    def stop_hogs() -> None:
+        with open(os.path.join(stop_dir, "now"), "w"):
+            pass
 
     def remove_hogs() -> None:
         for container in client.containers.list(all=True, filters={"label": [f"{k}={v}" for k, v in label.items()]}):
@@ -141,6 +153,9 @@ def _grade_all(programs: dict[str, tuple[str, GraderConfig]], hogs_leave_s: floa
                 container.remove(force=True)
             except docker.errors.NotFound:
                 pass
+            except docker.errors.APIError as error:  # a stopped loop's auto-removal already under way
+                if error.status_code != 409:
+                    raise
 
     async def main() -> None:
         on_one = sandbox_config(pool={"size": len(programs)}, budgets={"cpuset_cpus": CPU})
@@ -164,13 +179,15 @@ def _grade_all(programs: dict[str, tuple[str, GraderConfig]], hogs_leave_s: floa
                 for name, (program, config) in programs.items():
                     nursery.start_soon(one, name, program, config)
                 await trio.sleep(hogs_leave_s)
-                await trio.to_thread.run_sync(remove_hogs)
+                stop_hogs()
 
     try:
         trio.run(main)
     finally:
+        stop_hogs()
         remove_hogs()
         client.close()
+        shutil.rmtree(stop_dir, ignore_errors=True)
     return results
 
 
