@@ -158,8 +158,6 @@ KERNEL_COUNTERS = (
     "/proc/net/snmp6",
     "/proc/net/netstat",
     "/proc/net/dev",
-    "/proc/net/tcp",
-    "/proc/net/tcp6",
     "/proc/net/udp",
     "/proc/net/udp6",
     "/proc/net/unix",
@@ -169,8 +167,29 @@ KERNEL_COUNTERS = (
     "/sys/fs/cgroup/pids.events",
 )
 """Counters of the container's network namespace and cgroup that outlive every process, that a candidate steers
-(packets sent, sockets in TIME_WAIT, limits hit) and a later one could read: unchanged since the start, or the
+(packets sent, sockets left, limits hit) and a later one could read: unchanged since the start, or the
 container is not recycled."""
+
+TCP_SOCKETS = (("/proc/net/sockstat", "TCP:", ("inuse", "tw")), ("/proc/net/sockstat6", "TCP6:", ("inuse",)))
+"""Where the namespace's TCP sockets are counted: every socket in its hash tables (listening, connected, or
+closed and still closing) is in ``inuse``, every one in TIME_WAIT (IPv4 and IPv6 alike) in ``tw`` (a half-open
+connection lives only beside its listener, which ``inuse`` counts); these two fields are the namespace's own,
+the line's others (orphan, alloc, mem) are the host's. Read instead of the
+socket tables /proc/net/tcp and tcp6: those list the same sockets but cost ~4 ms each to read, the kernel walking
+the host's whole connection hash table (262,144 buckets on a 23.5 GiB host) for a namespace that holds none."""
+
+
+def tcp_fields(text, label, names):
+    """The fields ``names`` of the line of ``text`` (a sockstat file) that starts with ``label``, as a tuple of
+    ``(name, value)``; None for a file without that line or those fields."""
+    for line in text.splitlines():
+        words = line.split()
+        if words and words[0] == label:
+            pairs = dict(zip(words[1::2], words[2::2]))
+            if not all(name in pairs for name in names):
+                return None
+            return tuple((name, pairs[name]) for name in names)
+    return None
 
 
 def _kernel_counters():
@@ -179,6 +198,12 @@ def _kernel_counters():
         try:
             with open(path) as handle:
                 texts[path] = handle.read()
+        except OSError:
+            texts[path] = None
+    for path, label, names in TCP_SOCKETS:
+        try:
+            with open(path) as handle:
+                texts[path] = tcp_fields(handle.read(), label, names)
         except OSError:
             texts[path] = None
     return texts
