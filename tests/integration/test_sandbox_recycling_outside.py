@@ -381,12 +381,65 @@ def test_a_time_wait_socket_over_ipv6_does_not_show_in_the_next_tasks_proc_net_t
 
 def test_a_listener_kept_alive_in_flight_does_not_reach_the_next_task():
     """Killing every process leaves a listener whose descriptor is in flight in a unix socket cycle: B would see it
-    in /proc/net/tcp and fail to bind its port, unless the kernel collected the cycle before the reset read."""
+    in /proc/net/tcp and fail to bind its port. The kernel's collector frees the cycle 0.05-0.5 s after the exit, so
+    the reset either refuses the container (the cycle's unix sockets and the listener's count are still there) or
+    recycles a clean one: which of the two, the timing decides; both are safe."""
     channels = channel("listener_in_flight")
     seen, control = channels["seen"], channels["control"]
     assert not channels["recycled"] or (seen["tcp"], seen["bind"]) == (control["tcp"], "ok"), _leak(
         channels, "tcp", True
     )
+
+
+# The reset's own reading of the namespace's TCP sockets, run by a candidate in a workspace (the image's runner
+# modules are readable): the channel tests above pass whichever reading refuses a reset (a TIME_WAIT socket moves
+# /proc/net/snmp too), so this shows the socket counts themselves see each socket, where nothing else does.
+READ_TCP_COUNTS = """
+import json, socket, sys, time
+sys.path.append("/opt/gym")
+from sandbox.runner.reset import _kernel_counters
+def changed(before):
+    after = _kernel_counters()
+    return sorted(path for path in after if after[path] != before[path])
+seen = {}
+for name, family, host in (("listener", socket.AF_INET, "127.0.0.1"), ("listener6", socket.AF_INET6, "::")):
+    before = _kernel_counters()
+    server = socket.socket(family)
+    server.bind((host, 4243))
+    server.listen()
+    seen[name] = changed(before)
+    server.close()
+    seen[name + " closed"] = changed(before)
+before = _kernel_counters()
+server = socket.socket()
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.bind(("127.0.0.1", 4244))
+server.listen()
+client = socket.create_connection(("127.0.0.1", 4244))
+conn, _ = server.accept()
+conn.close()
+client.recv(1)
+client.close()
+server.close()
+time.sleep(0.05)
+seen["time_wait"] = changed(before)
+print(json.dumps(seen))
+"""
+
+
+def test_the_resets_socket_counts_see_a_listener_over_either_family_and_a_time_wait_socket():
+    async def main():
+        async with WorkspacePool(one_container()) as pool:
+            async with pool.acquire("reader") as ws:
+                return await run(ws, READ_TCP_COUNTS)
+
+    result = trio.run(main)
+    assert result.failure == FailureKind.OK, result
+    seen = json.loads(result.stdout)
+    # a listener sends no segment: only its count moves, and moves back when it closes
+    assert seen["listener"] == ["/proc/net/sockstat"] and seen["listener closed"] == [], seen
+    assert seen["listener6"] == ["/proc/net/sockstat6"] and seen["listener6 closed"] == [], seen
+    assert "/proc/net/sockstat" in seen["time_wait"], seen  # beside the segment counters
 
 
 def test_the_pids_cgroup_events_carry_nothing_to_the_next_task():

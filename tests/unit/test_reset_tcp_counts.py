@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.runner.reset import TCP_SOCKETS, tcp_fields
+from sandbox.runner.reset import KERNEL_COUNTERS, TCP_SOCKETS, _kernel_counters, tcp_fields
 
 SOCKSTAT = """sockets: used 1
 TCP: inuse 0 orphan 0 tw 0 alloc 1 mem 125
@@ -61,7 +61,7 @@ def test_an_ipv6_socket_changes_the_reading():
         "TCP: inuse 0 orphan 7 tw 0 alloc 1 mem 125",  # other containers' orphans
         "TCP: inuse 0 orphan 0 tw 0 alloc 93 mem 125",  # sockets allocated anywhere on the host
         "TCP: inuse 0 orphan 0 tw 0 alloc 1 mem 4021",  # the host's TCP memory
-        "sockets: used 1\nTCP: inuse 0 orphan 0 tw 0 alloc 1 mem 125",
+        "sockets: used 9\nTCP: inuse 0 orphan 0 tw 0 alloc 1 mem 125",  # a line before, another value
     ],
 )
 def test_the_hosts_fields_do_not_change_the_reading(host_moved):
@@ -76,3 +76,10 @@ def test_the_hosts_fields_do_not_change_the_reading(host_moved):
 )
 def test_a_file_without_the_line_or_its_fields_reads_as_none(text):
     assert _fields("/proc/net/sockstat", text) is None
+
+
+def test_the_reset_compares_both_sockstat_readings_and_no_socket_table():
+    # the host's own /proc here: the keys, not the values, are what this checks
+    read = _kernel_counters()
+    assert {"/proc/net/sockstat", "/proc/net/sockstat6"} <= set(read)
+    assert not {"/proc/net/tcp", "/proc/net/tcp6"} & (set(read) | set(KERNEL_COUNTERS))
