@@ -395,7 +395,7 @@ def test_a_listener_kept_alive_in_flight_does_not_reach_the_next_task():
 # modules are readable): the channel tests above pass whichever reading refuses a reset (a TIME_WAIT socket moves
 # /proc/net/snmp too), so this shows the socket counts themselves see each socket, where nothing else does.
 READ_TCP_COUNTS = """
-import json, socket, sys, time
+import json, socket, sys
 sys.path.append("/opt/gym")
 from sandbox.runner.reset import _kernel_counters
 def changed(before):
@@ -411,20 +411,8 @@ for name, family, host in (("listener", socket.AF_INET, "127.0.0.1"), ("listener
     server.close()
     seen[name + " closed"] = changed(before)
 before = _kernel_counters()
-server = socket.socket()
-server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-server.bind(("127.0.0.1", 4244))
-server.listen()
-client = socket.create_connection(("127.0.0.1", 4244))
-conn, _ = server.accept()
-conn.close()
-client.recv(1)
-client.close()
-server.close()
-time.sleep(0.05)
-seen["time_wait"] = changed(before)
-print(json.dumps(seen))
 """
+READ_TCP_COUNTS += PLANT_TIME_WAIT + 'seen["time_wait"] = changed(before)\nprint(json.dumps(seen))\n'
 
 
 def test_the_resets_socket_counts_see_a_listener_over_either_family_and_a_time_wait_socket():
