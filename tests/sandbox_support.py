@@ -77,16 +77,25 @@ def kill_the_warm_workspace(config: SandboxConfig, before_kill: Callable[[Worksp
 
 
 SANDBOX_USER_PIDS = r"""
-def sandbox_user_pids():  # the sandbox user's processes (uid 1000) but this one
-    mine = []
-    for pid in os.listdir("/proc"):
-        if pid.isdigit() and int(pid) != os.getpid():
-            try:
-                with open("/proc/%s/status" % pid) as handle:
-                    if any(line.startswith("Uid:") and line.split()[1] == "1000" for line in handle):
-                        mine.append(pid)
-            except OSError:
-                pass
-    return mine
+def sandbox_user_pids(settle_s=0.0):  # the sandbox user's processes (uid 1000) but this one
+    # With settle_s, a zombie is waited for up to that long (init reaps orphans in its own time: late on a loaded
+    # host); a live process is returned at once.
+    import time
+    deadline = time.monotonic() + settle_s
+    while True:
+        mine, live = [], False
+        for pid in os.listdir("/proc"):
+            if pid.isdigit() and int(pid) != os.getpid():
+                try:
+                    with open("/proc/%s/status" % pid) as handle:
+                        lines = handle.read().splitlines()
+                except OSError:
+                    continue
+                if any(line.startswith("Uid:") and line.split()[1] == "1000" for line in lines):
+                    mine.append(pid)
+                    live = live or not any(line.startswith("State:") and "Z" in line.split()[1] for line in lines)
+        if not mine or live or time.monotonic() >= deadline:
+            return mine
+        time.sleep(0.01)
 """
 """Source of a function for programs run in a workspace (they import ``os`` first)."""
