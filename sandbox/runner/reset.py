@@ -176,9 +176,9 @@ closed and still closing) is in ``inuse``, every one in TIME_WAIT (IPv4 and IPv6
 fields are the namespace's own (on the kernels tested, 6.x: a host-wide count would only refuse resets, never let
 one through), the line's others (orphan, alloc, mem) are the host's. Neither counts a half-open connection's
 request socket, which the tables list and which can outlive its listener until its timer fires: it exists only
-after segments, which ``/proc/net/snmp`` counts. Read instead of the
-socket tables /proc/net/tcp and tcp6: those list the same sockets but cost ~4 ms each to read, the kernel walking
-the host's whole connection hash table (262,144 buckets on a 23.5 GiB host) for a namespace that holds none."""
+after segments, which ``/proc/net/snmp`` counts. Read instead of the socket tables /proc/net/tcp and tcp6: those
+list the same sockets but cost ~4 ms each to read, the kernel walking the host's whole connection hash table
+(262,144 buckets on a 23.5 GiB host) for a namespace that holds none."""
 
 
 def tcp_fields(text, label, names):
