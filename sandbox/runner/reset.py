@@ -194,20 +194,20 @@ def tcp_fields(text, label, names):
     return None
 
 
+def _read(path):
+    """A file's text, or None where it cannot be read."""
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
 def _kernel_counters():
-    texts = {}
-    for path in KERNEL_COUNTERS:
-        try:
-            with open(path) as handle:
-                texts[path] = handle.read()
-        except OSError:
-            texts[path] = None
+    texts = {path: _read(path) for path in KERNEL_COUNTERS}
     for path, label, names in TCP_SOCKETS:
-        try:
-            with open(path) as handle:
-                texts[path] = tcp_fields(handle.read(), label, names)
-        except OSError:
-            texts[path] = None
+        text = _read(path)
+        texts[path] = None if text is None else tcp_fields(text, label, names)
     return texts
 
 

@@ -101,28 +101,16 @@ for _ in range({UDP_SECRET}):
     s.sendto(b"x", ("127.0.0.1", 9))
 """
 
-PLANT_TIME_WAIT = f"""
-import socket, time
-server = socket.socket()
-server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-server.bind(("127.0.0.1", {PORT}))
-server.listen()
-client = socket.create_connection(("127.0.0.1", {PORT}))
-conn, _ = server.accept()
-conn.close()  # the server's side closes first: its end of the connection waits in TIME_WAIT for 60 s
-client.recv(1)
-client.close()
-server.close()
-time.sleep(0.05)
-"""
 
-# The same over an IPv6 socket (the workspace has no IPv6 address: an IPv4-mapped connection to a socket bound to
-# "::"), which /proc/net/tcp6 lists.
-PLANT_TIME_WAIT6 = f"""
+def plant_time_wait(family: str, host: str) -> str:
+    """A connection the server's side closes first, so its end waits in TIME_WAIT for 60 s; the server's socket of
+    ``family`` bound to ``host`` (IPv6: "::", an IPv4-mapped connection, the workspace having no IPv6 address,
+    which /proc/net/tcp6 lists)."""
+    return f"""
 import socket, time
-server = socket.socket(socket.AF_INET6)
+server = socket.socket({family})
 server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-server.bind(("::", {PORT}))
+server.bind(("{host}", {PORT}))
 server.listen()
 client = socket.create_connection(("127.0.0.1", {PORT}))
 conn, _ = server.accept()
@@ -132,6 +120,10 @@ client.close()
 server.close()
 time.sleep(0.05)
 """
+
+
+PLANT_TIME_WAIT = plant_time_wait("socket.AF_INET", "127.0.0.1")
+PLANT_TIME_WAIT6 = plant_time_wait("socket.AF_INET6", "::")
 
 # A listener no process holds: its descriptor in flight in a unix socket that holds itself (a cycle only the
 # kernel's garbage collector frees), so killing every process does not close it.
